@@ -1,0 +1,341 @@
+package buffer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+type opKind uint8
+
+const (
+	opAppend    opKind = iota // write recs as new blocks
+	opAck                     // acknowledge through upTo
+	opDropRange               // drop through upTo with reason (corrupt data)
+	opExpire                  // drop blocks appended before cutoffMs
+)
+
+// op is one request to the committer, the only writer of stream data.
+type op struct {
+	kind     opKind
+	st       *Stream
+	recs     [][]byte
+	size     int64
+	wait     bool
+	upTo     uint64
+	reason   string
+	cutoffMs int64
+
+	res  Range
+	err  error
+	done chan struct{}
+}
+
+// submit queues o for the committer and waits until it is done.
+func (s *Store) submit(o *op) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	o.done = make(chan struct{})
+	s.ops <- o
+	s.closeMu.RUnlock()
+	<-o.done
+	return o.err
+}
+
+// maxGroup bounds how many queued ops one commit takes.
+const maxGroup = 256
+
+// commitLoop is the single writer: it takes every queued op, writes them in
+// one Badger write batch, syncs per the durability mode and answers them.
+func (s *Store) commitLoop() {
+	defer s.wg.Done()
+	var tick <-chan time.Time
+	if s.opts.Durability == DurabilityInterval {
+		t := time.NewTicker(s.opts.SyncInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	var awaiting []*op // interval-mode appends waiting for the next sync
+	dirty := false
+	group := make([]*op, 0, maxGroup)
+	syncNow := func() {
+		err := s.db.Sync()
+		if err != nil {
+			s.opts.Logger.Error("buffer: sync failed", "dir", s.dir, "err", err)
+		}
+		for _, o := range awaiting {
+			if err != nil {
+				o.err = fmt.Errorf("buffer %s: sync: %w", s.dir, err)
+			}
+			close(o.done)
+		}
+		awaiting, dirty = awaiting[:0], false
+	}
+	for {
+		select {
+		case o := <-s.ops:
+			group = append(group[:0], o)
+		drain:
+			for len(group) < maxGroup {
+				select {
+				case o := <-s.ops:
+					group = append(group, o)
+				default:
+					break drain
+				}
+			}
+			s.commit(group)
+			dirty = true
+			for _, o := range group {
+				if o.wait && o.err == nil && s.opts.Durability == DurabilityInterval {
+					awaiting = append(awaiting, o)
+				} else {
+					close(o.done)
+				}
+			}
+		case <-tick:
+			if dirty {
+				syncNow()
+			}
+		case <-s.stop:
+			// Close holds closeMu, so nothing new is queued; finish what is.
+			for {
+				select {
+				case o := <-s.ops:
+					s.commit([]*op{o})
+					close(o.done)
+					continue
+				default:
+				}
+				break
+			}
+			syncNow()
+			return
+		}
+	}
+}
+
+// commit writes a group of ops as one Badger write batch. Metadata changes
+// are set before the deletes they justify, so a crash in between leaves
+// only garbage below a stream's head, never a silent hole.
+func (s *Store) commit(group []*op) {
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	nowMs := s.opts.Now().UnixMilli()
+	type change struct {
+		st           *Stream
+		m            meta
+		bytes        int64
+		acked, drops uint64
+	}
+	changes := map[*Stream]*change{}
+	get := func(st *Stream) *change {
+		c, ok := changes[st]
+		if !ok {
+			st.mu.Lock()
+			c = &change{st: st, m: st.m, bytes: st.bytes}
+			c.m.gaps = append([]Gap(nil), st.m.gaps...)
+			st.mu.Unlock()
+			changes[st] = c
+		}
+		return c
+	}
+	var err error
+	for _, o := range group {
+		c := get(o.st)
+		switch o.kind {
+		case opAppend:
+			if o.st.opts.Full == DropOldest && c.bytes+o.size > o.st.opts.MaxBytes {
+				var n uint64
+				n, err = s.dropOldest(wb, o.st, &c.m, &c.bytes, c.bytes+o.size-o.st.opts.MaxBytes)
+				c.drops += n
+			}
+			if err == nil {
+				o.res, err = s.writeBlocks(wb, o.st, &c.m, &c.bytes, o.recs, nowMs)
+			}
+		case opAck:
+			var n uint64
+			n, err = s.ackThrough(wb, o.st, &c.m, &c.bytes, o.upTo)
+			c.acked += n
+		case opDropRange:
+			var n uint64
+			n, err = s.dropWhile(wb, o.st, &c.m, &c.bytes, o.reason, func(b blockInfo) bool { return b.lastSeq <= o.upTo })
+			c.drops += n
+		case opExpire:
+			var n uint64
+			n, err = s.dropWhile(wb, o.st, &c.m, &c.bytes, ReasonMaxAge, func(b blockInfo) bool { return b.appendMs < o.cutoffMs })
+			c.drops += n
+		}
+		if err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = wb.Flush()
+	}
+	if err == nil && s.opts.Durability == DurabilitySync {
+		err = s.db.Sync()
+	}
+	if err != nil {
+		err = fmt.Errorf("buffer %s: commit: %w", s.dir, err)
+		s.opts.Logger.Error("buffer: commit failed", "err", err)
+		for _, o := range group {
+			o.err = err
+			if o.kind == opAppend {
+				o.st.mu.Lock()
+				o.st.pending -= o.size
+				o.st.mu.Unlock()
+			}
+		}
+		return
+	}
+	for _, c := range changes {
+		st := c.st
+		st.mu.Lock()
+		freed := c.bytes < st.bytes
+		st.m, st.bytes = c.m, c.bytes
+		for _, o := range group {
+			if o.st == st && o.kind == opAppend {
+				st.pending -= o.size
+				st.appended.Add(o.res.Len())
+			}
+		}
+		if freed {
+			st.freed()
+		}
+		st.mu.Unlock()
+		st.acked.Add(c.acked)
+		st.dropped.Add(c.drops)
+	}
+}
+
+// writeBlocks assigns sequence numbers to recs and writes them as blocks of
+// at most MaxBlockBytes.
+func (s *Store) writeBlocks(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, recs [][]byte, nowMs int64) (Range, error) {
+	r := Range{First: m.next, Last: m.next + uint64(len(recs)) - 1}
+	start, size := 0, 0
+	flush := func(end int) error {
+		first := m.next
+		v := encodeBlock(first, recs[start:end], size)
+		last := first + uint64(end-start) - 1
+		if err := wb.Set(blockKey(st.num, last, nowMs, len(v)), v); err != nil {
+			return err
+		}
+		m.next = last + 1
+		*bytes += int64(len(v))
+		start, size = end, 0
+		return nil
+	}
+	for i, rec := range recs {
+		if i > start && size+len(rec) > s.opts.MaxBlockBytes {
+			if err := flush(i); err != nil {
+				return Range{}, err
+			}
+		}
+		size += len(rec) + 4
+	}
+	if err := flush(len(recs)); err != nil {
+		return Range{}, err
+	}
+	return r, nil
+}
+
+// ackThrough moves the acknowledged position to upTo and deletes the blocks
+// it covers entirely. It returns how many records became acknowledged.
+func (s *Store) ackThrough(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, upTo uint64) (uint64, error) {
+	if upTo <= m.acked {
+		return 0, nil
+	}
+	if upTo >= m.next {
+		return 0, fmt.Errorf("ack of %d beyond last appended %d in stream %q", upTo, m.next-1, st.name)
+	}
+	n := uint64(0)
+	if upTo >= m.head {
+		n = upTo - m.head + 1
+	}
+	oldHead := m.head
+	m.acked = upTo
+	m.head = max(m.head, upTo+1)
+	m.trimGaps(upTo)
+	if err := wb.Set(metaKey(st.num), m.encode()); err != nil {
+		return 0, err
+	}
+	return n, s.deleteBlocks(wb, st, oldHead, bytes, func(b blockInfo) bool { return b.lastSeq <= upTo })
+}
+
+// dropOldest frees at least need bytes from the front of the stream.
+func (s *Store) dropOldest(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, need int64) (uint64, error) {
+	freed := int64(0)
+	return s.dropWhile(wb, st, m, bytes, ReasonMaxBytes, func(b blockInfo) bool {
+		if freed >= need {
+			return false
+		}
+		freed += b.size
+		return true
+	})
+}
+
+// dropWhile drops whole blocks from the front while keep returns true and
+// records the dropped range as a gap. It returns how many records it dropped.
+func (s *Store) dropWhile(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, reason string, drop func(blockInfo) bool) (uint64, error) {
+	var victims []blockInfo
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})
+		defer it.Close()
+		for it.Seek(blockSeekKey(st.num, m.head)); it.Valid(); it.Next() {
+			b, ok := parseBlockKey(it.Item().Key())
+			if !ok || b.lastSeq >= m.next || !drop(b) {
+				break
+			}
+			victims = append(victims, b)
+		}
+		return nil
+	})
+	if err != nil || len(victims) == 0 {
+		return 0, err
+	}
+	last := victims[len(victims)-1].lastSeq
+	g := Gap{First: m.head, Last: last, Reason: reason}
+	m.addGap(g)
+	m.head = last + 1
+	if err := wb.Set(metaKey(st.num), m.encode()); err != nil {
+		return 0, err
+	}
+	for _, b := range victims {
+		if err := wb.Delete(blockKey(st.num, b.lastSeq, b.appendMs, int(b.size))); err != nil {
+			return 0, err
+		}
+		*bytes -= b.size
+	}
+	s.opts.Logger.Warn("buffer: dropped events", "stream", st.name, "first", g.First, "last", g.Last, "reason", reason)
+	return g.Last - g.First + 1, nil
+}
+
+// deleteBlocks deletes blocks from seq `from` on while del returns true.
+func (s *Store) deleteBlocks(wb *badger.WriteBatch, st *Stream, from uint64, bytes *int64, del func(blockInfo) bool) error {
+	var keys [][]byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})
+		defer it.Close()
+		for it.Seek(blockSeekKey(st.num, from)); it.Valid(); it.Next() {
+			b, ok := parseBlockKey(it.Item().Key())
+			if !ok || !del(b) {
+				break
+			}
+			keys = append(keys, it.Item().KeyCopy(nil))
+			*bytes -= b.size
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}

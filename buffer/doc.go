@@ -1,0 +1,36 @@
+// Package buffer is the agent's durable event log: a FIFO of opaque records
+// (encoded events) per stream, on Badger, that keeps events safe while the
+// link is down and deletes nothing until the hub has acknowledged it.
+//
+// Many streams share one Store (one Badger directory). A Stream assigns
+// consecutive sequence numbers on Append, serves ReadFrom, frees space on
+// Ack, and enforces its bounds (bytes, age) with a FullPolicy. Every event
+// it drops is counted and reported as a Gap until an Ack covers it.
+//
+// # Layout
+//
+// Records are grouped in blocks: every commit writes the records it has for
+// a stream as one Badger value, keyed by the stream's number and the block's
+// last sequence number, so a forward Seek to a sequence lands on the block
+// that holds it, and deleting acknowledged data costs one tombstone per
+// block rather than one per event (Badger's queue tombstone trap, issues
+// #1158 and #1995). Stream metadata (stream id, acknowledged position, head,
+// pending gaps) lives in one key per stream and is the truth: blocks below
+// the head are garbage, removed lazily.
+//
+//	n<name>                          -> stream number (4 bytes)
+//	m<num:4>                         -> stream metadata
+//	b<num:4><lastSeq:8><appendMs:8><valueLen:4> -> block of records
+//
+// # Durability
+//
+// One committer goroutine writes all appends; concurrent appends share a
+// write and, in DurabilitySync, one fsync. What a power loss can take:
+//
+//   - DurabilitySync: nothing that Append reported as done.
+//   - DurabilityInterval: at most SyncInterval of appends (a process crash
+//     alone loses nothing: data is in the OS page cache); Append with
+//     WaitDurable waits for the next sync and then loses nothing.
+//   - DurabilityNone: whatever the OS had not written back, typically up to
+//     30 s; a process crash alone loses nothing.
+package buffer

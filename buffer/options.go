@@ -1,0 +1,160 @@
+package buffer
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Durability says when an Append is safe from power loss; see the package
+// documentation for what each mode can lose.
+type Durability string
+
+// Durability modes.
+const (
+	DurabilitySync     Durability = "sync"
+	DurabilityInterval Durability = "interval"
+	DurabilityNone     Durability = "none"
+)
+
+// FullPolicy says what Append does when a stream is at its bound.
+type FullPolicy string
+
+// Full policies.
+const (
+	// DropOldest frees the oldest blocks (a ring buffer on disk); the
+	// dropped range becomes a Gap. The default, suited to telemetry.
+	DropOldest FullPolicy = "drop_oldest"
+	// Reject makes Append fail with ErrFull.
+	Reject FullPolicy = "reject"
+	// Block makes Append wait until an Ack frees space or its context ends.
+	Block FullPolicy = "block"
+)
+
+// Profile picks Badger's memory settings.
+type Profile string
+
+// Profiles, chosen by measurement (see the README's RSS table).
+const (
+	// ProfileDefault suits a Raspberry Pi-class device (1 GiB RAM or more).
+	ProfileDefault Profile = "default"
+	// ProfileLowMemory suits small ARM boards (a few hundred MiB or less).
+	ProfileLowMemory Profile = "low-memory"
+)
+
+// Options configure a Store. Zero values take the defaults noted per field.
+type Options struct {
+	// Durability of appends. Default DurabilityInterval.
+	Durability Durability
+	// SyncInterval is the group-commit period of DurabilityInterval.
+	// Default 100 ms.
+	SyncInterval time.Duration
+	// Profile of Badger memory settings. Default ProfileDefault.
+	Profile Profile
+	// ValueLogFileSize overrides the profile's value-log file size in bytes
+	// (tests use it to exercise value-log GC). Default: from Profile.
+	ValueLogFileSize int64
+	// MaintenanceInterval is how often expired blocks are dropped, garbage
+	// below the head removed and value-log GC run. Default 10 s.
+	MaintenanceInterval time.Duration
+	// MaxBlockBytes bounds one block (records of one stream in one commit).
+	// Default 256 KiB.
+	MaxBlockBytes int
+	// Logger receives warnings and errors. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the wall clock used for block ages. Default time.Now.
+	Now func() time.Time
+	// Registerer, if set, receives the store's Prometheus collector.
+	Registerer prometheus.Registerer
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	if o.Durability == "" {
+		o.Durability = DurabilityInterval
+	}
+	if o.SyncInterval == 0 {
+		o.SyncInterval = 100 * time.Millisecond
+	}
+	if o.Profile == "" {
+		o.Profile = ProfileDefault
+	}
+	if o.MaintenanceInterval == 0 {
+		o.MaintenanceInterval = 10 * time.Second
+	}
+	if o.MaxBlockBytes == 0 {
+		o.MaxBlockBytes = 256 << 10
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Validate names the first field that is out of range.
+func (o *Options) Validate() error {
+	switch o.Durability {
+	case DurabilitySync, DurabilityInterval, DurabilityNone:
+	default:
+		return fmt.Errorf("buffer: durability %q: want sync, interval or none", o.Durability)
+	}
+	switch o.Profile {
+	case ProfileDefault, ProfileLowMemory:
+	default:
+		return fmt.Errorf("buffer: profile %q: want default or low-memory", o.Profile)
+	}
+	if o.SyncInterval < time.Millisecond || o.SyncInterval > time.Minute {
+		return fmt.Errorf("buffer: sync interval %v: want 1ms..1m", o.SyncInterval)
+	}
+	if o.MaintenanceInterval < 10*time.Millisecond {
+		return fmt.Errorf("buffer: maintenance interval %v: want at least 10ms", o.MaintenanceInterval)
+	}
+	if o.MaxBlockBytes < 1<<10 || o.MaxBlockBytes > 1<<20 {
+		return fmt.Errorf("buffer: max block bytes %d: want 1 KiB..1 MiB", o.MaxBlockBytes)
+	}
+	if o.ValueLogFileSize != 0 && (o.ValueLogFileSize < 1<<20 || o.ValueLogFileSize > 1<<30) {
+		return fmt.Errorf("buffer: value log file size %d: want 1 MiB..1 GiB", o.ValueLogFileSize)
+	}
+	return nil
+}
+
+// StreamOptions bound one stream. Zero values take the defaults noted.
+type StreamOptions struct {
+	// MaxBytes bounds the stream's unacknowledged record bytes. Default 256 MiB.
+	MaxBytes int64
+	// MaxAge drops blocks older than this (by append time); 0 keeps them
+	// until MaxBytes forces them out.
+	MaxAge time.Duration
+	// Full is the policy at MaxBytes. Default DropOldest.
+	Full FullPolicy
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *StreamOptions) EnsureDefaults() {
+	if o.MaxBytes == 0 {
+		o.MaxBytes = 256 << 20
+	}
+	if o.Full == "" {
+		o.Full = DropOldest
+	}
+}
+
+// Validate names the first field that is out of range.
+func (o *StreamOptions) Validate() error {
+	if o.MaxBytes < 4<<10 {
+		return fmt.Errorf("buffer: stream max bytes %d: want at least 4 KiB", o.MaxBytes)
+	}
+	if o.MaxAge < 0 {
+		return fmt.Errorf("buffer: stream max age %v is negative", o.MaxAge)
+	}
+	switch o.Full {
+	case DropOldest, Reject, Block:
+	default:
+		return fmt.Errorf("buffer: full policy %q: want drop_oldest, reject or block", o.Full)
+	}
+	return nil
+}

@@ -1,0 +1,299 @@
+package buffer
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+)
+
+// Errors callers branch on.
+var (
+	// ErrFull is returned by Append on a Reject stream at its bound.
+	ErrFull = errors.New("buffer: stream is full")
+	// ErrTooLarge is returned by Append for records that could never fit.
+	ErrTooLarge = errors.New("buffer: append larger than the stream's bound")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("buffer: store is closed")
+	// ErrLocked means another process has the directory open.
+	ErrLocked = errors.New("buffer: directory is in use by another process")
+)
+
+// Store is one Badger directory holding many streams.
+type Store struct {
+	dir  string
+	opts Options
+	db   *badger.DB
+
+	ops     chan *op
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closeMu sync.RWMutex
+	closed  bool
+
+	mu      sync.Mutex
+	streams map[string]*Stream
+	nextNum uint32
+}
+
+// Open opens or creates the store in dir. A damaged directory gives an error
+// wrapping ErrCorrupt that names the path and what to do; it never panics.
+func Open(dir string, o Options) (s *Store, err error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, corruptDirError(dir, fmt.Errorf("badger panicked: %v", r))
+		}
+	}()
+	db, err := badger.Open(badgerOptions(dir, o))
+	if err != nil {
+		msg := err.Error()
+		if strings.Contains(msg, "Cannot acquire directory lock") || strings.Contains(msg, "resource temporarily unavailable") {
+			return nil, fmt.Errorf("%w: %s: %v", ErrLocked, dir, err)
+		}
+		return nil, corruptDirError(dir, err)
+	}
+	s = &Store{
+		dir: dir, opts: o, db: db,
+		ops:     make(chan *op, 1024),
+		stop:    make(chan struct{}),
+		streams: make(map[string]*Stream),
+	}
+	if err := s.loadNextNum(); err != nil {
+		db.Close()
+		return nil, corruptDirError(dir, err)
+	}
+	if o.Registerer != nil {
+		if err := o.Registerer.Register(newCollector(s)); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("buffer: register metrics: %w", err)
+		}
+	}
+	s.wg.Add(2)
+	go s.commitLoop()
+	go s.maintainLoop()
+	return s, nil
+}
+
+func corruptDirError(dir string, cause error) error {
+	return fmt.Errorf("%w: open buffer %s: %v; the directory is damaged: move it aside "+
+		"(mv %s %s.broken) and restart to begin a new buffer (its unsent events are lost), "+
+		"or restore it from a backup", ErrCorrupt, dir, cause, dir, dir)
+}
+
+// badgerOptions maps a profile to Badger settings. Both keep ValueLogFileSize
+// small: Badger mmaps value-log files at twice their size, which a 32-bit
+// address space cannot afford at the 1 GiB default (badger #2287). Compression
+// stays off so a zero block cache is safe.
+func badgerOptions(dir string, o Options) badger.Options {
+	bo := badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{o.Logger}).
+		WithSyncWrites(false).
+		WithCompression(options.None).
+		WithNumVersionsToKeep(1).
+		WithMetricsEnabled(false).
+		WithDetectConflicts(false)
+	switch o.Profile {
+	case ProfileLowMemory:
+		bo = bo.WithMemTableSize(4 << 20).
+			WithNumMemtables(2).
+			WithBaseTableSize(1 << 20).
+			WithBaseLevelSize(4 << 20).
+			WithNumLevelZeroTables(2).
+			WithNumLevelZeroTablesStall(6).
+			WithNumCompactors(2).
+			WithBlockCacheSize(0).
+			WithIndexCacheSize(0).
+			WithValueThreshold(256 << 10).
+			WithValueLogFileSize(16 << 20).
+			WithNumGoroutines(2)
+	default:
+		bo = bo.WithMemTableSize(32 << 20).
+			WithNumMemtables(3).
+			WithBaseTableSize(4 << 20).
+			WithBaseLevelSize(16 << 20).
+			WithNumLevelZeroTables(4).
+			WithNumLevelZeroTablesStall(10).
+			WithNumCompactors(2).
+			WithBlockCacheSize(8 << 20).
+			WithIndexCacheSize(4 << 20).
+			WithValueThreshold(512 << 10).
+			WithValueLogFileSize(64 << 20).
+			WithNumGoroutines(4)
+	}
+	if o.ValueLogFileSize > 0 {
+		bo = bo.WithValueLogFileSize(o.ValueLogFileSize)
+	}
+	return bo
+}
+
+// loadNextNum finds the largest stream number in use.
+func (s *Store) loadNextNum() error {
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixName}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			err := it.Item().Value(func(v []byte) error {
+				if len(v) != 4 {
+					return fmt.Errorf("stream number of %q is %d bytes", it.Item().Key()[1:], len(v))
+				}
+				if n := binary.BigEndian.Uint32(v); n >= s.nextNum {
+					s.nextNum = n + 1
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Dir returns the directory the store lives in.
+func (s *Store) Dir() string { return s.dir }
+
+// Names lists every stream in the store, loaded or not.
+func (s *Store) Names() ([]string, error) {
+	var names []string
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixName}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			names = append(names, string(it.Item().Key()[1:]))
+		}
+		return nil
+	})
+	return names, err
+}
+
+// Stream opens the named stream, creating it (with a new random stream id)
+// if it does not exist. The same name returns the same *Stream; opts apply
+// from the first call.
+func (s *Store) Stream(name string, opts StreamOptions) (*Stream, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if name == "" || len(name) > 256 {
+		return nil, fmt.Errorf("buffer: stream name must be 1..256 bytes, got %d", len(name))
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.closeMu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.streams[name]; ok {
+		return st, nil
+	}
+	st, err := s.loadStream(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.streams[name] = st
+	return st, nil
+}
+
+// enter holds the store open for an operation; callers RUnlock closeMu.
+func (s *Store) enter() error {
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// Close stops the committer (finishing queued appends), syncs and closes Badger.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	s.closeMu.Unlock()
+	s.wg.Wait()
+	serr := s.db.Sync()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("buffer: close %s: %w", s.dir, err)
+	}
+	if serr != nil {
+		return fmt.Errorf("buffer: sync %s: %w", s.dir, serr)
+	}
+	return nil
+}
+
+// maintainLoop drops expired blocks, removes garbage and runs value-log GC.
+func (s *Store) maintainLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.MaintenanceInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Maintain()
+		}
+	}
+}
+
+// Maintain runs one maintenance pass now: max-age drops on every loaded
+// stream and value-log GC until nothing is left to rewrite. It runs on its
+// own every MaintenanceInterval.
+func (s *Store) Maintain() {
+	if s.enter() != nil {
+		return
+	}
+	defer s.closeMu.RUnlock()
+	s.mu.Lock()
+	streams := make([]*Stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		streams = append(streams, st)
+	}
+	s.mu.Unlock()
+	for _, st := range streams {
+		if st.opts.MaxAge > 0 {
+			cutoff := s.opts.Now().Add(-st.opts.MaxAge).UnixMilli()
+			if err := s.submit(&op{kind: opExpire, st: st, cutoffMs: cutoff}); err != nil {
+				s.opts.Logger.Warn("buffer: max-age pass failed", "stream", st.name, "err", err)
+			}
+		}
+	}
+	for i := 0; i < 16; i++ {
+		if err := s.db.RunValueLogGC(0.5); err != nil {
+			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
+				s.opts.Logger.Warn("buffer: value-log GC", "dir", s.dir, "err", err)
+			}
+			break
+		}
+	}
+}
+
+// DiskUsage returns the bytes Badger's LSM tree and value log take on disk.
+func (s *Store) DiskUsage() (lsm, vlog int64) { return s.db.Size() }
+
+// badgerLogger forwards Badger's warnings and errors to slog and drops its
+// chatty info and debug lines.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any) {
+	b.l.Error("badger: " + strings.TrimSpace(fmt.Sprintf(f, a...)))
+}
+func (b badgerLogger) Warningf(f string, a ...any) {
+	b.l.Warn("badger: " + strings.TrimSpace(fmt.Sprintf(f, a...)))
+}
+func (badgerLogger) Infof(string, ...any)  {}
+func (badgerLogger) Debugf(string, ...any) {}

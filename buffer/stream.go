@@ -1,0 +1,353 @@
+package buffer
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"edgeflow/wire"
+)
+
+// Range is a closed range of sequence numbers.
+type Range struct{ First, Last uint64 }
+
+// Len is the number of sequence numbers in r.
+func (r Range) Len() uint64 { return r.Last - r.First + 1 }
+
+// Record is one stored record and its sequence number.
+type Record struct {
+	Seq  uint64
+	Data []byte
+}
+
+// Stream is one durable FIFO log inside a Store. Its methods are safe for
+// concurrent use.
+type Stream struct {
+	s    *Store
+	name string
+	num  uint32
+	opts StreamOptions
+
+	mu      sync.Mutex
+	m       meta
+	bytes   int64 // record block bytes between head and next
+	pending int64 // bytes submitted but not yet committed
+	space   chan struct{}
+
+	appended, acked, dropped atomic.Uint64
+}
+
+// loadStream reads or creates a stream's metadata and measures its blocks.
+func (s *Store) loadStream(name string, opts StreamOptions) (*Stream, error) {
+	st := &Stream{s: s, name: name, opts: opts, space: make(chan struct{})}
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(nameKey(name))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return errNew
+		}
+		if err != nil {
+			return err
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		if len(v) != 4 {
+			return fmt.Errorf("%w: stream number of %q is %d bytes", ErrCorrupt, name, len(v))
+		}
+		st.num = binary.BigEndian.Uint32(v)
+		item, err = txn.Get(metaKey(st.num))
+		if err != nil {
+			return fmt.Errorf("%w: stream %q has no metadata: %v", ErrCorrupt, name, err)
+		}
+		return item.Value(func(v []byte) error {
+			st.m, err = decodeMeta(v)
+			return err
+		})
+	})
+	switch {
+	case errors.Is(err, errNew):
+		return st, s.createStream(st)
+	case err != nil:
+		return nil, fmt.Errorf("buffer %s: stream %q: %w", s.dir, name, err)
+	}
+	if err := st.scan(); err != nil {
+		return nil, fmt.Errorf("buffer %s: stream %q: %w", s.dir, name, err)
+	}
+	if err := st.removeGarbage(); err != nil {
+		return nil, fmt.Errorf("buffer %s: stream %q: remove blocks below head: %w", s.dir, name, err)
+	}
+	return st, nil
+}
+
+// removeGarbage deletes blocks that lie wholly below the head: a crash
+// between writing metadata and the deletes it justified leaves them.
+func (st *Stream) removeGarbage() error {
+	wb := st.s.db.NewWriteBatch()
+	defer wb.Cancel()
+	var ignored int64
+	head := st.m.head
+	if err := st.s.deleteBlocks(wb, st, 0, &ignored, func(b blockInfo) bool { return b.lastSeq < head }); err != nil {
+		return err
+	}
+	return wb.Flush()
+}
+
+var errNew = errors.New("new stream")
+
+func (s *Store) createStream(st *Stream) error {
+	st.num = s.nextNum
+	s.nextNum++
+	st.m = meta{id: wire.NewStreamID(), head: 1, next: 1, created: s.opts.Now().UnixMilli()}
+	err := s.db.Update(func(txn *badger.Txn) error {
+		if err := txn.Set(nameKey(st.name), binary.BigEndian.AppendUint32(nil, st.num)); err != nil {
+			return err
+		}
+		return txn.Set(metaKey(st.num), st.m.encode())
+	})
+	if err == nil {
+		err = s.db.Sync()
+	}
+	if err != nil {
+		return fmt.Errorf("buffer %s: create stream %q: %w", s.dir, st.name, err)
+	}
+	return nil
+}
+
+// scan measures the stream's live blocks and finds the next sequence number;
+// it is how a restart recovers positions that only the block keys record.
+func (st *Stream) scan() error {
+	return st.s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})
+		defer it.Close()
+		for it.Seek(blockSeekKey(st.num, st.m.head)); it.Valid(); it.Next() {
+			b, ok := parseBlockKey(it.Item().Key())
+			if !ok {
+				return fmt.Errorf("%w: block key %x has the wrong shape", ErrCorrupt, it.Item().Key())
+			}
+			st.bytes += b.size
+			if b.lastSeq >= st.m.next {
+				st.m.next = b.lastSeq + 1
+			}
+		}
+		return nil
+	})
+}
+
+// Name is the name the stream was opened with (the agent uses its device id).
+func (st *Stream) Name() string { return st.name }
+
+// ID is the random stream id created with the stream.
+func (st *Stream) ID() wire.StreamID { return st.m.id }
+
+// AppendOptions modify one Append.
+type AppendOptions struct {
+	// WaitDurable makes Append in DurabilityInterval wait for the next sync,
+	// so the events survive power loss when it returns.
+	WaitDurable bool
+}
+
+// Append stores records (encoded events) and returns the consecutive range
+// of sequence numbers they got. With DropOldest it may drop older records to
+// make room (reported by Gaps); with Reject it fails with ErrFull; with Block
+// it waits for an Ack to free space or for ctx to end.
+func (st *Stream) Append(ctx context.Context, recs [][]byte, ao ...AppendOptions) (Range, error) {
+	if len(recs) == 0 {
+		return Range{}, errors.New("buffer: append of no records")
+	}
+	size := int64(0)
+	for _, r := range recs {
+		size += int64(len(r)) + 4
+	}
+	if size > st.opts.MaxBytes {
+		return Range{}, fmt.Errorf("%w: %d bytes, stream bound %d", ErrTooLarge, size, st.opts.MaxBytes)
+	}
+	if err := st.reserve(ctx, size); err != nil {
+		return Range{}, err
+	}
+	o := &op{kind: opAppend, st: st, recs: recs, size: size}
+	if len(ao) > 0 && ao[0].WaitDurable {
+		o.wait = true
+	}
+	if err := st.s.submit(o); err != nil {
+		st.mu.Lock()
+		st.pending -= size
+		st.mu.Unlock()
+		return Range{}, err
+	}
+	return o.res, o.err
+}
+
+// reserve applies the full policy before an append is queued.
+func (st *Stream) reserve(ctx context.Context, size int64) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for st.opts.Full != DropOldest && st.bytes+st.pending+size > st.opts.MaxBytes {
+		if st.opts.Full == Reject {
+			return fmt.Errorf("%w: stream %q holds %d of %d bytes", ErrFull, st.name, st.bytes+st.pending, st.opts.MaxBytes)
+		}
+		space := st.space
+		st.mu.Unlock()
+		select {
+		case <-space:
+		case <-ctx.Done():
+			st.mu.Lock()
+			return fmt.Errorf("buffer: waiting for space in stream %q: %w", st.name, ctx.Err())
+		}
+		st.mu.Lock()
+	}
+	st.pending += size
+	return nil
+}
+
+// freed wakes appenders blocked for space; st.mu is held.
+func (st *Stream) freed() {
+	close(st.space)
+	st.space = make(chan struct{})
+}
+
+// ReadFrom returns up to maxEvents records with sequence numbers from seq on
+// (from the head if seq is below it), stopping before maxBytes of record
+// data unless that would return nothing. A corrupt block is dropped as a gap
+// with reason "corrupt" and reading goes on after it.
+func (st *Stream) ReadFrom(seq uint64, maxEvents, maxBytes int) ([]Record, error) {
+	if err := st.s.enter(); err != nil {
+		return nil, err
+	}
+	defer st.s.closeMu.RUnlock()
+	st.mu.Lock()
+	head, next := st.m.head, st.m.next
+	st.mu.Unlock()
+	seq = max(seq, head)
+	if seq >= next || maxEvents <= 0 {
+		return nil, nil
+	}
+	var out []Record
+	var corrupt []Range
+	size := 0
+	err := st.s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})
+		defer it.Close()
+		prevLast := seq - 1
+		for it.Seek(blockSeekKey(st.num, seq)); it.Valid(); it.Next() {
+			b, ok := parseBlockKey(it.Item().Key())
+			if !ok {
+				return fmt.Errorf("%w: block key %x has the wrong shape", ErrCorrupt, it.Item().Key())
+			}
+			full := false
+			err := it.Item().Value(func(v []byte) error {
+				br, err := openBlock(v, b.lastSeq)
+				if err != nil {
+					st.s.opts.Logger.Error("buffer: dropping corrupt block", "dir", st.s.dir, "stream", st.name, "first", prevLast+1, "last", b.lastSeq, "err", err)
+					corrupt = append(corrupt, Range{prevLast + 1, b.lastSeq})
+					return nil
+				}
+				for {
+					s, rec, ok, err := br.next()
+					if err != nil {
+						return err
+					}
+					if !ok {
+						return nil
+					}
+					if s < seq {
+						continue
+					}
+					if len(out) == maxEvents || (len(out) > 0 && size+len(rec) > maxBytes) {
+						full = true
+						return nil
+					}
+					out = append(out, Record{Seq: s, Data: append([]byte(nil), rec...)})
+					size += len(rec)
+				}
+			})
+			if err != nil {
+				return err
+			}
+			prevLast = b.lastSeq
+			if full {
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("buffer %s: read stream %q from %d: %w", st.s.dir, st.name, seq, err)
+	}
+	for _, r := range corrupt {
+		if err := st.s.submit(&op{kind: opDropRange, st: st, upTo: r.Last, reason: ReasonCorrupt}); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// Ack frees every record with a sequence number up to upTo: the hub has them.
+// The acknowledged position survives restarts. Acking below the current
+// position is a no-op; acking beyond the last appended record is an error.
+func (st *Stream) Ack(upTo uint64) error {
+	st.mu.Lock()
+	acked, next := st.m.acked, st.m.next
+	st.mu.Unlock()
+	if upTo >= next {
+		return fmt.Errorf("buffer: stream %q: ack of %d beyond last appended %d", st.name, upTo, next-1)
+	}
+	if upTo <= acked {
+		return nil
+	}
+	return st.s.submit(&op{kind: opAck, st: st, upTo: upTo})
+}
+
+// Gaps returns the ranges the stream dropped that no Ack has covered yet.
+func (st *Stream) Gaps() []Gap {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return append([]Gap(nil), st.m.gaps...)
+}
+
+// Stats is a snapshot of a stream's positions and totals.
+type Stats struct {
+	Acked    uint64 // every seq <= Acked is acknowledged
+	Head     uint64 // first seq still held
+	Next     uint64 // seq the next Append gets
+	Depth    uint64 // records held (Next - Head)
+	Bytes    int64  // bytes held, as blocks on disk
+	OldestMs int64  // append time of the oldest held block, Unix ms (0: empty)
+	Gaps     int    // pending gap ranges
+
+	Appended, AckedTotal, Dropped uint64 // since the store was opened
+}
+
+// Stats returns the stream's positions and totals.
+func (st *Stream) Stats() Stats {
+	st.mu.Lock()
+	s := Stats{Acked: st.m.acked, Head: st.m.head, Next: st.m.next, Depth: st.m.next - st.m.head, Bytes: st.bytes, Gaps: len(st.m.gaps)}
+	st.mu.Unlock()
+	s.Appended, s.AckedTotal, s.Dropped = st.appended.Load(), st.acked.Load(), st.dropped.Load()
+	if s.Depth > 0 {
+		s.OldestMs = st.oldestMs(s.Head)
+	}
+	return s
+}
+
+// oldestMs reads the append time of the first block at or after head.
+func (st *Stream) oldestMs(head uint64) int64 {
+	var ms int64
+	_ = st.s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})
+		defer it.Close()
+		it.Seek(blockSeekKey(st.num, head))
+		if it.Valid() {
+			if b, ok := parseBlockKey(it.Item().Key()); ok {
+				ms = b.appendMs
+			}
+		}
+		return nil
+	})
+	return ms
+}

@@ -1,0 +1,415 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"edgeflow/wire/wirepb"
+)
+
+// Frame header: magic, schema version, codec, message kind.
+const (
+	frameMagic    = 0xE7
+	SchemaVersion = 1
+	headerLen     = 4
+)
+
+// Codec says how a frame's body is encoded.
+type Codec byte
+
+// Codecs.
+const (
+	CodecNone Codec = 0
+	CodecZstd Codec = 1
+)
+
+// MsgKind says which message a frame holds, so a payload on the wrong topic
+// is rejected before it is parsed as something else.
+type MsgKind byte
+
+// Message kinds.
+const (
+	MsgBatch    MsgKind = 1
+	MsgAck      MsgKind = 2
+	MsgTimeReq  MsgKind = 3
+	MsgTimeResp MsgKind = 4
+	MsgStatus   MsgKind = 5
+)
+
+func (k MsgKind) String() string {
+	switch k {
+	case MsgBatch:
+		return "batch"
+	case MsgAck:
+		return "ack"
+	case MsgTimeReq:
+		return "time request"
+	case MsgTimeResp:
+		return "time response"
+	case MsgStatus:
+		return "status"
+	}
+	return fmt.Sprintf("kind(%d)", byte(k))
+}
+
+// Errors that callers branch on; every decode error wraps one of them.
+var (
+	// ErrMalformed means the payload is not a valid frame or message.
+	ErrMalformed = errors.New("wire: malformed payload")
+	// ErrTooLarge means a size or count exceeds Limits.
+	ErrTooLarge = errors.New("wire: payload exceeds limit")
+	// ErrVersion means the frame has a schema version this build does not know.
+	ErrVersion = errors.New("wire: unsupported schema version")
+)
+
+// Limits bound what a decoder accepts. Zero fields take DefaultLimits' values.
+type Limits struct {
+	// MaxFrameBytes bounds the payload as received (compressed). Default 8 MiB.
+	MaxFrameBytes int
+	// MaxBodyBytes bounds the body after decompression. Default 32 MiB.
+	MaxBodyBytes int
+	// MaxEvents bounds events in one batch. Default 100,000.
+	MaxEvents int
+	// MaxTags bounds tags on one event. Default 64.
+	MaxTags int
+	// MaxGaps bounds gap ranges in one batch. Default 1,024.
+	MaxGaps int
+	// MaxStringBytes bounds a metric name, tag key or value, boot id or
+	// reason. Default 256.
+	MaxStringBytes int
+}
+
+// DefaultLimits are the limits used when a Limits field is zero.
+var DefaultLimits = Limits{
+	MaxFrameBytes:  8 << 20,
+	MaxBodyBytes:   32 << 20,
+	MaxEvents:      100_000,
+	MaxTags:        64,
+	MaxGaps:        1024,
+	MaxStringBytes: 256,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	if l.MaxFrameBytes > 0 {
+		d.MaxFrameBytes = l.MaxFrameBytes
+	}
+	if l.MaxBodyBytes > 0 {
+		d.MaxBodyBytes = l.MaxBodyBytes
+	}
+	if l.MaxEvents > 0 {
+		d.MaxEvents = l.MaxEvents
+	}
+	if l.MaxTags > 0 {
+		d.MaxTags = l.MaxTags
+	}
+	if l.MaxGaps > 0 {
+		d.MaxGaps = l.MaxGaps
+	}
+	if l.MaxStringBytes > 0 {
+		d.MaxStringBytes = l.MaxStringBytes
+	}
+	return d
+}
+
+// compressMin is the body size below which zstd does not pay for itself.
+const compressMin = 512
+
+var (
+	encOnce sync.Once
+	encoder *zstd.Encoder
+	decOnce sync.Once
+	decoder *zstd.Decoder
+)
+
+func zenc() *zstd.Encoder {
+	encOnce.Do(func() {
+		var err error
+		encoder, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+		if err != nil {
+			panic(fmt.Sprintf("wire: zstd encoder: %v", err))
+		}
+	})
+	return encoder
+}
+
+func zdec() *zstd.Decoder {
+	decOnce.Do(func() {
+		var err error
+		decoder, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(uint64(DefaultLimits.MaxBodyBytes)), zstd.WithDecoderMaxWindow(8<<20))
+		if err != nil {
+			panic(fmt.Sprintf("wire: zstd decoder: %v", err))
+		}
+	})
+	return decoder
+}
+
+// Frame wraps an encoded protobuf body in a frame, compressing it with zstd
+// when it is large enough and compression saves at least an eighth.
+func Frame(kind MsgKind, body []byte) []byte {
+	if len(body) >= compressMin {
+		out := make([]byte, headerLen, headerLen+binary.MaxVarintLen64+len(body)/2)
+		out[0], out[1], out[2], out[3] = frameMagic, SchemaVersion, byte(CodecZstd), byte(kind)
+		out = binary.AppendUvarint(out, uint64(len(body)))
+		out = zenc().EncodeAll(body, out)
+		if len(out) < len(body)-len(body)/8 {
+			return out
+		}
+	}
+	out := make([]byte, headerLen, headerLen+len(body))
+	out[0], out[1], out[2], out[3] = frameMagic, SchemaVersion, byte(CodecNone), byte(kind)
+	return append(out, body...)
+}
+
+// Unframe checks a frame's header and returns its decompressed body.
+func Unframe(want MsgKind, payload []byte, lim Limits) ([]byte, error) {
+	lim = lim.withDefaults()
+	if len(payload) > lim.MaxFrameBytes {
+		return nil, fmt.Errorf("%w: %s payload is %d bytes, limit %d", ErrTooLarge, want, len(payload), lim.MaxFrameBytes)
+	}
+	if len(payload) < headerLen {
+		return nil, fmt.Errorf("%w: %d bytes is shorter than the %d-byte header", ErrMalformed, len(payload), headerLen)
+	}
+	if payload[0] != frameMagic {
+		return nil, fmt.Errorf("%w: bad magic byte 0x%02x (want 0x%02x)", ErrMalformed, payload[0], frameMagic)
+	}
+	if payload[1] != SchemaVersion {
+		return nil, fmt.Errorf("%w: version %d (this build speaks %d)", ErrVersion, payload[1], SchemaVersion)
+	}
+	if got := MsgKind(payload[3]); got != want {
+		return nil, fmt.Errorf("%w: frame holds a %s, expected a %s", ErrMalformed, got, want)
+	}
+	body := payload[headerLen:]
+	switch Codec(payload[2]) {
+	case CodecNone:
+		return body, nil
+	case CodecZstd:
+		n, k := binary.Uvarint(body)
+		if k <= 0 {
+			return nil, fmt.Errorf("%w: bad decompressed-length prefix", ErrMalformed)
+		}
+		if n > uint64(lim.MaxBodyBytes) {
+			return nil, fmt.Errorf("%w: declared body of %d bytes, limit %d", ErrTooLarge, n, lim.MaxBodyBytes)
+		}
+		out, err := zdec().DecodeAll(body[k:], make([]byte, 0, int(n)))
+		if err != nil {
+			return nil, fmt.Errorf("%w: zstd: %v", ErrMalformed, err)
+		}
+		if uint64(len(out)) != n {
+			return nil, fmt.Errorf("%w: body decompressed to %d bytes, header said %d", ErrMalformed, len(out), n)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w: unknown codec %d", ErrMalformed, payload[2])
+}
+
+// encode marshals m and frames it.
+func encode(kind MsgKind, m proto.Message) ([]byte, error) {
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("wire: encode %s: %w", kind, err)
+	}
+	return Frame(kind, body), nil
+}
+
+// unmarshal parses body into m after the caller's pre-scan bounded it.
+func unmarshal(kind MsgKind, body []byte, m proto.Message) error {
+	if err := proto.Unmarshal(body, m); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrMalformed, kind, err)
+	}
+	return nil
+}
+
+// scanFields walks the top-level fields of a protobuf message and calls fn
+// for each; it fails on malformed encoding without allocating.
+func scanFields(b []byte, fn func(num protowire.Number, typ protowire.Type, val []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("%w: bad field tag: %v", ErrMalformed, protowire.ParseError(n))
+		}
+		b = b[n:]
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return fmt.Errorf("%w: field %d: %v", ErrMalformed, num, protowire.ParseError(m))
+		}
+		val := b[:m]
+		if typ == protowire.BytesType {
+			v, k := protowire.ConsumeBytes(val)
+			if k < 0 {
+				return fmt.Errorf("%w: field %d: %v", ErrMalformed, num, protowire.ParseError(k))
+			}
+			val = v
+		}
+		if err := fn(num, typ, val); err != nil {
+			return err
+		}
+		b = b[m:]
+	}
+	return nil
+}
+
+// checkString bounds a length-delimited string field.
+func checkString(what string, val []byte, lim Limits) error {
+	if len(val) > lim.MaxStringBytes {
+		return fmt.Errorf("%w: %s is %d bytes, limit %d", ErrTooLarge, what, len(val), lim.MaxStringBytes)
+	}
+	return nil
+}
+
+// Event field numbers used by the pre-scan and the raw batch builder.
+const (
+	fieldBatchEvents = 4
+	fieldBatchGaps   = 6
+	fieldEventMetric = 1
+	fieldEventTags   = 3
+	fieldEventBootID = 6
+)
+
+// ScanEvent bounds one encoded Event (tags, string sizes) without
+// allocating. The agent uses it on records read back from its buffer.
+func ScanEvent(b []byte, lim Limits) error {
+	lim = lim.withDefaults()
+	tags := 0
+	return scanFields(b, func(num protowire.Number, typ protowire.Type, val []byte) error {
+		switch num {
+		case fieldEventMetric:
+			return checkString("metric name", val, lim)
+		case fieldEventBootID:
+			return checkString("boot id", val, lim)
+		case fieldEventTags:
+			if tags++; tags > lim.MaxTags {
+				return fmt.Errorf("%w: more than %d tags on one event", ErrTooLarge, lim.MaxTags)
+			}
+			return scanFields(val, func(_ protowire.Number, _ protowire.Type, kv []byte) error {
+				return checkString("tag key or value", kv, lim)
+			})
+		}
+		return nil
+	})
+}
+
+func scanBatch(b []byte, lim Limits) error {
+	events, gaps := 0, 0
+	return scanFields(b, func(num protowire.Number, typ protowire.Type, val []byte) error {
+		switch num {
+		case fieldBatchEvents:
+			if events++; events > lim.MaxEvents {
+				return fmt.Errorf("%w: more than %d events in one batch", ErrTooLarge, lim.MaxEvents)
+			}
+			if err := ScanEvent(val, lim); err != nil {
+				return fmt.Errorf("event %d: %w", events-1, err)
+			}
+		case fieldBatchGaps:
+			if gaps++; gaps > lim.MaxGaps {
+				return fmt.Errorf("%w: more than %d gaps in one batch", ErrTooLarge, lim.MaxGaps)
+			}
+		case 1:
+			return checkString("device id", val, lim)
+		}
+		return nil
+	})
+}
+
+// EncodeBatch frames a batch.
+func EncodeBatch(b *wirepb.Batch) ([]byte, error) { return encode(MsgBatch, b) }
+
+// AppendRawEvents builds a batch body from a header message (events left
+// empty) and events that are already protobuf-encoded, as the agent's buffer
+// stores them, so uploading never decodes and re-encodes an event.
+func AppendRawEvents(header *wirepb.Batch, events [][]byte) ([]byte, error) {
+	size := 0
+	for _, e := range events {
+		size += len(e) + 8
+	}
+	body, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(make([]byte, 0, size+256), header)
+	if err != nil {
+		return nil, fmt.Errorf("wire: encode batch header: %w", err)
+	}
+	for _, e := range events {
+		body = protowire.AppendTag(body, fieldBatchEvents, protowire.BytesType)
+		body = protowire.AppendBytes(body, e)
+	}
+	return body, nil
+}
+
+// DecodeBatch checks and parses a batch frame. It bounds the number of
+// events, tags, gaps and every string before the protobuf parser allocates.
+func DecodeBatch(payload []byte, lim Limits) (*wirepb.Batch, error) {
+	lim = lim.withDefaults()
+	body, err := Unframe(MsgBatch, payload, lim)
+	if err != nil {
+		return nil, err
+	}
+	if err := scanBatch(body, lim); err != nil {
+		return nil, err
+	}
+	b := new(wirepb.Batch)
+	if err := unmarshal(MsgBatch, body, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// EncodeAck frames an ack.
+func EncodeAck(a *wirepb.Ack) ([]byte, error) { return encode(MsgAck, a) }
+
+// DecodeAck checks and parses an ack frame.
+func DecodeAck(payload []byte, lim Limits) (*wirepb.Ack, error) {
+	a := new(wirepb.Ack)
+	return a, decodeSmall(MsgAck, payload, lim, a)
+}
+
+// EncodeTimeRequest frames a time request.
+func EncodeTimeRequest(r *wirepb.TimeRequest) ([]byte, error) { return encode(MsgTimeReq, r) }
+
+// DecodeTimeRequest checks and parses a time request frame.
+func DecodeTimeRequest(payload []byte, lim Limits) (*wirepb.TimeRequest, error) {
+	r := new(wirepb.TimeRequest)
+	return r, decodeSmall(MsgTimeReq, payload, lim, r)
+}
+
+// EncodeTimeResponse frames a time response.
+func EncodeTimeResponse(r *wirepb.TimeResponse) ([]byte, error) { return encode(MsgTimeResp, r) }
+
+// DecodeTimeResponse checks and parses a time response frame.
+func DecodeTimeResponse(payload []byte, lim Limits) (*wirepb.TimeResponse, error) {
+	r := new(wirepb.TimeResponse)
+	return r, decodeSmall(MsgTimeResp, payload, lim, r)
+}
+
+// EncodeStatus frames a status message.
+func EncodeStatus(s *wirepb.Status) ([]byte, error) { return encode(MsgStatus, s) }
+
+// DecodeStatus checks and parses a status frame.
+func DecodeStatus(payload []byte, lim Limits) (*wirepb.Status, error) {
+	s := new(wirepb.Status)
+	return s, decodeSmall(MsgStatus, payload, lim, s)
+}
+
+// smallMax bounds the body of the fixed-shape messages (acks, time, status):
+// they never legitimately approach it.
+const smallMax = 4 << 10
+
+// decodeSmall decodes a message with no repeated fields; the 4 KiB cap on
+// its body bounds everything the parser can allocate.
+func decodeSmall(kind MsgKind, payload []byte, lim Limits, m proto.Message) error {
+	lim = lim.withDefaults()
+	if lim.MaxFrameBytes > smallMax {
+		lim.MaxFrameBytes = smallMax
+	}
+	if lim.MaxBodyBytes > smallMax {
+		lim.MaxBodyBytes = smallMax
+	}
+	body, err := Unframe(kind, payload, lim)
+	if err != nil {
+		return err
+	}
+	return unmarshal(kind, body, m)
+}
