@@ -12,7 +12,7 @@ type opKind uint8
 const (
 	opAppend    opKind = iota // write recs as new blocks
 	opAck                     // acknowledge through upTo
-	opDropRange               // drop through upTo with reason (corrupt data)
+	opDropBlock               // drop the block ending at upTo with reason (corrupt data)
 	opExpire                  // drop blocks appended before cutoffMs
 )
 
@@ -159,9 +159,9 @@ func (s *Store) commit(group []*op) {
 			var n uint64
 			n, err = s.ackThrough(wb, o.st, &c.m, &c.bytes, o.upTo)
 			c.acked += n
-		case opDropRange:
+		case opDropBlock:
 			var n uint64
-			n, err = s.dropWhile(wb, o.st, &c.m, &c.bytes, o.reason, func(b blockInfo) bool { return b.lastSeq <= o.upTo })
+			n, err = s.dropBlock(wb, o.st, &c.m, &c.bytes, o.upTo, o.reason)
 			c.drops += n
 		case opExpire:
 			var n uint64
@@ -298,7 +298,7 @@ func (s *Store) dropWhile(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int
 	}
 	last := victims[len(victims)-1].lastSeq
 	g := Gap{First: m.head, Last: last, Reason: reason}
-	m.addGap(g)
+	n := m.addGap(g)
 	m.head = last + 1
 	if err := wb.Set(metaKey(st.num), m.encode()); err != nil {
 		return 0, err
@@ -310,7 +310,48 @@ func (s *Store) dropWhile(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int
 		*bytes -= b.size
 	}
 	s.opts.Logger.Warn("buffer: dropped events", "stream", st.name, "first", g.First, "last", g.Last, "reason", reason)
-	return g.Last - g.First + 1, nil
+	return n, nil
+}
+
+// dropBlock drops one block wherever it is (a corrupt one found by a read)
+// and reports its range as a gap. Its first sequence number comes from the
+// block before it, since a corrupt block's own header cannot be trusted. The
+// head moves only if the block is at it.
+func (s *Store) dropBlock(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, last uint64, reason string) (uint64, error) {
+	var victim []byte
+	var size int64
+	first := m.head
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})
+		defer it.Close()
+		for it.Seek(blockSeekKey(st.num, m.head)); it.Valid(); it.Next() {
+			b, ok := parseBlockKey(it.Item().Key())
+			if !ok || b.lastSeq > last {
+				return nil
+			}
+			if b.lastSeq == last {
+				victim, size = it.Item().KeyCopy(nil), b.size
+				return nil
+			}
+			first = b.lastSeq + 1
+		}
+		return nil
+	})
+	if err != nil || victim == nil {
+		return 0, err // already gone: acknowledged or dropped meanwhile
+	}
+	n := m.addGap(Gap{First: first, Last: last, Reason: reason})
+	if first == m.head {
+		m.head = last + 1
+	}
+	if err := wb.Set(metaKey(st.num), m.encode()); err != nil {
+		return 0, err
+	}
+	if err := wb.Delete(victim); err != nil {
+		return 0, err
+	}
+	*bytes -= size
+	return n, nil
 }
 
 // deleteBlocks deletes blocks from seq `from` on while del returns true.

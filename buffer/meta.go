@@ -1,8 +1,10 @@
 package buffer
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"edgeflow/wire"
 )
@@ -111,21 +113,44 @@ func decodeMeta(b []byte) (meta, error) {
 	return m, nil
 }
 
-// addGap records a dropped range, merging it with an adjacent one of the
-// same reason and bounding the list.
-func (m *meta) addGap(g Gap) {
-	if n := len(m.gaps); n > 0 {
-		last := &m.gaps[n-1]
-		if last.Last+1 == g.First && last.Reason == g.Reason {
-			last.Last = g.Last
-			return
+// addGap records a dropped range. The list stays sorted and free of
+// overlaps (a drop at the front may span a corrupt block dropped earlier),
+// adjacent ranges of one reason merge, and beyond maxPendingGaps the two
+// oldest merge into one. It returns how many sequence numbers were new.
+func (m *meta) addGap(g Gap) uint64 {
+	added := uint64(0)
+	var out []Gap
+	next := g.First
+	for _, e := range m.gaps {
+		if e.Last < next || e.First > g.Last {
+			continue
 		}
+		if e.First > next {
+			out = append(out, Gap{next, e.First - 1, g.Reason})
+			added += e.First - next
+		}
+		next = e.Last + 1
 	}
-	m.gaps = append(m.gaps, g)
+	if next <= g.Last && next >= g.First {
+		out = append(out, Gap{next, g.Last, g.Reason})
+		added += g.Last - next + 1
+	}
+	all := append(m.gaps, out...)
+	slices.SortFunc(all, func(a, b Gap) int { return cmp.Compare(a.First, b.First) })
+	merged := all[:0]
+	for _, e := range all {
+		if n := len(merged); n > 0 && merged[n-1].Last+1 == e.First && merged[n-1].Reason == e.Reason {
+			merged[n-1].Last = e.Last
+			continue
+		}
+		merged = append(merged, e)
+	}
+	m.gaps = merged
 	if len(m.gaps) > maxPendingGaps {
 		m.gaps[1].First = m.gaps[0].First
 		m.gaps = append(m.gaps[:0], m.gaps[1:]...)
 	}
+	return added
 }
 
 // trimGaps forgets gaps wholly at or below upTo (the hub has heard of them).

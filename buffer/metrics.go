@@ -65,7 +65,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		age = max(0, c.s.opts.Now().Sub(time.UnixMilli(oldest)).Seconds())
 	}
 	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	k := func(d *prometheus.Desc, v uint64) { ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v)) }
+	k := func(d *prometheus.Desc, v uint64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
 	g(c.depth, float64(depth))
 	g(c.bytes, float64(bytes))
 	g(c.oldest, age)

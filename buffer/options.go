@@ -44,6 +44,10 @@ const (
 	ProfileLowMemory Profile = "low-memory"
 )
 
+// maxBlockBytes keeps the largest block (MaxBlockBytes plus one record of at
+// most MaxBlockBytes) under both profiles' ValueThreshold.
+const maxBlockBytes = 256 << 10
+
 // Options configure a Store. Zero values take the defaults noted per field.
 type Options struct {
 	// Durability of appends. Default DurabilityInterval.
@@ -59,8 +63,11 @@ type Options struct {
 	// MaintenanceInterval is how often expired blocks are dropped, garbage
 	// below the head removed and value-log GC run. Default 10 s.
 	MaintenanceInterval time.Duration
-	// MaxBlockBytes bounds one block (records of one stream in one commit).
-	// Default 256 KiB.
+	// MaxBlockBytes bounds one block (records of one stream in one commit)
+	// and one record. Default 256 KiB, at most 256 KiB: a block stays under
+	// Badger's ValueThreshold, so it lives in the LSM tree where compaction
+	// reclaims it, never in the value log, whose GC needs discard statistics
+	// that a small queue may never produce (the space would not come back).
 	MaxBlockBytes int
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
@@ -113,8 +120,8 @@ func (o *Options) Validate() error {
 	if o.MaintenanceInterval < 10*time.Millisecond {
 		return fmt.Errorf("buffer: maintenance interval %v: want at least 10ms", o.MaintenanceInterval)
 	}
-	if o.MaxBlockBytes < 1<<10 || o.MaxBlockBytes > 1<<20 {
-		return fmt.Errorf("buffer: max block bytes %d: want 1 KiB..1 MiB", o.MaxBlockBytes)
+	if o.MaxBlockBytes < 1<<10 || o.MaxBlockBytes > maxBlockBytes {
+		return fmt.Errorf("buffer: max block bytes %d: want 1 KiB..256 KiB", o.MaxBlockBytes)
 	}
 	if o.ValueLogFileSize != 0 && (o.ValueLogFileSize < 1<<20 || o.ValueLogFileSize > 1<<30) {
 		return fmt.Errorf("buffer: value log file size %d: want 1 MiB..1 GiB", o.ValueLogFileSize)

@@ -17,7 +17,8 @@ import (
 var (
 	// ErrFull is returned by Append on a Reject stream at its bound.
 	ErrFull = errors.New("buffer: stream is full")
-	// ErrTooLarge is returned by Append for records that could never fit.
+	// ErrTooLarge is returned by Append for records that could never fit:
+	// more than the stream's MaxBytes, or one record over MaxBlockBytes.
 	ErrTooLarge = errors.New("buffer: append larger than the stream's bound")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("buffer: store is closed")
@@ -113,7 +114,7 @@ func badgerOptions(dir string, o Options) badger.Options {
 			WithNumCompactors(2).
 			WithBlockCacheSize(0).
 			WithIndexCacheSize(0).
-			WithValueThreshold(256 << 10).
+			WithValueThreshold(576 << 10).
 			WithValueLogFileSize(16 << 20).
 			WithNumGoroutines(2)
 	default:
@@ -126,7 +127,7 @@ func badgerOptions(dir string, o Options) badger.Options {
 			WithNumCompactors(2).
 			WithBlockCacheSize(8 << 20).
 			WithIndexCacheSize(4 << 20).
-			WithValueThreshold(512 << 10).
+			WithValueThreshold(1 << 20).
 			WithValueLogFileSize(64 << 20).
 			WithNumGoroutines(4)
 	}
@@ -281,9 +282,6 @@ func (s *Store) Maintain() {
 		}
 	}
 }
-
-// DiskUsage returns the bytes Badger's LSM tree and value log take on disk.
-func (s *Store) DiskUsage() (lsm, vlog int64) { return s.db.Size() }
 
 // badgerLogger forwards Badger's warnings and errors to slog and drops its
 // chatty info and debug lines.

@@ -162,6 +162,9 @@ func (st *Stream) Append(ctx context.Context, recs [][]byte, ao ...AppendOptions
 	}
 	size := int64(0)
 	for _, r := range recs {
+		if len(r) > st.s.opts.MaxBlockBytes {
+			return Range{}, fmt.Errorf("%w: record of %d bytes, limit %d", ErrTooLarge, len(r), st.s.opts.MaxBlockBytes)
+		}
 		size += int64(len(r)) + 4
 	}
 	if size > st.opts.MaxBytes {
@@ -280,7 +283,7 @@ func (st *Stream) ReadFrom(seq uint64, maxEvents, maxBytes int) ([]Record, error
 		return out, fmt.Errorf("buffer %s: read stream %q from %d: %w", st.s.dir, st.name, seq, err)
 	}
 	for _, r := range corrupt {
-		if err := st.s.submit(&op{kind: opDropRange, st: st, upTo: r.Last, reason: ReasonCorrupt}); err != nil {
+		if err := st.s.submit(&op{kind: opDropBlock, st: st, upTo: r.Last, reason: ReasonCorrupt}); err != nil {
 			return out, err
 		}
 	}

@@ -1,0 +1,95 @@
+package buffer
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// benchEventBytes is the size of one benchmark event, about what a small
+// encoded sensor reading takes.
+const benchEventBytes = 40
+
+func benchBatch(n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = make([]byte, benchEventBytes)
+		copy(out[i], fmt.Sprintf("temp,room=%d value=21.5 %d", i%16, i))
+	}
+	return out
+}
+
+// BenchmarkAppend measures Append of 40-byte events at batch sizes 1, 100
+// and 1000 in each durability mode, single appender, acking as it goes so
+// the stream stays a queue.
+func BenchmarkAppend(b *testing.B) {
+	for _, d := range []Durability{DurabilitySync, DurabilityInterval, DurabilityNone} {
+		for _, n := range []int{1, 100, 1000} {
+			b.Run(fmt.Sprintf("mode=%s/batch=%d", d, n), func(b *testing.B) {
+				s := openTest(b, b.TempDir(), Options{Durability: d})
+				st, _ := s.Stream("bench", StreamOptions{MaxBytes: 1 << 30})
+				batch := benchBatch(n)
+				ctx := context.Background()
+				b.SetBytes(int64(n * benchEventBytes))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					r, err := st.Append(ctx, batch)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if i%64 == 63 {
+						st.Ack(r.Last)
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
+	}
+}
+
+// BenchmarkRawBadger writes the same bytes straight to Badger with a
+// WriteBatch per append (one key holding the batch's events back to back,
+// the same layout the buffer uses), with the same Badger options and an
+// fsync per write in sync mode: the ceiling the buffer is measured against.
+func BenchmarkRawBadger(b *testing.B) {
+	for _, d := range []Durability{DurabilitySync, DurabilityInterval, DurabilityNone} {
+		for _, n := range []int{1, 100, 1000} {
+			b.Run(fmt.Sprintf("mode=%s/batch=%d", d, n), func(b *testing.B) {
+				o := Options{Durability: d, Logger: quietLogger()}
+				o.EnsureDefaults()
+				db, err := badger.Open(badgerOptions(b.TempDir(), o))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer db.Close()
+				var val []byte
+				for _, e := range benchBatch(n) {
+					val = append(val, e...)
+				}
+				b.SetBytes(int64(n * benchEventBytes))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					wb := db.NewWriteBatch()
+					key := binary.BigEndian.AppendUint64([]byte("k"), uint64(i))
+					if err := wb.Set(key, val); err != nil {
+						b.Fatal(err)
+					}
+					if err := wb.Flush(); err != nil {
+						b.Fatal(err)
+					}
+					if d == DurabilitySync {
+						if err := db.Sync(); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package buffer
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// model is the simple truth a Stream must agree with: a map of held records
+// and the positions, with drops only at the front.
+type model struct {
+	held        map[uint64]string
+	head, next  uint64
+	acked       uint64
+	droppedSeqs map[uint64]bool
+}
+
+// TestAgainstModel runs random interleavings of append, read, ack and
+// reopen, with a small bound so drop_oldest fires, and checks every read and
+// every position against the model.
+func TestAgainstModel(t *testing.T) {
+	for seed := uint64(1); seed <= 8; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed) })
+	}
+}
+
+func runModel(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, seed*7919))
+	dir := t.TempDir()
+	opts := Options{Durability: DurabilityNone, MaxBlockBytes: 1 << 10}
+	sopts := StreamOptions{MaxBytes: 8 << 10}
+	s := openTest(t, dir, opts)
+	st, err := s.Stream("m", sopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := model{held: map[uint64]string{}, head: 1, next: 1, droppedSeqs: map[uint64]bool{}}
+	ctx := context.Background()
+	for step := 0; step < 400; step++ {
+		switch k := rng.IntN(10); {
+		case k < 5:
+			n := 1 + rng.IntN(40)
+			batch := make([][]byte, n)
+			for i := range batch {
+				batch[i] = fmt.Appendf(nil, "s%d-%d-%s", seed, step, make([]byte, rng.IntN(60)))
+			}
+			r, err := st.Append(ctx, batch)
+			if err != nil {
+				t.Fatalf("step %d append: %v", step, err)
+			}
+			if r.First != m.next || r.Len() != uint64(n) {
+				t.Fatalf("step %d: range %v, model next %d n %d", step, r, m.next, n)
+			}
+			for i, b := range batch {
+				m.held[r.First+uint64(i)] = string(b)
+			}
+			m.next += uint64(n)
+			// Drops happen at the front: sync the model from the stream's head.
+			h := st.Stats().Head
+			for q := m.head; q < h; q++ {
+				if _, ok := m.held[q]; ok {
+					delete(m.held, q)
+					m.droppedSeqs[q] = true
+				}
+			}
+			m.head = max(m.head, h)
+		case k < 8:
+			from := m.acked + uint64(rng.IntN(30))
+			got, err := st.ReadFrom(from, 1+rng.IntN(50), 1+rng.IntN(4000))
+			if err != nil {
+				t.Fatalf("step %d read: %v", step, err)
+			}
+			want := max(from, m.head)
+			for _, r := range got {
+				if r.Seq != want {
+					t.Fatalf("step %d: read seq %d, want %d", step, r.Seq, want)
+				}
+				if m.held[r.Seq] != string(r.Data) {
+					t.Fatalf("step %d: seq %d data differs", step, r.Seq)
+				}
+				want++
+			}
+			if want < m.next && len(got) == 0 {
+				t.Fatalf("step %d: read from %d returned nothing, next %d", step, from, m.next)
+			}
+		case k < 9:
+			if m.next == 1 {
+				continue
+			}
+			upTo := m.acked + uint64(rng.IntN(int(m.next-m.acked)))
+			if err := st.Ack(upTo); err != nil {
+				t.Fatalf("step %d ack %d: %v", step, upTo, err)
+			}
+			for q := m.head; q <= upTo; q++ {
+				delete(m.held, q)
+			}
+			m.acked = max(m.acked, upTo)
+			m.head = max(m.head, upTo+1)
+		default:
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openTest(t, dir, opts)
+			if st, err = s.Stream("m", sopts); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stats := st.Stats()
+		if stats.Head != m.head || stats.Next != m.next || stats.Acked != m.acked {
+			t.Fatalf("step %d: stats %+v, model head %d next %d acked %d", step, stats, m.head, m.next, m.acked)
+		}
+		if stats.Bytes > sopts.MaxBytes {
+			t.Fatalf("step %d: %d bytes over bound %d", step, stats.Bytes, sopts.MaxBytes)
+		}
+		// Every dropped seq above the ack is covered by exactly one gap.
+		for q := range m.droppedSeqs {
+			if q <= m.acked {
+				delete(m.droppedSeqs, q)
+				continue
+			}
+			n := 0
+			for _, g := range st.Gaps() {
+				if q >= g.First && q <= g.Last {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Fatalf("step %d: dropped seq %d in %d gaps %v", step, q, n, st.Gaps())
+			}
+		}
+	}
+}
