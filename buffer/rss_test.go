@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The RSS child fills a store with 1,000,000 events of 40 bytes in one
@@ -51,6 +52,11 @@ func init() {
 		}
 	}
 	fmt.Printf("depth=%d hwm=%s rss=%s anon=%s file=%s\n", st.Stats().Depth, procStatus("VmHWM"), procStatus("VmRSS"), procStatus("RssAnon"), procStatus("RssFile"))
+	if os.Getenv("BUFFER_RSS_IDLE") != "" {
+		time.Sleep(25 * time.Second)
+		debug.FreeOSMemory()
+		fmt.Printf("idle: rss=%s anon=%s file=%s\n", procStatus("VmRSS"), procStatus("RssAnon"), procStatus("RssFile"))
+	}
 	s.Close()
 	os.Exit(0)
 }
@@ -76,14 +82,20 @@ func TestProfileRSS(t *testing.T) {
 	if testing.Short() || runtime.GOOS != "linux" {
 		t.Skip("measurement; linux only")
 	}
-	for _, p := range []Profile{ProfileDefault, ProfileLowMemory} {
+	for _, c := range []struct {
+		p        Profile
+		memLimit string
+	}{{ProfileDefault, ""}, {ProfileLowMemory, ""}, {ProfileLowMemory, "32MiB"}} {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "BUFFER_RSS_CHILD="+t.TempDir()+","+string(p))
+		cmd.Env = append(os.Environ(), "BUFFER_RSS_CHILD="+t.TempDir()+","+string(c.p))
+		if c.memLimit != "" {
+			cmd.Env = append(cmd.Env, "GOMEMLIMIT="+c.memLimit)
+		}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			t.Fatalf("%s: %v: %s", p, err, out)
+			t.Fatalf("%s: %v: %s", c.p, err, out)
 		}
-		t.Logf("profile %s, 1M events of %d bytes buffered: %s", p, benchEventBytes, strings.TrimSpace(string(out)))
+		t.Logf("profile %s GOMEMLIMIT=%q, 1M events of %d bytes buffered: %s", c.p, c.memLimit, benchEventBytes, strings.TrimSpace(string(out)))
 		if !strings.Contains(string(out), "depth=1000000") {
 			t.Fatalf("child did not buffer 1M events: %s", out)
 		}
