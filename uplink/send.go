@@ -1,0 +1,197 @@
+package uplink
+
+import (
+	"fmt"
+	"time"
+
+	"edgeflow/buffer"
+	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
+)
+
+// pump does everything the send loop can do now while connected: refresh
+// the status, queue timed-out batches again, publish queued batches oldest
+// first, and read new batches while the window has room. It stops early
+// when the bandwidth cap or a failed publish says to wait. Only a closed
+// buffer is an error.
+func (u *Uplink) pump(now time.Time) error {
+	if u.conn == nil {
+		return nil
+	}
+	if !now.Before(u.statusDue) {
+		u.publishStatus()
+	}
+	for _, f := range u.win.q {
+		if !f.done && !f.queued && !now.Before(f.deadline) {
+			f.queued = true
+		}
+	}
+	for _, f := range u.win.q {
+		if f.queued && !u.publish(f, now) {
+			return nil
+		}
+	}
+	for u.win.len() < u.opts.Window {
+		f, err := u.readBatch(now)
+		if err != nil {
+			if errClosed(err) {
+				return wrapStream(err)
+			}
+			u.warn(&u.warnLog, "uplink: read buffer", "from", u.next, "err", err)
+			return nil
+		}
+		if f == nil {
+			return nil
+		}
+		u.win.push(f)
+		u.m.InFlight.Inc()
+		if !u.publish(f, now) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// ready says whether to build a batch now: always without linger or with
+// a backlog behind the last batch or a full batch waiting; otherwise once
+// the first waiting event has lingered long enough.
+func (u *Uplink) ready(now time.Time) bool {
+	linger := u.opts.linger()
+	if linger == 0 || u.draining {
+		return true
+	}
+	s := u.st.Stats()
+	if s.Next <= u.next {
+		u.lingerSince = time.Time{}
+		return false
+	}
+	if s.Next-u.next >= uint64(u.opts.MaxBatchEvents) {
+		return true
+	}
+	if u.lingerSince.IsZero() {
+		u.lingerSince = now
+	}
+	return now.Sub(u.lingerSince) >= linger
+}
+
+// readBatch reads the next batch from the buffer and encodes it, or
+// returns nil if there is nothing to send yet.
+func (u *Uplink) readBatch(now time.Time) (*flight, error) {
+	if !u.ready(now) {
+		return nil, nil
+	}
+	recs, err := u.st.ReadFrom(u.next, u.opts.MaxBatchEvents, u.opts.MaxBatchBytes)
+	if err != nil {
+		return nil, err
+	}
+	u.lingerSince = time.Time{}
+	if len(recs) == 0 {
+		u.draining = false
+		return nil, nil
+	}
+	// A batch is consecutive events; the buffer's records jump across a
+	// range it dropped, and the rest goes in the next batch.
+	n := 1
+	for n < len(recs) && recs[n].Seq == recs[n-1].Seq+1 {
+		n++
+	}
+	recs = recs[:n]
+	first, last := recs[0].Seq, recs[n-1].Seq
+	payload, stats, err := u.encode(recs)
+	if err != nil {
+		return nil, err
+	}
+	u.next = last + 1
+	u.draining = stats.Next > u.next
+	return &flight{first: first, last: last, payload: payload, queued: true}, nil
+}
+
+// encode builds the framed batch from stored records without decoding
+// them (Retime aside).
+func (u *Uplink) encode(recs []buffer.Record) ([]byte, buffer.Stats, error) {
+	stats := u.st.Stats()
+	hdr := &wirepb.Batch{
+		DeviceId:   u.opts.DeviceID,
+		StreamId:   u.sid[:],
+		FirstSeq:   recs[0].Seq,
+		SendTimeNs: u.opts.Now().UnixNano(),
+		Backlog:    &wirepb.Backlog{Events: stats.Depth, Bytes: uint64(max(stats.Bytes, 0)), OldestNs: stats.OldestMs * int64(time.Millisecond)},
+	}
+	for _, g := range u.st.Gaps() {
+		hdr.Gaps = append(hdr.Gaps, &wirepb.Gap{FirstSeq: g.First, LastSeq: g.Last, Reason: g.Reason})
+	}
+	if u.opts.Clock != nil {
+		hdr.Clock = u.opts.Clock()
+	}
+	events := make([][]byte, len(recs))
+	for i, r := range recs {
+		events[i] = r.Data
+		if u.opts.Retime == nil {
+			continue
+		}
+		if fixed, err := u.opts.Retime(r.Data); err != nil {
+			u.m.RetimeErrors.Inc()
+			u.warn(&u.warnLog, "uplink: retime failed, sending the event as stored", "seq", r.Seq, "err", err)
+		} else {
+			events[i] = fixed
+		}
+	}
+	body, err := wire.AppendRawEvents(hdr, events)
+	if err != nil {
+		return nil, stats, fmt.Errorf("uplink: encode batch from %d: %w", recs[0].Seq, err)
+	}
+	return wire.Frame(wire.MsgBatch, body), stats, nil
+}
+
+// ackTimeout is the wait for an answer after the n-th publish of a batch:
+// AckTimeout doubled per resend, capped at MaxAckTimeout, so a hub that is
+// down while the broker is up gets a slowing trickle of resends.
+func (u *Uplink) ackTimeout(sends int) time.Duration {
+	d := u.opts.AckTimeout
+	for i := 1; i < sends && d < u.opts.MaxAckTimeout; i++ {
+		d *= 2
+	}
+	return min(d, u.opts.MaxAckTimeout)
+}
+
+// publish hands a batch to paho at QoS 1 unless the bandwidth cap says to
+// wait. It reports whether the batch went out.
+//
+// Paho's token for a batch is deliberately not waited on. The broker's
+// PUBACK frees nothing here: only the hub's ack does, which also makes paho
+// traps #563 and #565 harmless (after a reconnect a token can complete
+// without error though no PUBACK ever came). A token that never completes
+// (paho #613) is dropped with its client. Only an error that is already
+// known (not connected, writer timeout) is acted on: the batch stays queued.
+// Paho has no general limit on QoS 1 messages in flight (paho #520); the
+// window is that limit.
+func (u *Uplink) publish(f *flight, now time.Time) bool {
+	if u.bw != nil {
+		if d := u.bw.take(len(f.payload), now); d > 0 {
+			u.bwUntil = now.Add(d)
+			return false
+		}
+	}
+	tok := u.conn.cli.Publish(wire.BatchTopic(u.opts.DeviceID), 1, false, f.payload)
+	select {
+	case <-tok.Done():
+		if err := tok.Error(); err != nil {
+			u.setState(StateConnected, err)
+			u.warn(&u.warnLog, "uplink: publish failed", "first", f.first, "last", f.last, "err", err)
+			return false
+		}
+	default:
+	}
+	f.queued = false
+	f.sends++
+	f.sent = now
+	f.deadline = now.Add(u.ackTimeout(f.sends))
+	if f.sends == 1 {
+		u.m.BatchesPublished.Inc()
+		u.m.EventsPublished.Add(float64(f.events()))
+	} else {
+		u.m.BatchesResent.Inc()
+	}
+	u.m.BytesSent.Add(float64(len(f.payload)))
+	return true
+}

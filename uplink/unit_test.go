@@ -1,0 +1,173 @@
+package uplink
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestBackoff(t *testing.T) {
+	const lo, hi = 100 * time.Millisecond, 10 * time.Second
+	rnd := rand.New(rand.NewPCG(1, 2))
+	prevMean := time.Duration(0)
+	for attempt := 0; attempt < 12; attempt++ {
+		ceil := backoffCeiling(attempt, lo, hi)
+		if want := min(lo<<attempt, hi); ceil != want {
+			t.Fatalf("attempt %d: ceiling %v, want %v", attempt, ceil, want)
+		}
+		var sum time.Duration
+		const n = 2000
+		for range n {
+			d := backoff(attempt, lo, hi, rnd)
+			if d < 0 || d > ceil {
+				t.Fatalf("attempt %d: delay %v outside [0, %v]", attempt, d, ceil)
+			}
+			sum += d
+		}
+		mean := sum / n
+		// Full jitter: the mean is about half the ceiling, so it grows
+		// until the ceiling reaches the cap.
+		if mean < ceil*4/10 || mean > ceil*6/10 {
+			t.Errorf("attempt %d: mean %v, want about %v", attempt, mean, ceil/2)
+		}
+		if ceil < hi && mean <= prevMean {
+			t.Errorf("attempt %d: mean %v did not grow from %v", attempt, mean, prevMean)
+		}
+		prevMean = mean
+	}
+	if d := backoffCeiling(1000, lo, hi); d != hi {
+		t.Fatalf("huge attempt: ceiling %v, want the cap %v", d, hi)
+	}
+}
+
+func TestBucket(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := newBucket(1000, 500, now) // 1000 B/s, burst max(500, 1000)
+	if d := b.take(1000, now); d != 0 {
+		t.Fatalf("first second's worth should pass at once, wait %v", d)
+	}
+	if d := b.take(100, now); d != 100*time.Millisecond {
+		t.Fatalf("empty bucket: wait %v, want 100ms", d)
+	}
+	now = now.Add(100 * time.Millisecond)
+	if d := b.take(100, now); d != 0 {
+		t.Fatalf("after refill: wait %v", d)
+	}
+	// A frame larger than the burst goes once the bucket is full, leaving
+	// a debt that the next frame waits out.
+	now = now.Add(10 * time.Second)
+	if d := b.take(3000, now); d != 0 {
+		t.Fatalf("oversized frame on a full bucket: wait %v", d)
+	}
+	if d := b.take(1, now); d != 2001*time.Millisecond {
+		t.Fatalf("after the debt: wait %v, want 2.001s", d)
+	}
+	// Over a long run the rate holds: count what passes in 60 s of 10 ms steps.
+	sent := 0
+	for i := 0; i < 6000; i++ {
+		now = now.Add(10 * time.Millisecond)
+		if b.take(100, now) == 0 {
+			sent += 100
+		}
+	}
+	if sent < 57_000 || sent > 61_000 {
+		t.Fatalf("sent %d bytes in 60 s at 1000 B/s", sent)
+	}
+}
+
+func TestWindowPrefix(t *testing.T) {
+	var w window
+	for _, r := range [][2]uint64{{1, 10}, {11, 20}, {31, 40}, {41, 50}} { // 21..30 dropped by the buffer
+		w.push(&flight{first: r[0], last: r[1]})
+	}
+	answer := func(first, last uint64) (uint64, bool) {
+		f := w.find(first, last)
+		if f == nil {
+			return 0, false
+		}
+		f.done = true
+		return w.popDone()
+	}
+	steps := []struct {
+		first, last uint64
+		upTo        uint64
+		ok          bool
+		left        int
+	}{
+		{31, 40, 0, false, 4}, // out of order: nothing yet
+		{11, 20, 0, false, 4},
+		{1, 10, 40, true, 1}, // the prefix through 31..40 is complete
+		{5, 10, 0, false, 1}, // not a batch in flight
+		{41, 50, 50, true, 0},
+	}
+	for i, s := range steps {
+		upTo, ok := answer(s.first, s.last)
+		if upTo != s.upTo || ok != s.ok || w.len() != s.left {
+			t.Fatalf("step %d (%d..%d): got %d %v left %d, want %d %v left %d", i, s.first, s.last, upTo, ok, w.len(), s.upTo, s.ok, s.left)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	base := func() Options {
+		return Options{DeviceID: "dev-1", Brokers: []string{"tcp://127.0.0.1:1883"}}
+	}
+	cases := []struct {
+		name  string
+		tweak func(*Options)
+		want  string // substring of the error; "" means valid
+	}{
+		{"defaults", func(*Options) {}, ""},
+		{"no linger", func(o *Options) { o.Linger = NoLinger }, ""},
+		{"device", func(o *Options) { o.DeviceID = "a/b" }, "device id"},
+		{"no broker", func(o *Options) { o.Brokers = nil }, "brokers"},
+		{"bad scheme", func(o *Options) { o.Brokers = []string{"http://x:1"} }, "brokers"},
+		{"batch events", func(o *Options) { o.MaxBatchEvents = 200_000 }, "max batch events"},
+		{"batch bytes", func(o *Options) { o.MaxBatchBytes = 100 }, "max batch bytes"},
+		{"linger", func(o *Options) { o.Linger = time.Hour }, "linger"},
+		{"window", func(o *Options) { o.Window = 5000 }, "window"},
+		{"ack timeout", func(o *Options) { o.AckTimeout = time.Millisecond }, "ack timeout"},
+		{"max ack timeout", func(o *Options) { o.AckTimeout = time.Minute; o.MaxAckTimeout = time.Second }, "max ack timeout"},
+		{"bandwidth", func(o *Options) { o.BandwidthBytesPerSec = -1 }, "bandwidth"},
+		{"backoff", func(o *Options) { o.BackoffMin = time.Minute; o.BackoffMax = time.Second }, "backoff max"},
+		{"keep alive", func(o *Options) { o.KeepAlive = time.Millisecond }, "keep alive"},
+		{"tls pair", func(o *Options) { o.TLS.CertFile = "c.pem" }, "cert file and key file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := base()
+			c.tweak(&o)
+			o.EnsureDefaults()
+			err := o.Validate()
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("error %v, want one naming %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestTLSFilesCheckedAtNew(t *testing.T) {
+	_, st := openStream(t, "dev-tls")
+	_, err := New(st, Options{DeviceID: "dev-tls", Brokers: []string{"ssl://127.0.0.1:8883"},
+		TLS: TLSOptions{CAFile: "testdata/missing-ca.pem"}, Logger: quietLogger()})
+	if err == nil || !strings.Contains(err.Error(), "tls ca file") {
+		t.Fatalf("New with a missing CA file: %v", err)
+	}
+}
+
+func TestReasonLabelBounded(t *testing.T) {
+	m, _ := NewMetrics(nil)
+	if got := m.reasonLabel("Bad_Time: event 3"); got != "bad_time" {
+		t.Fatalf("label %q", got)
+	}
+	for i := range 100 {
+		m.reasonLabel(strings.Repeat("x", i%50+1))
+	}
+	if got := m.reasonLabel("brand_new"); got != "other" {
+		t.Fatalf("label after %d reasons: %q, want other", maxReasonLabels, got)
+	}
+}

@@ -1,0 +1,288 @@
+package uplink
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+
+	"edgeflow/buffer"
+	"edgeflow/wire"
+)
+
+// Stream is the durable log an Uplink drains; *buffer.Stream implements it.
+type Stream interface {
+	ID() wire.StreamID
+	ReadFrom(seq uint64, maxEvents, maxBytes int) ([]buffer.Record, error)
+	Ack(upTo uint64) error
+	Gaps() []buffer.Gap
+	Stats() buffer.Stats
+}
+
+// ErrAlreadyRunning is returned by a second call of Run.
+var ErrAlreadyRunning = errors.New("uplink: Run called twice")
+
+// Uplink uploads one buffer stream of one device over one MQTT connection.
+// Create it with New, start it with Run; Notify and Status are safe to call
+// from any goroutine.
+type Uplink struct {
+	opts     Options
+	st       Stream
+	sid      wire.StreamID
+	m        *Metrics
+	log      *slog.Logger
+	tlsConf  *tls.Config
+	ackTopic string
+
+	acks    chan []byte   // ack payloads from paho's handler goroutines
+	notify  chan struct{} // Notify's poke, capacity 1
+	stop    chan struct{} // closed when the send loop has ended; releases handlers
+	started atomic.Bool
+
+	// Owned by the send loop (Run's goroutine).
+	rnd         *rand.Rand
+	win         window
+	next        uint64 // next sequence number to read from the buffer
+	draining    bool   // the last batch left more events behind it: skip linger
+	lingerSince time.Time
+	bw          *bucket
+	bwUntil     time.Time
+	statusDue   time.Time
+	conn        *conn
+	fails       int // connection attempts since the last stable connection
+	everUp      bool
+	rejLog      limiter
+	warnLog     limiter
+
+	mu   sync.Mutex
+	snap Status
+}
+
+// conn is one MQTT connection: a fresh paho client per connection (see
+// the package documentation for why).
+type conn struct {
+	cli  mqtt.Client
+	lost chan error // closed-over by paho's connection-lost handler, capacity 1
+	up   time.Time
+}
+
+// New checks the options and returns an Uplink for stream st.
+func New(st Stream, o Options) (*Uplink, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	u := &Uplink{
+		opts: o, st: st, sid: st.ID(), log: o.Logger.With("device", o.DeviceID),
+		ackTopic: wire.AckTopic(o.DeviceID),
+		acks:     make(chan []byte, 4*o.Window+16),
+		notify:   make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		rnd:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		rejLog:   limiter{every: o.LogEvery},
+		warnLog:  limiter{every: o.LogEvery},
+	}
+	if o.TLS.enabled() {
+		c, err := o.TLS.config()
+		if err != nil {
+			return nil, err
+		}
+		u.tlsConf = c
+	}
+	u.m = o.Metrics
+	if u.m == nil {
+		m, err := NewMetrics(o.Registerer)
+		if err != nil {
+			return nil, err
+		}
+		u.m = m
+	}
+	u.snap = Status{State: StateIdle, Since: o.Now()}
+	return u, nil
+}
+
+// Metrics returns the series the Uplink updates.
+func (u *Uplink) Metrics() *Metrics { return u.m }
+
+// Notify tells the Uplink that events were appended, so it need not wait
+// for its next poll. It never blocks.
+func (u *Uplink) Notify() {
+	select {
+	case u.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Run uploads until ctx ends, then publishes the offline status,
+// disconnects and returns nil. It returns an error only if it cannot go on
+// (the buffer was closed under it).
+//
+// Shutdown order: ctx ends; the send loop publishes status online=false
+// (waiting at most ConnectTimeout) and disconnects, which stops paho's
+// goroutines; stop is closed, releasing ack handlers still waiting to hand
+// over a payload; the acker writes the last cumulative ack to the buffer and
+// exits; Run returns.
+func (u *Uplink) Run(ctx context.Context) error {
+	if !u.started.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	acks := make(chan uint64, 1)
+	ackerDone := make(chan struct{})
+	go u.acker(acks, ackerDone)
+	err := u.loop(ctx, acks)
+	close(u.stop)
+	close(acks)
+	<-ackerDone
+	u.m.InFlight.Sub(float64(u.win.len()))
+	u.setState(StateStopped, err)
+	return err
+}
+
+// acker owns the buffer's Ack calls, so an fsync in the buffer never delays
+// the send loop. It gets the latest cumulative position; positions that
+// arrive while an Ack is running coalesce.
+func (u *Uplink) acker(in <-chan uint64, done chan<- struct{}) {
+	defer close(done)
+	for upTo := range in {
+		if err := u.st.Ack(upTo); err != nil {
+			u.log.Error("uplink: ack buffer", "up_to", upTo, "err", err)
+		}
+	}
+}
+
+// offerAck hands upTo to the acker, replacing a position it has not taken
+// yet (the send loop is the channel's only writer; positions only grow).
+func offerAck(ch chan uint64, upTo uint64) {
+	for {
+		select {
+		case ch <- upTo:
+			return
+		default:
+		}
+		select {
+		case old := <-ch:
+			upTo = max(upTo, old)
+		default:
+		}
+	}
+}
+
+// loop is the send loop: it owns the connection, the window and the
+// position in the buffer.
+func (u *Uplink) loop(ctx context.Context, acks chan uint64) error {
+	u.next = u.st.Stats().Acked + 1
+	if u.opts.BandwidthBytesPerSec > 0 {
+		u.bw = newBucket(u.opts.BandwidthBytesPerSec, u.opts.MaxBatchBytes+4096, time.Now())
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if u.conn == nil {
+			if err := u.connectLoop(ctx, acks); err != nil {
+				return nil // ctx ended while disconnected
+			}
+		}
+		now := time.Now()
+		if err := u.pump(now); err != nil {
+			u.disconnect()
+			return err
+		}
+		u.publishSnap()
+		timer.Reset(u.nextWake(now).Sub(now))
+		select {
+		case <-ctx.Done():
+			u.shutdown()
+			return nil
+		case err := <-u.conn.lost:
+			u.connectionLost(err)
+		case p := <-u.acks:
+			u.onAck(p, acks)
+		drain:
+			for range cap(u.acks) {
+				select {
+				case p := <-u.acks:
+					u.onAck(p, acks)
+				default:
+					break drain
+				}
+			}
+		case <-u.notify:
+		case <-timer.C:
+		}
+	}
+}
+
+// nextWake is when the send loop must look again without being poked.
+func (u *Uplink) nextWake(now time.Time) time.Time {
+	wake := now.Add(u.opts.PollInterval)
+	earlier := func(t time.Time) {
+		if !t.IsZero() && t.Before(wake) {
+			wake = t
+		}
+	}
+	for _, f := range u.win.q {
+		if !f.done && !f.queued {
+			earlier(f.deadline)
+		}
+	}
+	if !u.lingerSince.IsZero() {
+		earlier(u.lingerSince.Add(u.opts.linger()))
+	}
+	if u.bwUntil.After(now) {
+		earlier(u.bwUntil)
+	}
+	earlier(u.statusDue)
+	if wake.Before(now) {
+		return now
+	}
+	return wake
+}
+
+// onAck applies one payload from the ack topic and hands an advanced
+// cumulative position to the acker.
+func (u *Uplink) onAck(payload []byte, acks chan uint64) {
+	if upTo, ok := u.handleAck(payload, time.Now()); ok {
+		offerAck(acks, upTo)
+	}
+}
+
+// limiter rate-limits a repeated log line.
+type limiter struct {
+	every      time.Duration
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether to log now and how many lines were suppressed
+// since the last one.
+func (l *limiter) allow(now time.Time) (bool, int) {
+	if !l.last.IsZero() && now.Sub(l.last) < l.every {
+		l.suppressed++
+		return false, 0
+	}
+	n := l.suppressed
+	l.last, l.suppressed = now, 0
+	return true, n
+}
+
+// warn logs a rate-limited warning.
+func (u *Uplink) warn(l *limiter, msg string, args ...any) {
+	if ok, n := l.allow(time.Now()); ok {
+		if n > 0 {
+			args = append(args, "suppressed", n)
+		}
+		u.log.Warn(msg, args...)
+	}
+}
+
+// errClosed reports whether err means the buffer is gone for good.
+func errClosed(err error) bool { return errors.Is(err, buffer.ErrClosed) }
+
+func wrapStream(err error) error { return fmt.Errorf("uplink: buffer stream: %w", err) }

@@ -1,0 +1,63 @@
+package uplink
+
+import "time"
+
+// flight is one batch published (or about to be) and not yet answered.
+type flight struct {
+	first, last uint64
+	payload     []byte    // the frame; resends publish the same bytes
+	queued      bool      // must be published (new, timed out, or after a reconnect)
+	sent        time.Time // last publish (monotonic)
+	deadline    time.Time // resend after this unless answered
+	sends       int       // publishes so far
+	done        bool      // answered by the hub, waiting for older batches
+}
+
+func (f *flight) events() int { return int(f.last - f.first + 1) }
+
+// window is the ordered list of batches in flight. The buffer may be acked
+// only through its contiguous prefix of answered batches: an answer for a
+// later batch waits until every older one is answered too. Owned by the
+// send loop.
+type window struct {
+	q []*flight // ascending by first, disjoint
+}
+
+func (w *window) len() int { return len(w.q) }
+
+func (w *window) push(f *flight) { w.q = append(w.q, f) }
+
+// find returns the batch with exactly this range, or nil.
+func (w *window) find(first, last uint64) *flight {
+	for _, f := range w.q {
+		if f.first == first && f.last == last {
+			return f
+		}
+	}
+	return nil
+}
+
+// popDone removes the answered prefix and returns the last sequence number
+// it covered (ok false if the oldest batch is still unanswered).
+func (w *window) popDone() (upTo uint64, ok bool) {
+	i := 0
+	for i < len(w.q) && w.q[i].done {
+		upTo, ok = w.q[i].last, true
+		i++
+	}
+	if i > 0 {
+		n := copy(w.q, w.q[i:])
+		clear(w.q[n:])
+		w.q = w.q[:n]
+	}
+	return upTo, ok
+}
+
+// events is the number of events in flight.
+func (w *window) events() int {
+	n := 0
+	for _, f := range w.q {
+		n += f.events()
+	}
+	return n
+}
