@@ -1,0 +1,139 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cast"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"edgeflow/hub"
+)
+
+// config is hubd's configuration: hub options plus what only main uses.
+type config struct {
+	hub      hub.Options
+	logLevel slog.Level
+}
+
+// newFlags declares every configuration key as a flag; the same names are
+// the YAML keys, and HUBD_<NAME> (dashes as underscores) the environment.
+func newFlags() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("hubd", pflag.ContinueOnError)
+	fs.String("config", "", "YAML config file (keys as the flag names)")
+	fs.String("data-dir", "hubd-data", "directory of the hub's write-ahead log and checkpoints")
+	fs.String("http-addr", ":8080", "HTTP API address (\"off\" disables it)")
+	fs.String("mqtt-listen", ":1883", "embedded MQTT broker address (when --mqtt-url is empty)")
+	fs.String("mqtt-url", "", "external MQTT broker, e.g. tcp://host:1883 (empty: embedded broker)")
+	fs.String("client-id", "edgeflow-hubd", "MQTT client id on an external broker (keep it stable)")
+	fs.String("mqtt-username", "", "username for the external broker")
+	fs.String("mqtt-password", "", "password for the external broker")
+	fs.String("group", "", "shared subscription group on an external broker")
+	fs.String("log-level", "info", "debug, info, warn or error")
+	fs.String("checkpoint-interval", "1m", "time between checkpoints")
+	fs.String("retention-max-age", "168h", "how long logged batches are kept")
+	fs.String("retention-interval", "5m", "time between retention passes")
+	fs.Int("workers", 0, "decode workers (0: one per CPU)")
+	fs.Int("max-events", 0, "max events per batch (0: wire default)")
+	return fs
+}
+
+// loadConfig merges defaults < YAML file < HUBD_* environment < flags.
+func loadConfig(args []string) (*config, error) {
+	fs := newFlags()
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	v := viper.New()
+	if err := v.BindPFlags(fs); err != nil {
+		return nil, err
+	}
+	v.SetEnvPrefix("HUBD")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if path := v.GetString("config"); path != "" {
+		v.SetConfigFile(path)
+		if err := v.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("config file %s: %w", path, err)
+		}
+		if err := checkKeys(v, fs); err != nil {
+			return nil, err
+		}
+	}
+	return fromViper(v)
+}
+
+// checkKeys rejects keys in the file that no flag declares (a typo would
+// otherwise be ignored silently).
+func checkKeys(v *viper.Viper, fs *pflag.FlagSet) error {
+	for _, k := range v.AllKeys() {
+		if fs.Lookup(k) == nil {
+			return fmt.Errorf("config key %q: unknown (keys are the flag names, e.g. data-dir)", k)
+		}
+	}
+	return nil
+}
+
+// fromViper converts and checks every key, naming the key on error.
+func fromViper(v *viper.Viper) (*config, error) {
+	c := &config{}
+	o := &c.hub
+	o.DataDir, o.HTTPAddr = v.GetString("data-dir"), v.GetString("http-addr")
+	o.MQTTListen, o.MQTTURL = v.GetString("mqtt-listen"), v.GetString("mqtt-url")
+	o.ClientID, o.Group = v.GetString("client-id"), v.GetString("group")
+	o.Username, o.Password = v.GetString("mqtt-username"), v.GetString("mqtt-password")
+	var errs []error
+	dur := func(key string, dst *time.Duration) {
+		d, err := cast.ToDurationE(v.Get(key))
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("config key %q: %q is not a positive duration like 30s or 5m", key, v.GetString(key)))
+		}
+		*dst = d
+	}
+	num := func(key string, dst *int) {
+		n, err := cast.ToIntE(v.Get(key))
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("config key %q: %q is not a non-negative integer", key, v.GetString(key)))
+		}
+		*dst = n
+	}
+	dur("checkpoint-interval", &o.CheckpointInterval)
+	dur("retention-max-age", &o.RetentionMaxAge)
+	dur("retention-interval", &o.RetentionInterval)
+	num("workers", &o.Workers)
+	num("max-events", &o.Limits.MaxEvents)
+	if err := c.logLevel.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
+		errs = append(errs, fmt.Errorf("config key %q: %q is not debug, info, warn or error", "log-level", v.GetString("log-level")))
+	}
+	if o.DataDir == "" {
+		errs = append(errs, errors.New(`config key "data-dir": must not be empty`))
+	}
+	return c, errors.Join(errs...)
+}
+
+// optionKeys maps hub.Options fields to config keys, so a hub.Validate
+// error names the key the operator set.
+var optionKeys = map[string]string{
+	"DataDir": "data-dir", "HTTPAddr": "http-addr", "MQTTListen": "mqtt-listen", "MQTTURL": "mqtt-url",
+	"Group": "group", "Workers": "workers", "Limits.MaxEvents": "max-events",
+	"CheckpointInterval": "checkpoint-interval", "RetentionMaxAge": "retention-max-age",
+	"RetentionInterval": "retention-interval", "ClientID": "client-id",
+}
+
+// explainOptionsError rewrites "invalid hub options: Field: ..." to name
+// the config key.
+func explainOptionsError(err error) error {
+	if !errors.Is(err, hub.ErrInvalidOptions) {
+		return err
+	}
+	msg := strings.TrimPrefix(err.Error(), hub.ErrInvalidOptions.Error()+": ")
+	field, rest, ok := strings.Cut(msg, ": ")
+	if key, known := optionKeys[field]; ok && known {
+		return fmt.Errorf("config key %q: %s", key, rest)
+	}
+	return err
+}

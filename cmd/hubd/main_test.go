@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "hubd.yaml")
+	yaml := "data-dir: from-file\nhttp-addr: \":9001\"\ngroup: g1\ncheckpoint-interval: 2m\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HUBD_HTTP_ADDR", ":9002")
+	t.Setenv("HUBD_GROUP", "g2")
+	cfg, err := loadConfig([]string{"--config", file, "--group", "g3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cfg.hub
+	if o.DataDir != "from-file" || o.HTTPAddr != ":9002" || o.Group != "g3" || o.CheckpointInterval != 2*time.Minute {
+		t.Fatalf("got data-dir %q http-addr %q group %q checkpoint %v", o.DataDir, o.HTTPAddr, o.Group, o.CheckpointInterval)
+	}
+	if o.MQTTListen != ":1883" || o.RetentionMaxAge != 168*time.Hour {
+		t.Fatalf("defaults: %q %v", o.MQTTListen, o.RetentionMaxAge)
+	}
+}
+
+func TestBadConfigNamesKey(t *testing.T) {
+	tests := []struct {
+		args []string
+		key  string
+	}{
+		{[]string{"--checkpoint-interval", "soon"}, "checkpoint-interval"},
+		{[]string{"--log-level", "loud"}, "log-level"},
+		{[]string{"--workers", "-3"}, "workers"},
+		{[]string{"--mqtt-listen", "nowhere"}, "mqtt-listen"},
+		{[]string{"--mqtt-url", "http://x"}, "mqtt-url"},
+		{[]string{"--group", "g"}, "group"},
+		{[]string{"--http-addr", "x:y"}, "http-addr"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			var stderr bytes.Buffer
+			args := append([]string{"--data-dir", t.TempDir()}, tt.args...)
+			if code := run(args, &stderr); code != 2 || !strings.Contains(stderr.String(), `"`+tt.key+`"`) {
+				t.Fatalf("exit %d, stderr %q: want 2 naming %q", code, stderr.String(), tt.key)
+			}
+		})
+	}
+}
+
+func TestUnknownKeyInFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "hubd.yaml")
+	_ = os.WriteFile(file, []byte("data_dir: x\n"), 0o600)
+	if _, err := loadConfig([]string{"--config", file}); err == nil || !strings.Contains(err.Error(), `"data_dir"`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	if _, err := loadConfig([]string{"--config", "../../configs/hubd.yaml"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunServesAndStops runs hubd with the embedded broker, checks
+// /healthz and /readyz, and stops it with SIGINT.
+func TestRunServesAndStops(t *testing.T) {
+	httpAddr, mqttAddr := freeAddr(t), freeAddr(t)
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"--data-dir", t.TempDir(), "--http-addr", httpAddr, "--mqtt-listen", mqttAddr, "--log-level", "warn"}, &stderr)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hubd not ready: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c, err := net.Dial("tcp", mqttAddr); err != nil {
+		t.Fatalf("embedded broker: %v", err)
+	} else {
+		c.Close()
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("hubd did not stop on SIGINT")
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprintf("127.0.0.1:%d", l.Addr().(*net.TCPAddr).Port)
+}

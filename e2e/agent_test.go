@@ -1,0 +1,152 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"edgeflow/buffer"
+	"edgeflow/uplink"
+	"edgeflow/wire/wirepb"
+)
+
+// agentEnv makes the test binary act as an agent: buffer + uplink in one
+// process that the parent kills with SIGKILL and starts again.
+const agentEnv = "EDGEFLOW_E2E_AGENT"
+
+func init() {
+	spec := os.Getenv(agentEnv)
+	if spec == "" {
+		return
+	}
+	os.Exit(runAgent(strings.Split(spec, "|")))
+}
+
+// runAgent appends events until its stream holds count of them (resuming
+// after a restart), uploads them, and exits 0 once the hub acknowledged all.
+func runAgent(args []string) int {
+	dir, device, broker := args[0], args[1], args[3]
+	count, _ := strconv.ParseUint(args[2], 10, 64)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	store, err := buffer.Open(dir, buffer.Options{Durability: buffer.DurabilitySync, Logger: log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		return 3
+	}
+	st, err := store.Stream(device, buffer.StreamOptions{Full: buffer.Block})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		return 3
+	}
+	up, err := uplink.New(st, uplink.Options{DeviceID: device, Brokers: []string{broker}, Logger: log,
+		BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, AckTimeout: time.Second,
+		MaxAckTimeout: 2 * time.Second, PollInterval: 20 * time.Millisecond, Linger: uplink.NoLinger,
+		MaxBatchEvents: 200, ConnectTimeout: 2 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		return 3
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- up.Run(ctx) }()
+	for next := st.Stats().Next; next <= count; next = st.Stats().Next {
+		n := min(uint64(50), count-next+1)
+		recs := make([][]byte, n)
+		for i := range recs {
+			seq := next + uint64(i)
+			now := time.Now()
+			recs[i], _ = proto.Marshal(&wirepb.Event{Metric: "e2e.value", Value: float64(seq),
+				DeviceTimeNs: now.UnixNano(), MonoNs: int64(seq), BootId: "e2e", Method: wirepb.TimeMethod_TIME_METHOD_DEVICE,
+				Tags: []*wirepb.Tag{{Key: "device", Value: device}}})
+		}
+		if _, err := st.Append(ctx, recs); err != nil {
+			fmt.Fprintln(os.Stderr, "agent: append:", err)
+			return 3
+		}
+		up.Notify()
+		time.Sleep(10 * time.Millisecond)
+	}
+	for st.Stats().Acked < count {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	store.Close()
+	return 0
+}
+
+// agentProc is one agent process the test owns.
+type agentProc struct {
+	t      testing.TB
+	device string
+	env    string
+	cmd    *exec.Cmd
+	exited chan error
+}
+
+func startAgent(t testing.TB, dir, device string, count int, broker string) *agentProc {
+	a := &agentProc{t: t, device: device, env: agentEnv + "=" + strings.Join([]string{dir, device, strconv.Itoa(count), broker}, "|")}
+	a.start()
+	t.Cleanup(a.kill)
+	return a
+}
+
+func (a *agentProc) start() {
+	a.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	a.cmd.Env = append(os.Environ(), a.env)
+	a.cmd.Stderr = &prefixWriter{t: a.t, prefix: a.device + ": "}
+	if err := a.cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
+	a.exited = make(chan error, 1)
+	cmd := a.cmd
+	go func() { a.exited <- cmd.Wait() }()
+}
+
+// crash kills the agent with SIGKILL and starts it again.
+func (a *agentProc) crash() {
+	a.kill()
+	a.start()
+}
+
+func (a *agentProc) kill() {
+	if a.cmd != nil && a.cmd.Process != nil {
+		a.cmd.Process.Signal(syscall.SIGKILL)
+		<-a.exited
+		a.exited <- fmt.Errorf("killed")
+	}
+}
+
+// wait returns the agent's exit error, or a timeout error.
+func (a *agentProc) wait(within time.Duration) error {
+	select {
+	case err := <-a.exited:
+		a.exited <- err
+		return err
+	case <-time.After(within):
+		return fmt.Errorf("agent %s still running after %v", a.device, within)
+	}
+}
+
+type prefixWriter struct {
+	t      testing.TB
+	prefix string
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.t.Log(p.prefix + strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+var _ io.Writer = (*prefixWriter)(nil)

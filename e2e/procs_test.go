@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func waitTCP(t testing.TB, addr string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not answer within %v", addr, within)
+}
+
+// mosquitto is a broker process the test owns, on a port chosen at run time.
+type mosquitto struct {
+	t    testing.TB
+	conf string
+	port int
+	cmd  *exec.Cmd
+}
+
+func startMosquitto(t testing.TB) *mosquitto {
+	t.Helper()
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
+			t.Skip("mosquitto is not installed (Debian: apt-get install mosquitto)")
+		}
+		bin = "/usr/sbin/mosquitto"
+	}
+	m := &mosquitto{t: t, port: freePort(t)}
+	dir := t.TempDir()
+	m.conf = filepath.Join(dir, "mosquitto.conf")
+	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\nmax_queued_messages 100000\nmax_inflight_messages 0\n", m.port, dir)
+	if err := os.WriteFile(m.conf, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.start(bin)
+	t.Cleanup(m.kill)
+	return m
+}
+
+func (m *mosquitto) start(bin string) {
+	m.cmd = exec.Command(bin, "-c", m.conf)
+	if err := m.cmd.Start(); err != nil {
+		m.t.Fatal(err)
+	}
+	waitTCP(m.t, m.addr(), 10*time.Second)
+}
+
+func (m *mosquitto) addr() string { return fmt.Sprintf("127.0.0.1:%d", m.port) }
+func (m *mosquitto) url() string  { return "tcp://" + m.addr() }
+
+// restart stops the broker the hard way and starts it again on its port.
+func (m *mosquitto) restart() {
+	bin := m.cmd.Path
+	m.kill()
+	m.start(bin)
+}
+
+func (m *mosquitto) kill() {
+	if m.cmd != nil && m.cmd.Process != nil {
+		m.cmd.Process.Signal(syscall.SIGKILL)
+		m.cmd.Wait()
+	}
+}
+
+var (
+	buildOnce sync.Once
+	hubdBin   string
+	buildErr  error
+)
+
+// buildHubd builds cmd/hubd once per test binary run.
+func buildHubd(t testing.TB) string {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "edgeflow-e2e-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		hubdBin = filepath.Join(dir, "hubd")
+		out, err := exec.Command("go", "build", "-o", hubdBin, "edgeflow/cmd/hubd").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build hubd: %v: %s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return hubdBin
+}
+
+// hubProc is a hubd process that the test kills and restarts.
+type hubProc struct {
+	t        testing.TB
+	bin      string
+	args     []string
+	httpAddr string
+	// brokerURL is where agents connect: the external broker or hubd's own.
+	brokerURL string
+	cmd       *exec.Cmd
+	log       *os.File
+}
+
+// startHub starts hubd on an external broker at mqttURL or, when mqttURL is
+// empty, with its embedded broker on a free port (see brokerURL).
+func startHub(t testing.TB, dataDir, mqttURL string) *hubProc {
+	h := &hubProc{t: t, bin: buildHubd(t), httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	h.args = []string{"--data-dir", dataDir, "--http-addr", h.httpAddr,
+		"--checkpoint-interval", "2s", "--log-level", "warn"}
+	if mqttURL != "" {
+		h.args = append(h.args, "--mqtt-url", mqttURL, "--client-id", "e2e-hub-"+strconv.Itoa(os.Getpid()))
+		h.brokerURL = mqttURL
+	} else {
+		listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		h.args = append(h.args, "--mqtt-listen", listen)
+		h.brokerURL = "tcp://" + listen
+	}
+	var err error
+	if h.log, err = os.Create(filepath.Join(t.TempDir(), "hubd.log")); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	t.Cleanup(h.kill)
+	return h
+}
+
+func (h *hubProc) start() {
+	h.cmd = exec.Command(h.bin, h.args...)
+	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log
+	if err := h.cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	h.waitReady(30 * time.Second)
+}
+
+func (h *hubProc) waitReady(within time.Duration) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + h.httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(h.log.Name())
+	h.t.Fatalf("hubd not ready within %v; log:\n%s", within, b)
+}
+
+func (h *hubProc) kill() {
+	if h.cmd != nil && h.cmd.Process != nil {
+		h.cmd.Process.Signal(syscall.SIGKILL)
+		h.cmd.Wait()
+	}
+}
+
+// stream is the part of GET /v1/devices/{id} this test checks.
+type deviceView struct {
+	Streams []struct {
+		StreamID string      `json:"stream_id"`
+		Applied  [][2]uint64 `json:"applied"` // [[first, last], ...]
+		Events   uint64      `json:"events"`
+	} `json:"streams"`
+}
+
+func (h *hubProc) device(ctx context.Context, id string) (deviceView, error) {
+	var v deviceView
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+h.httpAddr+"/v1/devices/"+id, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return v, fmt.Errorf("GET /v1/devices/%s: %s", id, resp.Status)
+	}
+	return v, json.NewDecoder(resp.Body).Decode(&v)
+}

@@ -1,0 +1,179 @@
+package hub
+
+import (
+	"fmt"
+	"time"
+
+	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
+)
+
+// applier applies durable log entries to the registry and the consumers, in
+// log order, from one goroutine (or from recovery before that goroutine
+// starts). It owns the reusable AppliedBatch and the string intern table.
+type applier struct {
+	reg       *registry
+	consumers []Consumer
+	estimator ClockEstimator
+	limits    wire.Limits
+	batch     AppliedBatch
+	tags      []Tag
+	intern    map[string]string
+	lastSeq   uint64 // position of the last applied entry
+	events    uint64 // events applied since start
+	onPanic   func(consumer string, r any)
+}
+
+// maxInterned bounds the intern table; past it, names are allocated.
+const maxInterned = 1 << 16
+
+func newApplier(reg *registry, consumers []Consumer, est ClockEstimator, lim wire.Limits) *applier {
+	return &applier{reg: reg, consumers: consumers, estimator: est, limits: lim, intern: map[string]string{}}
+}
+
+// str returns b as a string, shared with earlier identical names.
+func (a *applier) str(b []byte) string {
+	if s, ok := a.intern[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(a.intern) < maxInterned {
+		a.intern[s] = s
+	}
+	return s
+}
+
+// applyEntry applies one entry. v is its parsed batch when the caller has
+// it (live path); nil makes applyEntry parse the stored payload (replay).
+func (a *applier) applyEntry(e *walEntry, v *batchView) error {
+	switch e.kind {
+	case entryStatus:
+		st, err := wire.DecodeStatus(e.payload, wire.Limits{})
+		if err != nil {
+			return fmt.Errorf("%w: log entry %d: status: %v", ErrCorrupt, e.seq, err)
+		}
+		a.reg.applyStatus(e, st)
+	case entryBatch:
+		if v == nil {
+			var err error
+			if v, err = a.parseStored(e); err != nil {
+				return err
+			}
+		}
+		a.reg.applyBatch(e, v)
+		a.feedConsumers(e, v)
+	default:
+		return fmt.Errorf("%w: log entry %d: unknown kind %d", ErrCorrupt, e.seq, e.kind)
+	}
+	a.lastSeq = e.seq
+	return nil
+}
+
+// parseStored parses the batch payload of a stored entry.
+func (a *applier) parseStored(e *walEntry) (*batchView, error) {
+	body, err := wire.Unframe(wire.MsgBatch, e.payload, a.limits)
+	if err == nil {
+		v := new(batchView)
+		if err = parseBatchView(v, body, a.limits); err == nil {
+			return v, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: log entry %d: batch: %v", ErrCorrupt, e.seq, err)
+}
+
+// observe feeds the hub's clock estimator with a batch's timing; it runs in
+// log order both live (before logging) and in replay (to warm it up).
+func observe(est ClockEstimator, device string, sendTimeNs, serverTimeNs int64) {
+	if est != nil && sendTimeNs != 0 {
+		est.Observe(device, time.Unix(0, sendTimeNs), time.Unix(0, serverTimeNs))
+	}
+}
+
+// feedConsumers builds the AppliedBatch of e and hands it to each consumer.
+func (a *applier) feedConsumers(e *walEntry, v *batchView) {
+	n := uint64(0)
+	for _, r := range e.fresh {
+		n += r.Len()
+	}
+	a.events += n
+	if len(a.consumers) == 0 {
+		return
+	}
+	b := &a.batch
+	*b = AppliedBatch{
+		WALSeq: e.seq, Device: e.device, Stream: e.stream, Ranges: e.fresh,
+		ServerTime: time.Unix(0, e.serverTimeNs), SendTimeNs: v.sendTimeNs,
+		Events: b.Events[:0],
+	}
+	if v.hasBacklog {
+		b.Backlog = Backlog{Events: v.backlog.Events, Bytes: v.backlog.Bytes, OldestNs: v.backlog.OldestNs}
+	}
+	a.tags = a.tags[:0]
+	for _, r := range e.fresh {
+		for seq := r.First; seq <= r.Last && seq >= r.First; seq++ {
+			i := seq - v.firstSeq
+			if i >= uint64(len(v.events)) {
+				break
+			}
+			b.Events = append(b.Events, a.event(seq, &v.events[i], v, e.est))
+		}
+	}
+	for _, c := range a.consumers {
+		a.safeApply(c, b)
+	}
+}
+
+// safeApply calls c.Apply, recovering a panic so one bad batch or consumer
+// bug does not stop the hub (the consumer's state may then lack the batch).
+func (a *applier) safeApply(c Consumer, b *AppliedBatch) {
+	defer func() {
+		if r := recover(); r != nil && a.onPanic != nil {
+			a.onPanic(c.Name(), r)
+		}
+	}()
+	c.Apply(b)
+}
+
+// event converts one parsed event, correcting its time.
+func (a *applier) event(seq uint64, ev *eventView, v *batchView, est hubEstimate) AppliedEvent {
+	out := AppliedEvent{
+		Seq: seq, Metric: a.str(ev.metric), Value: ev.value, DeviceTimeNs: ev.deviceTimeNs,
+		EventTimeNs: ev.deviceTimeNs, UncertaintyNs: ev.uncertaintyNs, Method: ev.method,
+	}
+	if ev.tagHi > ev.tagLo {
+		lo := len(a.tags)
+		for _, t := range v.tags[ev.tagLo:ev.tagHi] {
+			a.tags = append(a.tags, Tag{Key: a.str(t.key), Value: a.str(t.value)})
+		}
+		out.Tags = a.tags[lo:len(a.tags):len(a.tags)]
+	}
+	correctTime(&out, ev.offsetNs, est)
+	return out
+}
+
+// correctTime sets the event time: the agent's correction when it trusts
+// its clock, else the hub's estimate when it has one (HUB_ESTIMATE), else
+// the raw device time, UNTRUSTED.
+func correctTime(e *AppliedEvent, agentOffsetNs int64, est hubEstimate) {
+	if e.Method != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
+		e.EventTimeNs = e.DeviceTimeNs + agentOffsetNs // bounded by validation
+		return
+	}
+	if !est.ok {
+		return
+	}
+	t, ok := addNs(e.DeviceTimeNs, est.offsetNs)
+	if !ok || !saneTime(t) {
+		return
+	}
+	e.EventTimeNs, e.UncertaintyNs, e.Method = t, est.uncertaintyNs, wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE
+}
+
+// addNs adds two int64s and reports whether the sum did not overflow.
+func addNs(a, b int64) (int64, bool) {
+	s := a + b
+	if (b > 0 && s < a) || (b < 0 && s > a) {
+		return 0, false
+	}
+	return s, true
+}

@@ -1,0 +1,227 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+
+	"edgeflow/wire"
+)
+
+// pending is one message on its way through the pipeline. A decode worker
+// fills the first block; the committer decides the verdict and the entry.
+// After the committer hands a pending on, it is read-only (the applier may
+// still release its view).
+type pending struct {
+	kind         entryKind
+	device       string // from the topic
+	serverTimeNs int64
+	payload      []byte // as received
+	view         *batchView
+	stream       wire.StreamID
+	first, last  uint64
+
+	rej      *Rejection // set: acked REJECTED, not logged
+	dup      bool       // set: acked DUPLICATE, not logged
+	accepted bool       // set: logged as entry
+	entry    walEntry
+}
+
+// committer owns the dedup state and the log's write position. It groups
+// what the decode workers send, writes each group as one transaction (or
+// several, if Badger says it is too big) and one Sync, and only then passes
+// the group on to the ack publisher and the applier.
+type committer struct {
+	in        chan *pending
+	toAck     chan []*pending
+	toApply   chan []*pending
+	st        *store
+	streams   map[streamKey]*dedupState
+	nextSeq   uint64
+	estimator ClockEstimator
+	opts      *Options
+	m         *metrics
+	committed atomic.Uint64 // position of the last durable entry
+}
+
+// run commits groups until in is closed and drained, then closes its
+// outputs. It returns the first store error: the hub must stop, as it can
+// no longer make batches durable.
+func (c *committer) run() (err error) {
+	defer close(c.toApply)
+	defer close(c.toAck)
+	defer func() {
+		if r := recover(); r != nil {
+			c.m.panics.Inc()
+			err = fmt.Errorf("committer panic: %v", r)
+		}
+	}()
+	for {
+		group, more := c.collect()
+		if len(group) > 0 {
+			if err := c.commit(group); err != nil {
+				c.drainAfterFailure()
+				return err
+			}
+			c.toAck <- group
+			c.toApply <- group
+		}
+		if !more {
+			return nil
+		}
+	}
+}
+
+// drainAfterFailure discards what is still queued so the workers can stop.
+func (c *committer) drainAfterFailure() {
+	for range c.in {
+	}
+}
+
+// collect waits for one pending and takes whatever else is queued, up to
+// the group bounds. more is false once in is closed.
+func (c *committer) collect() (group []*pending, more bool) {
+	p, ok := <-c.in
+	if !ok {
+		return nil, false
+	}
+	group = append(make([]*pending, 0, 16), p)
+	size := len(p.payload)
+	for len(group) < c.opts.MaxGroupBatches && size < c.opts.MaxGroupBytes {
+		select {
+		case p, ok := <-c.in:
+			if !ok {
+				return group, false
+			}
+			group = append(group, p)
+			size += len(p.payload)
+		default:
+			return group, true
+		}
+	}
+	return group, true
+}
+
+// commit classifies and writes one group, then syncs.
+func (c *committer) commit(group []*pending) error {
+	start := time.Now()
+	txn := c.st.db.NewTransaction(true)
+	defer func() { txn.Discard() }()
+	logged := 0
+	for _, p := range group {
+		if p.rej != nil {
+			continue
+		}
+		key, ok := c.classify(p)
+		if !ok {
+			continue
+		}
+		kvs := c.entryKVs(p, key)
+		if err := setAll(txn, kvs); errors.Is(err, badger.ErrTxnTooBig) {
+			if err := txn.Commit(); err != nil {
+				return fmt.Errorf("commit log group: %w", err)
+			}
+			txn = c.st.db.NewTransaction(true)
+			err = setAll(txn, kvs)
+			if err != nil {
+				return fmt.Errorf("log entry %d alone: %w", p.entry.seq, err)
+			}
+		} else if err != nil {
+			return fmt.Errorf("log entry %d: %w", p.entry.seq, err)
+		}
+		logged++
+	}
+	if logged == 0 {
+		return nil
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("commit log group: %w", err)
+	}
+	if err := c.st.flush(); err != nil {
+		return fmt.Errorf("sync log: %w", err)
+	}
+	c.committed.Store(c.nextSeq - 1)
+	c.m.commitSeconds.Observe(time.Since(start).Seconds())
+	c.m.groupBatches.Observe(float64(logged))
+	return nil
+}
+
+// kv is one key/value to set.
+type kv struct{ k, v []byte }
+
+// setAll sets every kv in txn.
+func setAll(txn *badger.Txn, kvs []kv) error {
+	for _, e := range kvs {
+		if err := txn.Set(e.k, e.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entryKVs assigns p its log position and returns its entry and, for a
+// batch, its stream's applied ranges as they are after p.
+func (c *committer) entryKVs(p *pending, key streamKey) []kv {
+	p.entry.seq = c.nextSeq
+	c.nextSeq++
+	p.accepted = true
+	out := []kv{{walKey(p.entry.seq, p.serverTimeNs), p.entry.encode()}}
+	if p.kind == entryBatch {
+		out = append(out, kv{rangesKey(key.device, key.id), encodeDedup(c.streams[key])})
+	}
+	return out
+}
+
+// classify decides a pending's fate against the stream's applied ranges
+// and, when it is to be logged, fills its entry. ok is false for
+// duplicates and rejections.
+func (c *committer) classify(p *pending) (key streamKey, ok bool) {
+	p.entry = walEntry{kind: p.kind, serverTimeNs: p.serverTimeNs, device: p.device, payload: p.payload}
+	if p.kind != entryBatch {
+		return key, true
+	}
+	key = streamKey{p.device, p.stream}
+	st := c.streams[key]
+	if st == nil {
+		st = &dedupState{}
+	}
+	if st.applied.Covers(p.first, p.last) {
+		p.dup = true
+		return key, false
+	}
+	if p.first > st.horizon && p.first-st.horizon > c.opts.MaxSeqAhead {
+		p.rej = &Rejection{ReasonSeqAhead, fmt.Sprintf("first_seq %d is more than %d beyond the stream's highest sequence %d", p.first, c.opts.MaxSeqAhead, st.horizon)}
+		return key, false
+	}
+	fresh := st.applied.Missing(nil, p.first, p.last)
+	if st.applied.Len()+len(fresh) > c.opts.MaxRangesPerStream {
+		p.rej = &Rejection{ReasonFragmented, fmt.Sprintf("stream already holds %d disjoint ranges (limit %d)", st.applied.Len(), c.opts.MaxRangesPerStream)}
+		return key, false
+	}
+	st.applied.Add(p.first, p.last)
+	st.horizon = max(st.horizon, p.last)
+	for _, g := range p.view.gaps {
+		st.horizon = max(st.horizon, g.last)
+	}
+	c.streams[key] = st
+	p.entry.stream, p.entry.firstSeq, p.entry.count, p.entry.fresh = p.stream, p.first, p.last-p.first+1, fresh
+	p.entry.est = c.estimate(p)
+	return key, true
+}
+
+// estimate feeds the hub's clock estimator and returns its estimate for
+// the batch's device, which the entry keeps for replays.
+func (c *committer) estimate(p *pending) hubEstimate {
+	if c.estimator == nil {
+		return hubEstimate{}
+	}
+	observe(c.estimator, p.device, p.view.sendTimeNs, p.serverTimeNs)
+	off, unc, ok := c.estimator.Estimate(p.device)
+	if !ok {
+		return hubEstimate{}
+	}
+	return hubEstimate{ok: true, offsetNs: int64(off), uncertaintyNs: int64(max(unc, 0))}
+}

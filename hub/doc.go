@@ -1,0 +1,46 @@
+// Package hub is the server side of edgeflow's delivery path: it receives
+// batches from the fleet over MQTT, validates them, deduplicates them by the
+// sequence ranges already applied per stream, writes accepted batches to a
+// write-ahead log on Badger with group commit, acknowledges them only once
+// they are durable, and applies them to in-memory state (the device registry
+// and the Consumers, such as the event-time engine).
+//
+// # Pipeline
+//
+// A Transport (the embedded mochi-mqtt broker or an external broker through
+// paho) hands every message to the Server. Batches go to one of a few decode
+// workers, chosen by a hash of the device so a device's batches stay in
+// order; a worker unframes, parses and validates a batch without allocating
+// per event. The committer goroutine owns the dedup state: it classifies
+// each batch (new, duplicate, partially new, rejected), writes the new ones
+// and their streams' applied ranges in one Badger transaction per group,
+// calls Sync once per group, and then hands the group on: acks to the ack
+// publisher, log entries to the applier, which owns the registry and calls
+// the Consumers in log order.
+//
+// # Storage layout (one Badger directory)
+//
+//	w<walSeq:8><serverTimeNs:8>      -> log entry (metadata + payload as received)
+//	r<device>\x00<streamID:16>       -> applied sequence ranges of the stream
+//	c                                -> last checkpoint (WAL position + state)
+//
+// The applied ranges are written in the same transaction as the log entries
+// that produced them, so the dedup state is never ahead of or behind the log.
+// Everything else the hub holds in memory (registry, consumer state) is a
+// function of the log: a restart loads the checkpoint and replays the log
+// entries after its position through the same apply path.
+//
+// # Partial overlap
+//
+// A batch whose range is partly applied already is accepted: only the new
+// sequence numbers are applied (the log entry records which), and the ack
+// says OK for the whole batch, since all of it is now durable on the hub. A
+// batch that is fully covered is acknowledged DUPLICATE and changes nothing.
+//
+// # Shutdown order
+//
+// Stop the transport (no new batches), drain the decode workers, let the
+// committer write and sync what it holds, let the applier apply it and the
+// ack publisher send the acks, write a checkpoint, close Badger, close the
+// transport's broker.
+package hub

@@ -1,0 +1,109 @@
+package hub
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"edgeflow/wire"
+)
+
+// Handler returns the hub's HTTP API: /healthz, /readyz, /metrics,
+// GET /v1/devices and GET /v1/devices/{id}.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", s.serveReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /v1/devices", s.serveDevices)
+	mux.HandleFunc("GET /v1/devices/{id}", s.serveDevice)
+	return mux
+}
+
+// serveReady answers 200 once recovery is done and the broker is connected.
+func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+	if s.Ready() {
+		_, _ = w.Write([]byte("ready\n"))
+		return
+	}
+	http.Error(w, "not ready: recovering, shutting down or broker not connected", http.StatusServiceUnavailable)
+}
+
+// DevicesResponse is the body of GET /v1/devices.
+type DevicesResponse struct {
+	Devices []DeviceInfo `json:"devices"`
+}
+
+// Devices returns what the hub knows of every device, sorted by id.
+func (s *Server) Devices() []DeviceInfo { return s.reg.list() }
+
+// Device returns what the hub knows of one device.
+func (s *Server) Device(id string) (DeviceInfo, bool) { return s.reg.get(id) }
+
+func (s *Server) serveDevices(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter(s): %s", r.URL.RawQuery))
+		return
+	}
+	writeJSON(w, http.StatusOK, DevicesResponse{Devices: s.Devices()})
+}
+
+func (s *Server) serveDevice(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := wire.ValidateDeviceID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	d, ok := s.Device(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q unknown", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// startHTTP listens on HTTPAddr and serves Handler in the background.
+func (s *Server) startHTTP() error {
+	if s.opts.HTTPAddr == HTTPOff {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.opts.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", s.opts.HTTPAddr, err)
+	}
+	s.httpLn = ln
+	s.httpSrv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server", "err", err)
+		}
+	}()
+	return nil
+}
+
+// HTTPAddr returns the address the HTTP API listens on ("" if disabled).
+func (s *Server) HTTPAddr() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	return s.httpLn.Addr().String()
+}

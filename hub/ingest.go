@@ -1,0 +1,139 @@
+package hub
+
+import (
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"edgeflow/wire"
+)
+
+// inMsg is a batch on its way to a decode worker.
+type inMsg struct {
+	device       string
+	payload      []byte
+	serverTimeNs int64
+}
+
+// handle is the Transport's MessageHandler: it stamps the arrival time and
+// routes the message by topic. It never panics and never blocks once the
+// server is closing.
+func (s *Server) handle(topic string, payload []byte) {
+	defer s.recoverMessage(topic)
+	now := s.opts.Now().UnixNano()
+	device, kind, err := wire.ParseTopic(topic)
+	if err != nil {
+		s.m.dropped.WithLabelValues("bad_topic").Inc()
+		return
+	}
+	switch kind {
+	case wire.KindBatch:
+		s.enqueue(func() { s.workers[s.workerFor(device)] <- inMsg{device, payload, now} })
+	case wire.KindStatus:
+		s.handleStatus(device, payload, now)
+	case wire.KindTimeReq:
+		if ts := s.timeService(); ts != nil {
+			ts.HandleRequest(topic, payload)
+		}
+	default:
+		s.m.dropped.WithLabelValues("unexpected_kind").Inc()
+	}
+}
+
+// recoverMessage is the last line of defence of a handler goroutine.
+func (s *Server) recoverMessage(topic string) {
+	if r := recover(); r != nil {
+		s.m.panics.Inc()
+		s.log.Error("recovered panic handling message", "topic", topic, "panic", r)
+	}
+}
+
+// enqueue runs send (a channel send into the pipeline) unless the server
+// is closing; the read lock keeps the pipeline's channels open meanwhile.
+func (s *Server) enqueue(send func()) {
+	s.inMu.RLock()
+	defer s.inMu.RUnlock()
+	if s.inClosed {
+		s.m.dropped.WithLabelValues("closing").Inc()
+		return
+	}
+	send()
+}
+
+// workerFor picks the decode worker of a device, so a device's batches are
+// decoded and committed in the order they arrived.
+func (s *Server) workerFor(device string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(device))
+	return int(h.Sum32() % uint32(len(s.workers)))
+}
+
+// handleStatus logs a device's status message (retained or last will).
+func (s *Server) handleStatus(device string, payload []byte, now int64) {
+	st, err := wire.DecodeStatus(payload, s.opts.Limits)
+	if err != nil || (st.GetDeviceId() != "" && st.GetDeviceId() != device) {
+		s.m.dropped.WithLabelValues("bad_status").Inc()
+		s.rejLog.log(s.log, "status", device, "bad status message", err)
+		return
+	}
+	p := &pending{kind: entryStatus, device: device, serverTimeNs: now, payload: payload}
+	s.enqueue(func() { s.com.in <- p })
+}
+
+// decodeLoop is one decode worker.
+func (s *Server) decodeLoop(in <-chan inMsg) {
+	for msg := range in {
+		s.com.in <- s.decode(msg)
+	}
+}
+
+// decode unframes, parses and validates one batch. A failure yields a
+// pending with a rejection (or an internal error, for a panic).
+func (s *Server) decode(msg inMsg) (p *pending) {
+	p = &pending{kind: entryBatch, device: msg.device, serverTimeNs: msg.serverTimeNs, payload: msg.payload}
+	defer func() {
+		if r := recover(); r != nil {
+			s.m.panics.Inc()
+			s.log.Error("recovered panic decoding batch", "device", msg.device, "panic", r)
+			p.view, p.rej = nil, &Rejection{ReasonInternal, "the hub failed to handle this batch"}
+		}
+	}()
+	v := s.views.Get().(*batchView)
+	v.reset() // a failed Unframe must not describe the view's last batch
+	body, err := wire.Unframe(wire.MsgBatch, msg.payload, s.opts.Limits)
+	if err == nil {
+		err = parseBatchView(v, body, s.opts.Limits)
+	}
+	if err == nil {
+		err = validateBatch(v, msg.device)
+	}
+	p.describe(v)
+	if err != nil {
+		p.rej = asRejection(err)
+		s.views.Put(v)
+		return p
+	}
+	p.view = v
+	return p
+}
+
+// describe copies the stream and range the ack will name, as far as the
+// (possibly invalid) view tells them.
+func (p *pending) describe(v *batchView) {
+	if len(v.streamID) == len(p.stream) {
+		copy(p.stream[:], v.streamID)
+	}
+	p.first = v.firstSeq
+	if n := uint64(len(v.events)); n > 0 && v.firstSeq > 0 && v.firstSeq+n-1 >= v.firstSeq {
+		p.last = v.firstSeq + n - 1
+	}
+}
+
+// rateLog limits rejection logs to one line per interval.
+type rateLog struct {
+	mu         sync.Mutex
+	every      time.Duration
+	now        func() time.Time
+	last       time.Time
+	suppressed int
+}

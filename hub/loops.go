@@ -1,0 +1,179 @@
+package hub
+
+import (
+	"errors"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// applierReq asks the applier goroutine to run fn between groups.
+type applierReq struct {
+	fn    func() error
+	reply chan error
+}
+
+// applyLoop applies committed groups in order and serves checkpoint and
+// state requests between groups, so they see a consistent state.
+func (s *Server) applyLoop() {
+	for {
+		select {
+		case g, ok := <-s.com.toApply:
+			if !ok {
+				return
+			}
+			s.applyGroup(g)
+		case req := <-s.applierReqs:
+			req.reply <- req.fn()
+		}
+	}
+}
+
+// applyGroup applies the logged entries of one group and recycles views.
+func (s *Server) applyGroup(g []*pending) {
+	for _, p := range g {
+		if p.accepted {
+			before := s.app.events
+			if err := s.app.applyEntry(&p.entry, p.view); err != nil {
+				s.log.Error("apply log entry", "position", p.entry.seq, "err", err)
+			}
+			s.m.events.Add(float64(s.app.events - before))
+		}
+		if p.view != nil {
+			s.views.Put(p.view)
+			p.view = nil
+		}
+	}
+}
+
+// inApplier runs fn on the applier goroutine while it runs, else directly.
+func (s *Server) inApplier(fn func() error) error {
+	if s.workers == nil {
+		return fn() // not started: nothing runs concurrently
+	}
+	req := applierReq{fn: fn, reply: make(chan error, 1)}
+	select {
+	case s.applierReqs <- req:
+		return <-req.reply
+	case <-s.applyDone:
+		return fn()
+	}
+}
+
+// checkpointNow writes a checkpoint of the applied state if anything was
+// applied since the last one.
+func (s *Server) checkpointNow() error {
+	pos := s.app.lastSeq
+	if s.lastCkpt != nil && s.lastCkpt.Pos == pos {
+		return nil
+	}
+	state, err := s.stateBytes()
+	if err == nil {
+		var ck *checkpoint
+		if ck, err = s.st.writeCheckpoint(s.lastCkpt, pos, state, s.opts.Now().UnixNano()); err == nil {
+			s.lastCkpt = ck
+			s.ckptPos.Store(pos)
+			s.m.checkpoints.WithLabelValues("ok").Inc()
+			s.log.Debug("checkpoint written", "position", pos, "bytes", len(state))
+			return nil
+		}
+	}
+	s.m.checkpoints.WithLabelValues("error").Inc()
+	s.log.Error("checkpoint failed", "position", pos, "err", err)
+	return err
+}
+
+// Checkpoint writes a checkpoint now (it also happens every
+// CheckpointInterval and on Shutdown).
+func (s *Server) Checkpoint() error {
+	if s.com == nil {
+		return errors.New("hub: not started")
+	}
+	return s.inApplier(s.checkpointNow)
+}
+
+// startLoops starts the periodic checkpoint and retention loops.
+func (s *Server) startLoops() {
+	s.loopsWG.Add(2)
+	go func() { defer s.loopsWG.Done(); s.every(s.opts.CheckpointInterval, func() { _ = s.Checkpoint() }) }()
+	go func() { defer s.loopsWG.Done(); s.every(s.opts.RetentionInterval, func() { _, _ = s.Retain() }) }()
+}
+
+// every calls fn every d until the server stops.
+func (s *Server) every(d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
+// retainBatch bounds the deletions of one retention transaction.
+const retainBatch = 10000
+
+// Retain deletes log entries older than RetentionMaxAge that the last
+// checkpoint covers, then lets Badger reclaim value log space. It returns
+// how many entries it deleted.
+func (s *Server) Retain() (int, error) {
+	cutoff := s.opts.Now().Add(-s.opts.RetentionMaxAge).UnixNano()
+	pos := s.ckptPos.Load()
+	deleted := 0
+	for {
+		keys, err := s.expiredKeys(cutoff, pos)
+		if err != nil || len(keys) == 0 {
+			s.collectGarbage(deleted)
+			return deleted, err
+		}
+		wb := s.st.db.NewWriteBatch()
+		for _, k := range keys {
+			if err := wb.Delete(k); err != nil {
+				wb.Cancel()
+				return deleted, err
+			}
+		}
+		if err := wb.Flush(); err != nil {
+			return deleted, err
+		}
+		deleted += len(keys)
+		s.m.walDeleted.Add(float64(len(keys)))
+	}
+}
+
+// expiredKeys returns up to retainBatch of the oldest log keys that are
+// older than cutoff and at or below position pos.
+func (s *Server) expiredKeys(cutoff int64, pos uint64) ([][]byte, error) {
+	var keys [][]byte
+	err := s.st.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixWAL}})
+		defer it.Close()
+		for it.Rewind(); it.Valid() && len(keys) < retainBatch; it.Next() {
+			seq, t, err := parseWALKey(it.Item().Key())
+			if err != nil {
+				return err
+			}
+			if seq > pos || t >= cutoff {
+				return nil
+			}
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		return nil
+	})
+	return keys, err
+}
+
+// collectGarbage runs Badger's value log GC after deletions.
+func (s *Server) collectGarbage(deleted int) {
+	if deleted == 0 {
+		return
+	}
+	for i := 0; i < 16; i++ {
+		if err := s.st.db.RunValueLogGC(0.5); err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,60 @@
+package hub
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the hub's Prometheus series (prefix edgeflow_hub_).
+type metrics struct {
+	batches        *prometheus.CounterVec // by status: ok, duplicate, rejected
+	rejected       *prometheus.CounterVec // by reason
+	events         prometheus.Counter
+	panics         prometheus.Counter
+	dropped        *prometheus.CounterVec // messages not handled, by why
+	statuses       prometheus.Counter
+	commitSeconds  prometheus.Histogram
+	groupBatches   prometheus.Histogram
+	ackErrors      prometheus.Counter
+	checkpoints    *prometheus.CounterVec // by result
+	walDeleted     prometheus.Counter
+	consumerPanics prometheus.Counter
+}
+
+// newMetrics creates and registers the hub's metrics; devices reports the
+// registry's device counts for the gauges.
+func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*metrics, error) {
+	f := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: "edgeflow", Subsystem: "hub", Name: name, Help: help}
+	}
+	m := &metrics{
+		batches:        prometheus.NewCounterVec(prometheus.CounterOpts(f("batches_total", "Batches answered, by ack status.")), []string{"status"}),
+		rejected:       prometheus.NewCounterVec(prometheus.CounterOpts(f("rejected_batches_total", "Batches rejected, by reason.")), []string{"reason"}),
+		events:         prometheus.NewCounter(prometheus.CounterOpts(f("events_applied_total", "Events applied (new sequence numbers only)."))),
+		panics:         prometheus.NewCounter(prometheus.CounterOpts(f("recovered_panics_total", "Panics recovered while handling a message."))),
+		dropped:        prometheus.NewCounterVec(prometheus.CounterOpts(f("dropped_messages_total", "Messages not handled, by why.")), []string{"why"}),
+		statuses:       prometheus.NewCounter(prometheus.CounterOpts(f("status_messages_total", "Device status messages logged."))),
+		commitSeconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "wal_commit_seconds", Help: "Time to write and sync one log group.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		groupBatches:   prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "wal_group_entries", Help: "Log entries per group commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 11)}),
+		ackErrors:      prometheus.NewCounter(prometheus.CounterOpts(f("ack_publish_errors_total", "Acks that could not be published."))),
+		checkpoints:    prometheus.NewCounterVec(prometheus.CounterOpts(f("checkpoints_total", "Checkpoints written, by result.")), []string{"result"}),
+		walDeleted:     prometheus.NewCounter(prometheus.CounterOpts(f("wal_deleted_entries_total", "Log entries deleted by retention."))),
+		consumerPanics: prometheus.NewCounter(prometheus.CounterOpts(f("consumer_panics_total", "Panics recovered in a Consumer's Apply."))),
+	}
+	for _, r := range allReasons {
+		m.rejected.WithLabelValues(string(r))
+	}
+	for _, s := range []string{"ok", "duplicate", "rejected"} {
+		m.batches.WithLabelValues(s)
+	}
+	cs := []prometheus.Collector{m.batches, m.rejected, m.events, m.panics, m.dropped, m.statuses, m.commitSeconds,
+		m.groupBatches, m.ackErrors, m.checkpoints, m.walDeleted, m.consumerPanics,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts(f("devices", "Devices known to the hub.")), func() float64 { n, _ := devices(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts(f("devices_online", "Devices whose last status said online.")), func() float64 { _, n := devices(); return float64(n) }),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,254 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"edgeflow/wire"
+)
+
+// Options configure a Server. Zero fields take the defaults that
+// EnsureDefaults documents; Validate names the first bad field.
+type Options struct {
+	// DataDir holds the hub's Badger directory (DataDir/wal). Required.
+	DataDir string
+	// HTTPAddr is the address of the HTTP API; "off" disables it. Default ":8080".
+	HTTPAddr string
+	// MQTTListen is the embedded broker's TCP listener. Default ":1883";
+	// port 0 picks a free port (see Server.BrokerAddr).
+	MQTTListen string
+	// MQTTURL selects an external broker (tcp://host:1883, ssl://...) instead
+	// of the embedded one. Default "" (embedded).
+	MQTTURL string
+	// ClientID is the hub's MQTT client id on an external broker; it must be
+	// stable so the broker keeps the hub's session (CleanSession=false)
+	// while it restarts. Default "edgeflow-hubd".
+	ClientID string
+	// Username and Password authenticate to an external broker. Default none.
+	Username, Password string
+	// Group, when set, subscribes to batches through the shared subscription
+	// $share/{Group}/... on an external broker. Default "" (plain).
+	Group string
+
+	// Limits bound what a batch may hold; zero fields take wire.DefaultLimits.
+	Limits wire.Limits
+	// MaxSeqAhead rejects a batch that starts more than this many sequence
+	// numbers beyond anything its stream sent before (corrupt or hostile
+	// agents). Default 1<<32.
+	MaxSeqAhead uint64
+	// MaxRangesPerStream bounds the disjoint applied ranges of one stream, so
+	// an agent that sends every other batch cannot grow the dedup state
+	// without bound. Default 4096.
+	MaxRangesPerStream int
+
+	// Workers is the number of decode workers. Default GOMAXPROCS.
+	Workers int
+	// QueueLen is the length of each worker's and the committer's queue, in
+	// messages. Default 64.
+	QueueLen int
+	// MaxGroupBatches bounds the batches in one group commit. Default 512.
+	MaxGroupBatches int
+	// MaxGroupBytes bounds the payload bytes in one group commit. Default 32 MiB.
+	MaxGroupBytes int
+	// PublishTimeout bounds the wait for an external broker's PUBACK of an
+	// ack, and the connect and subscribe calls. Default 10s.
+	PublishTimeout time.Duration
+	// NoSync skips the fsync after each group (tests and benchmarks of the
+	// rest of the path only: acks then no longer mean durable). Default false.
+	NoSync bool
+
+	// CheckpointInterval is the time between checkpoints. Default 1m.
+	CheckpointInterval time.Duration
+	// RetentionMaxAge is how long log entries are kept (by server time); an
+	// entry is deleted only once a checkpoint covers it. Default 168h.
+	RetentionMaxAge time.Duration
+	// RetentionInterval is the time between retention passes. Default 5m.
+	RetentionInterval time.Duration
+	// RejectLogInterval bounds rejection log lines to one per interval (the
+	// line says how many were suppressed). Default 1s.
+	RejectLogInterval time.Duration
+
+	// Consumers receive every applied batch in log order (see Consumer).
+	Consumers []Consumer
+	// ClockEstimator is the hub's own per-device clock estimate from batch
+	// timing, used for events the agent could not correct. Default a
+	// DeviceClocks with its default options.
+	ClockEstimator ClockEstimator
+	// TimeService answers time requests. Default a TimeService that
+	// answers through Server.Publish.
+	TimeService TimeRequestHandler
+
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives the hub's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the hub's metrics. Default a new registry.
+	Registerer prometheus.Registerer
+	// Gatherer serves /metrics. Default Registerer if it is a Gatherer, else
+	// prometheus.DefaultGatherer.
+	Gatherer prometheus.Gatherer
+}
+
+// HTTPOff as Options.HTTPAddr disables the HTTP API.
+const HTTPOff = "off"
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	setDefault(&o.HTTPAddr, ":8080")
+	setDefault(&o.MQTTListen, ":1883")
+	setDefault(&o.ClientID, "edgeflow-hubd")
+	o.Limits = limitsWithDefaults(o.Limits)
+	setDefault(&o.MaxSeqAhead, 1<<32)
+	setDefault(&o.MaxRangesPerStream, 4096)
+	setDefault(&o.Workers, runtime.GOMAXPROCS(0))
+	setDefault(&o.QueueLen, 64)
+	setDefault(&o.MaxGroupBatches, 512)
+	setDefault(&o.MaxGroupBytes, 32<<20)
+	setDefault(&o.PublishTimeout, 10*time.Second)
+	setDefault(&o.CheckpointInterval, time.Minute)
+	setDefault(&o.RetentionMaxAge, 7*24*time.Hour)
+	setDefault(&o.RetentionInterval, 5*time.Minute)
+	setDefault(&o.RejectLogInterval, time.Second)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		o.Registerer, o.Gatherer = reg, reg
+	}
+	if o.Gatherer == nil {
+		if g, ok := o.Registerer.(prometheus.Gatherer); ok {
+			o.Gatherer = g
+		} else {
+			o.Gatherer = prometheus.DefaultGatherer
+		}
+	}
+}
+
+// setDefault sets *p to d when it is the zero value.
+func setDefault[T comparable](p *T, d T) {
+	var zero T
+	if *p == zero {
+		*p = d
+	}
+}
+
+// limitsWithDefaults fills zero limits from wire.DefaultLimits.
+func limitsWithDefaults(l wire.Limits) wire.Limits {
+	d := wire.DefaultLimits
+	setDefault(&l.MaxFrameBytes, d.MaxFrameBytes)
+	setDefault(&l.MaxBodyBytes, d.MaxBodyBytes)
+	setDefault(&l.MaxEvents, d.MaxEvents)
+	setDefault(&l.MaxTags, d.MaxTags)
+	setDefault(&l.MaxGaps, d.MaxGaps)
+	setDefault(&l.MaxStringBytes, d.MaxStringBytes)
+	return l
+}
+
+// ErrInvalidOptions is wrapped by every Validate error.
+var ErrInvalidOptions = errors.New("invalid hub options")
+
+// Validate checks the options after EnsureDefaults and names the first
+// bad field.
+func (o *Options) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidOptions, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case o.DataDir == "":
+		return bad("DataDir", "required")
+	case o.HTTPAddr != HTTPOff && !validHostPort(o.HTTPAddr):
+		return bad("HTTPAddr", "%q is not host:port", o.HTTPAddr)
+	case o.MQTTURL == "" && !validHostPort(o.MQTTListen):
+		return bad("MQTTListen", "%q is not host:port", o.MQTTListen)
+	case o.MQTTURL != "" && !validBrokerURL(o.MQTTURL):
+		return bad("MQTTURL", "%q is not tcp://, ssl://, tls://, mqtt://, mqtts://, ws:// or wss:// host:port", o.MQTTURL)
+	case o.Group != "" && !validGroup(o.Group):
+		return bad("Group", "%q must be non-empty without '/', '+' or '#'", o.Group)
+	case o.Group != "" && o.MQTTURL == "":
+		return bad("Group", "shared subscriptions need an external broker (MQTTURL)")
+	case o.Workers < 1 || o.Workers > 1024:
+		return bad("Workers", "%d outside [1, 1024]", o.Workers)
+	case o.QueueLen < 1:
+		return bad("QueueLen", "%d must be positive", o.QueueLen)
+	case o.MaxGroupBatches < 1:
+		return bad("MaxGroupBatches", "%d must be positive", o.MaxGroupBatches)
+	case o.MaxGroupBytes < 1<<16:
+		return bad("MaxGroupBytes", "%d is below 64 KiB", o.MaxGroupBytes)
+	case o.MaxRangesPerStream < 1:
+		return bad("MaxRangesPerStream", "%d must be positive", o.MaxRangesPerStream)
+	case o.PublishTimeout <= 0:
+		return bad("PublishTimeout", "%v must be positive", o.PublishTimeout)
+	case o.CheckpointInterval <= 0:
+		return bad("CheckpointInterval", "%v must be positive", o.CheckpointInterval)
+	case o.RetentionMaxAge <= 0:
+		return bad("RetentionMaxAge", "%v must be positive", o.RetentionMaxAge)
+	case o.RetentionInterval <= 0:
+		return bad("RetentionInterval", "%v must be positive", o.RetentionInterval)
+	case o.RejectLogInterval <= 0:
+		return bad("RejectLogInterval", "%v must be positive", o.RejectLogInterval)
+	}
+	return o.validateLimits()
+}
+
+// validateLimits checks the batch limits.
+func (o *Options) validateLimits() error {
+	l := o.Limits
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"Limits.MaxFrameBytes", l.MaxFrameBytes}, {"Limits.MaxBodyBytes", l.MaxBodyBytes},
+		{"Limits.MaxEvents", l.MaxEvents}, {"Limits.MaxTags", l.MaxTags},
+		{"Limits.MaxGaps", l.MaxGaps}, {"Limits.MaxStringBytes", l.MaxStringBytes},
+	} {
+		if f.v < 1 {
+			return fmt.Errorf("%w: %s: %d must be positive", ErrInvalidOptions, f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// validHostPort reports whether s is host:port with a numeric port.
+func validHostPort(s string) bool {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return false
+	}
+	var p int
+	_, err = fmt.Sscanf(port, "%d", &p)
+	return err == nil && p >= 0 && p <= 65535 && fmt.Sprint(p) == port
+}
+
+// validBrokerURL reports whether s is a broker URL paho understands.
+func validBrokerURL(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	switch u.Scheme {
+	case "tcp", "ssl", "tls", "mqtt", "mqtts", "ws", "wss":
+		return true
+	}
+	return false
+}
+
+// validGroup reports whether g can be a shared subscription group name.
+func validGroup(g string) bool {
+	for _, c := range g {
+		if c == '/' || c == '+' || c == '#' {
+			return false
+		}
+	}
+	return g != ""
+}

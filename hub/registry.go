@@ -1,0 +1,289 @@
+package hub
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
+)
+
+// registry is what the hub knows of each device. The applier goroutine is
+// its only writer; HTTP handlers read it under the lock. Everything in it
+// is derived from log entries, so a checkpoint plus replay rebuilds it.
+type registry struct {
+	mu      sync.RWMutex
+	devices map[string]*deviceState
+}
+
+// deviceState is one device's entry. Field names are the checkpoint's JSON.
+type deviceState struct {
+	LastSeenNs   int64                  `json:"last_seen_ns"`
+	StatusKnown  bool                   `json:"status_known,omitempty"`
+	Online       bool                   `json:"online,omitempty"`
+	StatusTimeNs int64                  `json:"status_time_ns,omitempty"`
+	Version      string                 `json:"version,omitempty"`
+	Backlog      Backlog                `json:"backlog"`
+	AgentClock   *clockState            `json:"agent_clock,omitempty"`
+	HubClock     *clockState            `json:"hub_clock,omitempty"`
+	Streams      map[string]*streamInfo `json:"streams"`
+}
+
+// clockState is a clock estimate as stored in the registry.
+type clockState struct {
+	OffsetNs      int64   `json:"offset_ns"`
+	UncertaintyNs int64   `json:"uncertainty_ns"`
+	DriftPPM      float64 `json:"drift_ppm,omitempty"`
+	Method        int32   `json:"method"`
+	SampledAtNs   int64   `json:"sampled_at_ns,omitempty"`
+}
+
+// streamInfo is one stream of a device.
+type streamInfo struct {
+	Applied      RangeSet          `json:"applied"`
+	Gaps         RangeSet          `json:"gaps"`
+	GapReasons   map[string]uint64 `json:"gap_reasons,omitempty"`
+	Batches      uint64            `json:"batches"`
+	LastServerNs int64             `json:"last_server_ns"`
+}
+
+// MarshalJSON writes the ranges as [[first,last],...].
+func (s RangeSet) MarshalJSON() ([]byte, error) {
+	out := make([][2]uint64, len(s.r))
+	for i, r := range s.r {
+		out[i] = [2]uint64{r.First, r.Last}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (s *RangeSet) UnmarshalJSON(b []byte) error {
+	var in [][2]uint64
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*s = RangeSet{}
+	for _, r := range in {
+		if r[0] == 0 || r[0] > r[1] {
+			return fmt.Errorf("range [%d, %d] is empty or starts at 0", r[0], r[1])
+		}
+		s.Add(r[0], r[1])
+	}
+	return nil
+}
+
+func newRegistry() *registry { return &registry{devices: map[string]*deviceState{}} }
+
+// device returns the device's state, creating it. Callers hold mu.
+func (r *registry) device(id string) *deviceState {
+	d := r.devices[id]
+	if d == nil {
+		d = &deviceState{Streams: map[string]*streamInfo{}}
+		r.devices[id] = d
+	}
+	return d
+}
+
+// applyBatch records an applied batch entry whose parsed payload is v.
+func (r *registry) applyBatch(e *walEntry, v *batchView) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.device(e.device)
+	d.LastSeenNs = max(d.LastSeenNs, e.serverTimeNs)
+	if v.hasBacklog {
+		d.Backlog = Backlog{Events: v.backlog.Events, Bytes: v.backlog.Bytes, OldestNs: v.backlog.OldestNs}
+	}
+	if v.hasClock {
+		c := v.clock
+		d.AgentClock = &clockState{OffsetNs: c.offsetNs, UncertaintyNs: c.uncertaintyNs, DriftPPM: c.driftPPM, Method: int32(c.method), SampledAtNs: c.sampledAtNs}
+	}
+	if e.est.ok {
+		d.HubClock = &clockState{OffsetNs: e.est.offsetNs, UncertaintyNs: e.est.uncertaintyNs, Method: int32(wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE), SampledAtNs: e.serverTimeNs}
+	}
+	s := d.Streams[e.stream.String()]
+	if s == nil {
+		s = &streamInfo{}
+		d.Streams[e.stream.String()] = s
+	}
+	for _, fr := range e.fresh {
+		s.Applied.Add(fr.First, fr.Last)
+	}
+	s.Batches++
+	s.LastServerNs = e.serverTimeNs
+	for _, g := range v.gaps {
+		if added := s.Gaps.Add(g.first, g.last); added > 0 {
+			if s.GapReasons == nil {
+				s.GapReasons = map[string]uint64{}
+			}
+			s.GapReasons[string(g.reason)] += added
+		}
+	}
+}
+
+// applyStatus records a status entry.
+func (r *registry) applyStatus(e *walEntry, st *wirepb.Status) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.device(e.device)
+	d.LastSeenNs = max(d.LastSeenNs, e.serverTimeNs)
+	d.StatusKnown, d.Online = true, st.GetOnline()
+	d.StatusTimeNs, d.Version = st.GetTimeNs(), st.GetVersion()
+	if bl := st.GetBacklog(); bl != nil {
+		d.Backlog = Backlog{Events: bl.Events, Bytes: bl.Bytes, OldestNs: bl.OldestNs}
+	}
+	if c := st.GetClock(); c != nil {
+		d.AgentClock = &clockState{OffsetNs: c.OffsetNs, UncertaintyNs: c.UncertaintyNs, DriftPPM: c.DriftPpm, Method: int32(c.Method), SampledAtNs: c.SampledAtNs}
+	}
+}
+
+// snapshot returns the registry as deterministic JSON.
+func (r *registry) snapshot() ([]byte, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return json.Marshal(r.devices)
+}
+
+// restore replaces the registry with a snapshot's content.
+func (r *registry) restore(b []byte) error {
+	devices := map[string]*deviceState{}
+	if err := json.Unmarshal(b, &devices); err != nil {
+		return err
+	}
+	for id, d := range devices {
+		if err := wire.ValidateDeviceID(id); err != nil || d == nil {
+			return fmt.Errorf("device %q: bad entry", id)
+		}
+		if d.Streams == nil {
+			d.Streams = map[string]*streamInfo{}
+		}
+	}
+	r.mu.Lock()
+	r.devices = devices
+	r.mu.Unlock()
+	return nil
+}
+
+// DeviceInfo is what GET /v1/devices/{id} returns about a device.
+type DeviceInfo struct {
+	ID       string       `json:"id"`
+	LastSeen time.Time    `json:"last_seen"`
+	Online   bool         `json:"online"`
+	Status   string       `json:"status"` // "online", "offline" or "unknown"
+	Version  string       `json:"version,omitempty"`
+	Clock    ClockInfo    `json:"clock"`
+	Backlog  Backlog      `json:"backlog"`
+	Streams  []StreamInfo `json:"streams"`
+}
+
+// ClockInfo is the clock estimate the hub uses for a device.
+type ClockInfo struct {
+	OffsetNs      int64   `json:"offset_ns"`
+	UncertaintyNs int64   `json:"uncertainty_ns"`
+	DriftPPM      float64 `json:"drift_ppm"`
+	// Method is the TimeMethod name without its prefix: NTP, HUB_SYNC,
+	// REPAIRED, DEVICE, HUB_ESTIMATE or UNTRUSTED.
+	Method string `json:"method"`
+	// Source is "agent" (the agent's own estimate), "hub" (the hub's
+	// estimate from batch timing) or "none".
+	Source string `json:"source"`
+}
+
+// StreamInfo describes one stream of a device.
+type StreamInfo struct {
+	StreamID   string            `json:"stream_id"`
+	Applied    RangeSet          `json:"applied"`
+	Events     uint64            `json:"events"`
+	Batches    uint64            `json:"batches"`
+	Gaps       RangeSet          `json:"gaps"`
+	GapEvents  uint64            `json:"gap_events"`
+	GapReasons map[string]uint64 `json:"gap_reasons,omitempty"`
+	LastSeen   time.Time         `json:"last_seen"`
+}
+
+// info returns the API view of one device. Callers hold mu.
+func (d *deviceState) info(id string) DeviceInfo {
+	out := DeviceInfo{ID: id, LastSeen: time.Unix(0, d.LastSeenNs).UTC(), Online: d.Online, Version: d.Version, Backlog: d.Backlog, Status: "unknown", Clock: d.clockInfo()}
+	if d.StatusKnown {
+		out.Status = map[bool]string{true: "online", false: "offline"}[d.Online]
+	}
+	for sid, s := range d.Streams {
+		out.Streams = append(out.Streams, StreamInfo{
+			StreamID: sid, Applied: s.Applied.Clone(), Events: s.Applied.Count(), Batches: s.Batches,
+			Gaps: s.Gaps.Clone(), GapEvents: s.Gaps.Count(), GapReasons: cloneMap(s.GapReasons),
+			LastSeen: time.Unix(0, s.LastServerNs).UTC(),
+		})
+	}
+	sort.Slice(out.Streams, func(i, j int) bool { return out.Streams[i].StreamID < out.Streams[j].StreamID })
+	return out
+}
+
+// clockInfo picks the agent's estimate when it is trusted, else the hub's.
+func (d *deviceState) clockInfo() ClockInfo {
+	untrusted := int32(wirepb.TimeMethod_TIME_METHOD_UNTRUSTED)
+	pick, source := d.AgentClock, "agent"
+	if (pick == nil || pick.Method == untrusted) && d.HubClock != nil {
+		pick, source = d.HubClock, "hub"
+	}
+	if pick == nil {
+		return ClockInfo{Method: methodName(untrusted), Source: "none"}
+	}
+	return ClockInfo{OffsetNs: pick.OffsetNs, UncertaintyNs: pick.UncertaintyNs, DriftPPM: pick.DriftPPM, Method: methodName(pick.Method), Source: source}
+}
+
+// methodName is a TimeMethod's name without the TIME_METHOD_ prefix.
+func methodName(m int32) string {
+	name := wirepb.TimeMethod(m).String()
+	if len(name) > len("TIME_METHOD_") && name[:len("TIME_METHOD_")] == "TIME_METHOD_" {
+		return name[len("TIME_METHOD_"):]
+	}
+	return name
+}
+
+func cloneMap(m map[string]uint64) map[string]uint64 {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]uint64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// list returns every device, sorted by id.
+func (r *registry) list() []DeviceInfo {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]DeviceInfo, 0, len(r.devices))
+	for id, d := range r.devices {
+		out = append(out, d.info(id))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// get returns one device.
+func (r *registry) get(id string) (DeviceInfo, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	d, ok := r.devices[id]
+	if !ok {
+		return DeviceInfo{}, false
+	}
+	return d.info(id), true
+}
+
+// counts returns the number of devices and of those online.
+func (r *registry) counts() (all, online int) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, d := range r.devices {
+		if d.Online {
+			online++
+		}
+	}
+	return len(r.devices), online
+}

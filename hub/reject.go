@@ -1,0 +1,82 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+
+	"edgeflow/wire"
+)
+
+// Reason classifies why a batch was rejected. It is the label of the
+// rejection counter and the first word of the ack's reason text, so agents
+// and dashboards can branch on it.
+type Reason string
+
+// Rejection reasons.
+const (
+	ReasonMalformed      Reason = "malformed"           // not a valid frame or batch
+	ReasonTooLarge       Reason = "too_large"           // a size or count exceeds the limits
+	ReasonVersion        Reason = "unsupported_version" // unknown schema version
+	ReasonDeviceMismatch Reason = "device_mismatch"     // device in payload differs from the topic
+	ReasonStreamID       Reason = "bad_stream_id"       // stream id is not 16 bytes
+	ReasonNoEvents       Reason = "no_events"           // a batch must carry at least one event
+	ReasonFirstSeq       Reason = "bad_first_seq"       // first_seq is 0
+	ReasonSeqOverflow    Reason = "seq_overflow"        // first_seq + count overflows
+	ReasonSeqAhead       Reason = "seq_ahead"           // too far beyond what the stream has sent
+	ReasonFragmented     Reason = "too_fragmented"      // the stream's applied ranges would exceed the bound
+	ReasonTime           Reason = "bad_time"            // a timestamp is outside sane bounds
+	ReasonValue          Reason = "bad_value"           // NaN or infinite value
+	ReasonMetric         Reason = "bad_metric"          // empty metric name
+	ReasonMethod         Reason = "bad_method"          // unknown time method
+	ReasonGap            Reason = "bad_gap"             // a gap range is empty or inverted
+	ReasonInternal       Reason = "internal_error"      // the hub failed (a recovered panic)
+)
+
+// allReasons lists every Reason, so the counter shows zeros from the start.
+var allReasons = [...]Reason{
+	ReasonMalformed, ReasonTooLarge, ReasonVersion, ReasonDeviceMismatch, ReasonStreamID,
+	ReasonNoEvents, ReasonFirstSeq, ReasonSeqOverflow, ReasonSeqAhead, ReasonFragmented,
+	ReasonTime, ReasonValue, ReasonMetric, ReasonMethod, ReasonGap, ReasonInternal,
+}
+
+// Rejection is the error for a batch that the hub refuses; the agent gets
+// it as an ack with status REJECTED and AckReason() as the reason.
+type Rejection struct {
+	Reason Reason
+	Detail string
+}
+
+// Error returns the detail, so wrapping it adds context naturally.
+func (r *Rejection) Error() string { return r.Detail }
+
+// AckReason is the text sent to the agent: "reason: detail".
+func (r *Rejection) AckReason() string { return string(r.Reason) + ": " + r.Detail }
+
+// reject builds a *Rejection.
+func reject(reason Reason, format string, args ...any) error {
+	return &Rejection{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
+
+// malformed builds a ReasonMalformed rejection.
+func malformed(format string, args ...any) error {
+	return reject(ReasonMalformed, format, args...)
+}
+
+// asRejection classifies err: a *Rejection anywhere in the chain, or a wire
+// decode error, or else malformed.
+func asRejection(err error) *Rejection {
+	var r *Rejection
+	if errors.As(err, &r) {
+		if msg := err.Error(); msg != r.Detail {
+			return &Rejection{Reason: r.Reason, Detail: msg}
+		}
+		return r
+	}
+	switch {
+	case errors.Is(err, wire.ErrTooLarge):
+		return &Rejection{Reason: ReasonTooLarge, Detail: err.Error()}
+	case errors.Is(err, wire.ErrVersion):
+		return &Rejection{Reason: ReasonVersion, Detail: err.Error()}
+	}
+	return &Rejection{Reason: ReasonMalformed, Detail: err.Error()}
+}

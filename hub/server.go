@@ -1,0 +1,298 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Server is a hub: a transport to the fleet's broker, the ingest pipeline,
+// the log on Badger, the device registry, the consumers and the HTTP API.
+// Create it with New, then Run it (or Start and Shutdown).
+type Server struct {
+	opts   Options
+	log    *slog.Logger
+	m      *metrics
+	reg    *registry
+	app    *applier
+	st     *store
+	com    *committer
+	tr     Transport
+	views  sync.Pool
+	rejLog rateLog
+
+	workers     []chan inMsg
+	inMu        sync.RWMutex // write-locked to close the pipeline's inputs
+	inClosed    bool
+	timeSvc     atomic.Pointer[TimeRequestHandler]
+	applierReqs chan applierReq
+	lastCkpt    *checkpoint   // owned by whoever checkpoints (applier goroutine, then shutdown)
+	ckptPos     atomic.Uint64 // log position covered by the last checkpoint
+	ready       atomic.Bool
+	started     bool
+	fatal       chan error
+	done        chan struct{} // closed when background loops must stop
+	workersWG   sync.WaitGroup
+	pipeWG      sync.WaitGroup
+	loopsWG     sync.WaitGroup
+	applyDone   chan struct{}
+	httpSrv     *http.Server
+	httpLn      net.Listener
+	shutdown    sync.Once
+	shutErr     error
+
+	skipFinalCheckpoint bool // tests: make Shutdown look like a crash after the last sync
+}
+
+// New checks opts (after EnsureDefaults) and builds a Server; nothing is
+// opened or started until Start.
+func New(opts Options) (*Server, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkConsumerNames(opts.Consumers); err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, log: opts.Logger, reg: newRegistry(), applierReqs: make(chan applierReq),
+		fatal: make(chan error, 1), done: make(chan struct{}), applyDone: make(chan struct{})}
+	s.rejLog = rateLog{every: opts.RejectLogInterval, now: opts.Now}
+	s.views.New = func() any { return new(batchView) }
+	m, err := newMetrics(opts.Registerer, s.reg.counts)
+	if err != nil {
+		return nil, fmt.Errorf("register hub metrics: %w", err)
+	}
+	s.m = m
+	if err := s.defaultParts(); err != nil {
+		return nil, err
+	}
+	s.app = newApplier(s.reg, s.opts.Consumers, s.opts.ClockEstimator, s.opts.Limits)
+	s.app.onPanic = func(name string, r any) {
+		m.consumerPanics.Inc()
+		s.log.Error("recovered panic in consumer", "consumer", name, "panic", r)
+	}
+	s.SetTimeService(s.opts.TimeService)
+	return s, nil
+}
+
+// defaultParts creates the hub's clock estimator (DeviceClocks) and time
+// service (TimeService, answering through Publish) unless opts set them.
+func (s *Server) defaultParts() error {
+	if s.opts.ClockEstimator == nil {
+		dc, err := NewDeviceClocks(DeviceClocksOptions{})
+		if err != nil {
+			return err
+		}
+		s.opts.ClockEstimator = dc
+	}
+	if s.opts.TimeService == nil {
+		ts, err := NewTimeService(s.opts.Now, s.Publish, s.log)
+		if err != nil {
+			return err
+		}
+		s.opts.TimeService = ts
+	}
+	return nil
+}
+
+// checkConsumerNames rejects empty or repeated consumer names.
+func checkConsumerNames(cs []Consumer) error {
+	seen := map[string]bool{}
+	for i, c := range cs {
+		if c == nil || c.Name() == "" || seen[c.Name()] {
+			return fmt.Errorf("%w: Consumers[%d]: nil, unnamed or a repeated name", ErrInvalidOptions, i)
+		}
+		seen[c.Name()] = true
+	}
+	return nil
+}
+
+// SetTimeService sets the handler of time requests; it may be called while
+// the server runs (the time service needs the server's Publish).
+func (s *Server) SetTimeService(h TimeRequestHandler) { s.timeSvc.Store(&h) }
+
+// timeService returns the current time request handler or nil.
+func (s *Server) timeService() TimeRequestHandler {
+	if p := s.timeSvc.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Publish sends one message (QoS 1) through the server's transport, e.g. a
+// time response. It fails before Start.
+func (s *Server) Publish(topic string, payload []byte) error {
+	if s.tr == nil {
+		return errors.New("hub: not started")
+	}
+	return s.tr.Publish([]Message{{Topic: topic, Payload: payload}})
+}
+
+// Run starts the server, waits until ctx is done or the log fails, and
+// shuts down. It returns the log failure, if any, or the shutdown's error.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return errors.Join(err, s.Shutdown(context.Background()))
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-s.fatal:
+		s.log.Error("hub stopping: the log failed", "err", runErr)
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return errors.Join(runErr, s.Shutdown(shutCtx))
+}
+
+// Start serves HTTP, opens the store, recovers the state (checkpoint plus
+// replay), starts the pipeline and connects the transport. /readyz turns
+// ready once all of that is done and the broker connection is up.
+func (s *Server) Start(ctx context.Context) error {
+	if s.started {
+		return errors.New("hub: already started")
+	}
+	s.started = true
+	if err := s.startHTTP(); err != nil {
+		return err
+	}
+	st, err := openStore(s.opts.DataDir, !s.opts.NoSync, s.log)
+	if err != nil {
+		return err
+	}
+	s.st = st
+	if err := s.recoverState(ctx); err != nil {
+		return err
+	}
+	s.startPipeline()
+	if err := s.startTransport(); err != nil {
+		return err
+	}
+	s.startLoops()
+	s.ready.Store(true)
+	s.log.Info("hub started", "data_dir", s.opts.DataDir, "broker", s.brokerDesc(), "http", s.HTTPAddr(), "wal_position", s.com.nextSeq-1)
+	return nil
+}
+
+// brokerDesc describes the transport for logs.
+func (s *Server) brokerDesc() string {
+	if s.opts.MQTTURL != "" {
+		return s.opts.MQTTURL
+	}
+	return "embedded " + s.BrokerAddr()
+}
+
+// startPipeline starts the decode workers, the committer, the applier and
+// the ack publisher.
+func (s *Server) startPipeline() {
+	s.workers = make([]chan inMsg, s.opts.Workers)
+	for i := range s.workers {
+		s.workers[i] = make(chan inMsg, s.opts.QueueLen)
+		s.workersWG.Add(1)
+		go func(in <-chan inMsg) {
+			defer s.workersWG.Done()
+			s.decodeLoop(in)
+		}(s.workers[i])
+	}
+	s.pipeWG.Add(3)
+	go func() {
+		defer s.pipeWG.Done()
+		if err := s.com.run(); err != nil {
+			s.ready.Store(false)
+			select {
+			case s.fatal <- err:
+			default:
+			}
+		}
+	}()
+	go func() { defer s.pipeWG.Done(); defer close(s.applyDone); s.applyLoop() }()
+	go func() { defer s.pipeWG.Done(); s.ackLoop() }()
+}
+
+// startTransport creates the transport unless one was set, and starts it.
+func (s *Server) startTransport() error {
+	if s.tr == nil {
+		if s.opts.MQTTURL == "" {
+			tr, err := NewEmbeddedBroker(s.opts.MQTTListen, uint32(s.opts.Limits.MaxFrameBytes+64<<10), s.log)
+			if err != nil {
+				return err
+			}
+			s.tr = tr
+		} else {
+			s.tr = NewExternalBroker(ExternalOptions{URL: s.opts.MQTTURL, ClientID: s.opts.ClientID,
+				Username: s.opts.Username, Password: s.opts.Password, Group: s.opts.Group,
+				Timeout: s.opts.PublishTimeout, Logger: s.log})
+		}
+	}
+	return s.tr.Start(s.handle)
+}
+
+// BrokerAddr returns the embedded broker's listen address ("" otherwise).
+func (s *Server) BrokerAddr() string {
+	if b, ok := s.tr.(brokerAddr); ok {
+		return b.Addr()
+	}
+	return ""
+}
+
+// Ready reports whether recovery is done, the broker connection is up and
+// the server is not shutting down.
+func (s *Server) Ready() bool {
+	return s.ready.Load() && s.tr != nil && s.tr.Connected()
+}
+
+// Shutdown stops taking batches, lets the pipeline write, sync, apply and
+// ack what it holds, writes a checkpoint and closes the store and the
+// transport. The order is the one in the package doc.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutdown.Do(func() { s.shutErr = s.doShutdown(ctx) })
+	return s.shutErr
+}
+
+func (s *Server) doShutdown(ctx context.Context) error {
+	s.ready.Store(false)
+	var errs []error
+	if s.tr != nil {
+		s.tr.Pause()
+	}
+	s.closeInputs()
+	close(s.done)
+	s.loopsWG.Wait()
+	if s.st != nil {
+		if !s.skipFinalCheckpoint && s.com != nil {
+			errs = append(errs, s.checkpointNow())
+		}
+		errs = append(errs, s.st.close())
+	}
+	if s.tr != nil {
+		errs = append(errs, s.tr.Close())
+	}
+	if s.httpSrv != nil {
+		errs = append(errs, s.httpSrv.Shutdown(ctx))
+	}
+	s.log.Info("hub stopped")
+	return errors.Join(errs...)
+}
+
+// closeInputs closes the pipeline from its inputs down and waits until
+// every stage has finished.
+func (s *Server) closeInputs() {
+	s.inMu.Lock()
+	s.inClosed = true
+	s.inMu.Unlock()
+	if s.workers == nil {
+		return
+	}
+	for _, w := range s.workers {
+		close(w)
+	}
+	s.workersWG.Wait()
+	close(s.com.in)
+	s.pipeWG.Wait()
+}

@@ -1,0 +1,71 @@
+package hub
+
+import (
+	"context"
+	"log/slog"
+
+	"edgeflow/wire"
+)
+
+// Message is one outgoing MQTT message (QoS 1, not retained).
+type Message struct {
+	Topic   string
+	Payload []byte
+}
+
+// MessageHandler receives one incoming message. Transports may call it from
+// many goroutines at once; it may block to push back on a fast sender.
+type MessageHandler func(topic string, payload []byte)
+
+// Transport connects the hub to devices through an MQTT broker: the
+// embedded one (NewEmbeddedBroker) or an external one (NewExternalBroker).
+type Transport interface {
+	// Start subscribes to batches, status and time requests and delivers
+	// them to h until Pause or Close.
+	Start(h MessageHandler) error
+	// Publish sends msgs at QoS 1 and waits, bounded, until the broker has
+	// taken them.
+	Publish(msgs []Message) error
+	// Connected reports whether the broker connection is up.
+	Connected() bool
+	// Pause stops delivering messages to h; messages not delivered are left
+	// to the agents' redelivery (or to the broker's session).
+	Pause()
+	// Close disconnects and, for the embedded broker, stops it.
+	Close() error
+}
+
+// subscriptions are the topic filters the hub listens to. Batches and time
+// requests go through a shared subscription when group is set; statuses go
+// to every hub.
+func subscriptions(group string) (batches, status, timeReqs string) {
+	batches, status, timeReqs = wire.AllBatches, wire.AllStatus, wire.AllTimeReqs
+	if group != "" {
+		batches = "$share/" + group + "/" + batches
+		timeReqs = "$share/" + group + "/" + timeReqs
+	}
+	return batches, status, timeReqs
+}
+
+// minLevel wraps a slog.Handler to drop records below a level; the
+// brokers' per-connection info logs would flood the hub's log.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+// Enabled reports whether l is at least the minimum and the inner handler
+// takes it.
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.Handler.Enabled(ctx, l)
+}
+
+// WithAttrs keeps the minimum.
+func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(a), m.min}
+}
+
+// WithGroup keeps the minimum.
+func (m minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{m.Handler.WithGroup(name), m.min}
+}

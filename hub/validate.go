@@ -1,0 +1,107 @@
+package hub
+
+import (
+	"math"
+	"time"
+
+	"edgeflow/wire/wirepb"
+)
+
+// Sane bounds for trusted timestamps: 2000-01-01 to 2200-01-01 UTC.
+var (
+	minTimeNs = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	maxTimeNs = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+)
+
+// maxMethod is the largest TimeMethod this build knows.
+const maxMethod = wirepb.TimeMethod_TIME_METHOD_DEVICE
+
+// saneTime reports whether ns lies within the trusted bounds.
+func saneTime(ns int64) bool { return ns >= minTimeNs && ns < maxTimeNs }
+
+// validateBatch checks what can be checked without the stream's state.
+// topicDevice is the device named by the topic.
+func validateBatch(v *batchView, topicDevice string) error {
+	if string(v.device) != topicDevice {
+		return reject(ReasonDeviceMismatch, "payload device %q, topic device %q", v.device, topicDevice)
+	}
+	if len(v.streamID) != 16 {
+		return reject(ReasonStreamID, "stream id is %d bytes, want 16", len(v.streamID))
+	}
+	if len(v.events) == 0 {
+		return reject(ReasonNoEvents, "batch has no events")
+	}
+	if v.firstSeq == 0 {
+		return reject(ReasonFirstSeq, "first_seq is 0 (sequences start at 1)")
+	}
+	if v.firstSeq > math.MaxUint64-uint64(len(v.events)) {
+		return reject(ReasonSeqOverflow, "first_seq %d + %d events overflows", v.firstSeq, len(v.events))
+	}
+	if err := validateSendTime(v); err != nil {
+		return err
+	}
+	for i := range v.events {
+		if err := validateEvent(&v.events[i], i); err != nil {
+			return err
+		}
+	}
+	return validateGaps(v)
+}
+
+// lastSeq is the sequence number of the batch's last event.
+func (v *batchView) lastSeq() uint64 { return v.firstSeq + uint64(len(v.events)) - 1 }
+
+// validateSendTime bounds send_time when the agent says its clock is trusted.
+func validateSendTime(v *batchView) error {
+	if !v.hasClock {
+		return nil
+	}
+	if v.clock.method < 0 || v.clock.method > maxMethod {
+		return reject(ReasonMethod, "clock method %d unknown", v.clock.method)
+	}
+	if v.clock.method != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED && !saneTime(v.sendTimeNs) {
+		return reject(ReasonTime, "send_time %d outside [2000, 2200) with a %s clock", v.sendTimeNs, v.clock.method)
+	}
+	return nil
+}
+
+// validateEvent checks one event's value, metric and timestamps.
+func validateEvent(e *eventView, i int) error {
+	if math.IsNaN(e.value) || math.IsInf(e.value, 0) {
+		return reject(ReasonValue, "event %d: value %v", i, e.value)
+	}
+	if len(e.metric) == 0 {
+		return reject(ReasonMetric, "event %d: empty metric name", i)
+	}
+	if e.method < 0 || e.method > maxMethod {
+		return reject(ReasonMethod, "event %d: time method %d unknown", i, e.method)
+	}
+	if e.uncertaintyNs < 0 {
+		return reject(ReasonTime, "event %d: negative uncertainty %d", i, e.uncertaintyNs)
+	}
+	if e.method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
+		return nil
+	}
+	if !saneTime(e.deviceTimeNs) {
+		return reject(ReasonTime, "event %d: device_time %d outside [2000, 2200) with method %s", i, e.deviceTimeNs, e.method)
+	}
+	if e.offsetNs < -maxTimeNs || e.offsetNs > maxTimeNs || !saneTime(e.deviceTimeNs+e.offsetNs) {
+		return reject(ReasonTime, "event %d: corrected time %d + %d outside [2000, 2200)", i, e.deviceTimeNs, e.offsetNs)
+	}
+	return nil
+}
+
+// validateGaps checks the reported gaps: non-empty, ordered, and not
+// overlapping the events the batch carries.
+func validateGaps(v *batchView) error {
+	first, last := v.firstSeq, v.lastSeq()
+	for i, g := range v.gaps {
+		if g.first == 0 || g.first > g.last {
+			return reject(ReasonGap, "gap %d: [%d, %d] is empty or starts at 0", i, g.first, g.last)
+		}
+		if g.first <= last && g.last >= first {
+			return reject(ReasonGap, "gap %d: [%d, %d] overlaps the batch's events [%d, %d]", i, g.first, g.last, first, last)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,347 @@
+package hub
+
+import (
+	"fmt"
+	"math"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
+)
+
+// batchView is a parsed batch that points into the decompressed body
+// instead of copying it: parsing a batch of 1000 events costs no allocation
+// per event (wire.DecodeBatch costs about six). Its slices are reused from
+// batch to batch, so a view belongs to one pending batch at a time.
+type batchView struct {
+	device     []byte
+	streamID   []byte
+	firstSeq   uint64
+	sendTimeNs int64
+	hasBacklog bool
+	backlog    wirepb.Backlog
+	hasClock   bool
+	clock      clockView
+	gaps       []gapView
+	events     []eventView
+	tags       []tagView
+}
+
+// clockView is the agent's ClockEstimate.
+type clockView struct {
+	offsetNs, uncertaintyNs int64
+	driftPPM                float64
+	method                  wirepb.TimeMethod
+	sampledAtNs             int64
+}
+
+// gapView is one reported Gap.
+type gapView struct {
+	first, last uint64
+	reason      []byte
+}
+
+// eventView is one Event; its tags are view.tags[tagLo:tagHi].
+type eventView struct {
+	metric        []byte
+	value         float64
+	deviceTimeNs  int64
+	monoNs        int64
+	bootID        []byte
+	offsetNs      int64
+	uncertaintyNs int64
+	method        wirepb.TimeMethod
+	tagLo, tagHi  int32
+}
+
+// tagView is one Tag.
+type tagView struct{ key, value []byte }
+
+// reset empties v for reuse, keeping its slices' capacity.
+func (v *batchView) reset() {
+	*v = batchView{gaps: v.gaps[:0], events: v.events[:0], tags: v.tags[:0]}
+}
+
+// field is one decoded protobuf field: v for scalar types, b for bytes.
+type field struct {
+	num protowire.Number
+	typ protowire.Type
+	v   uint64
+	b   []byte
+}
+
+// nextField decodes the field at the start of b and returns the rest.
+func nextField(b []byte) (field, []byte, error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return field{}, nil, malformed("bad field tag: %v", protowire.ParseError(n))
+	}
+	b = b[n:]
+	f := field{num: num, typ: typ}
+	var m int
+	switch typ {
+	case protowire.VarintType:
+		f.v, m = protowire.ConsumeVarint(b)
+	case protowire.Fixed64Type:
+		f.v, m = protowire.ConsumeFixed64(b)
+	case protowire.Fixed32Type:
+		var v32 uint32
+		v32, m = protowire.ConsumeFixed32(b)
+		f.v = uint64(v32)
+	case protowire.BytesType:
+		f.b, m = protowire.ConsumeBytes(b)
+	default:
+		m = protowire.ConsumeFieldValue(num, typ, b)
+	}
+	if m < 0 {
+		return field{}, nil, malformed("field %d: %v", num, protowire.ParseError(m))
+	}
+	return f, b[m:], nil
+}
+
+// expect checks a known field's wire type.
+func (f field) expect(typ protowire.Type, what string) error {
+	if f.typ != typ {
+		return malformed("%s has wire type %d, want %d", what, f.typ, typ)
+	}
+	return nil
+}
+
+// str checks a string field: bounded and valid UTF-8, as proto3 requires.
+func (f field) str(what string, maxLen int) ([]byte, error) {
+	if err := f.expect(protowire.BytesType, what); err != nil {
+		return nil, err
+	}
+	if len(f.b) > maxLen {
+		return nil, reject(ReasonTooLarge, "%s is %d bytes, limit %d", what, len(f.b), maxLen)
+	}
+	if !utf8.Valid(f.b) {
+		return nil, malformed("%s is not valid UTF-8", what)
+	}
+	return f.b, nil
+}
+
+// parseBatchView fills v from a decompressed batch body, bounding counts
+// and sizes by lim (whose fields must all be set).
+func parseBatchView(v *batchView, body []byte, lim wire.Limits) error {
+	v.reset()
+	for len(body) > 0 {
+		f, rest, err := nextField(body)
+		if err != nil {
+			return err
+		}
+		body = rest
+		if err := v.batchField(f, lim); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batchField stores one top-level Batch field.
+func (v *batchView) batchField(f field, lim wire.Limits) error {
+	var err error
+	switch f.num {
+	case 1:
+		v.device, err = f.str("device id", lim.MaxStringBytes)
+	case 2:
+		err = f.expect(protowire.BytesType, "stream id")
+		v.streamID = f.b
+	case 3:
+		err = f.expect(protowire.VarintType, "first_seq")
+		v.firstSeq = f.v
+	case 4:
+		if err = f.expect(protowire.BytesType, "event"); err == nil {
+			err = v.addEvent(f.b, lim)
+		}
+	case 5:
+		err = f.expect(protowire.VarintType, "send_time")
+		v.sendTimeNs = int64(f.v)
+	case 6:
+		if err = f.expect(protowire.BytesType, "gap"); err == nil {
+			err = v.addGap(f.b, lim)
+		}
+	case 7:
+		if err = f.expect(protowire.BytesType, "backlog"); err == nil {
+			v.hasBacklog = true
+			err = parseBacklog(&v.backlog, f.b)
+		}
+	case 8:
+		if err = f.expect(protowire.BytesType, "clock"); err == nil {
+			v.hasClock = true
+			err = parseClock(&v.clock, f.b)
+		}
+	}
+	return err
+}
+
+// addEvent parses one Event and appends it.
+func (v *batchView) addEvent(b []byte, lim wire.Limits) error {
+	if len(v.events) >= lim.MaxEvents {
+		return reject(ReasonTooLarge, "more than %d events in one batch", lim.MaxEvents)
+	}
+	e := eventView{tagLo: int32(len(v.tags))}
+	for len(b) > 0 {
+		f, rest, err := nextField(b)
+		if err != nil {
+			return fmt.Errorf("event %d: %w", len(v.events), err)
+		}
+		b = rest
+		if err := v.eventField(&e, f, lim); err != nil {
+			return fmt.Errorf("event %d: %w", len(v.events), err)
+		}
+	}
+	e.tagHi = int32(len(v.tags))
+	v.events = append(v.events, e)
+	return nil
+}
+
+// eventField stores one Event field.
+func (v *batchView) eventField(e *eventView, f field, lim wire.Limits) error {
+	var err error
+	switch f.num {
+	case 1:
+		e.metric, err = f.str("metric name", lim.MaxStringBytes)
+	case 2:
+		err = f.expect(protowire.Fixed64Type, "value")
+		e.value = math.Float64frombits(f.v)
+	case 3:
+		if err = f.expect(protowire.BytesType, "tag"); err == nil {
+			err = v.addTag(e, f.b, lim)
+		}
+	case 4:
+		err = f.expect(protowire.VarintType, "device_time")
+		e.deviceTimeNs = int64(f.v)
+	case 5:
+		err = f.expect(protowire.VarintType, "mono")
+		e.monoNs = int64(f.v)
+	case 6:
+		e.bootID, err = f.str("boot id", lim.MaxStringBytes)
+	case 7:
+		err = f.expect(protowire.VarintType, "offset")
+		e.offsetNs = int64(f.v)
+	case 8:
+		err = f.expect(protowire.VarintType, "uncertainty")
+		e.uncertaintyNs = int64(f.v)
+	case 9:
+		err = f.expect(protowire.VarintType, "method")
+		e.method = wirepb.TimeMethod(int32(f.v))
+	}
+	return err
+}
+
+// addTag parses one Tag of e.
+func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
+	if len(v.tags)-int(e.tagLo) >= lim.MaxTags {
+		return reject(ReasonTooLarge, "more than %d tags on one event", lim.MaxTags)
+	}
+	var t tagView
+	for len(b) > 0 {
+		f, rest, err := nextField(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		switch f.num {
+		case 1:
+			t.key, err = f.str("tag key", lim.MaxStringBytes)
+		case 2:
+			t.value, err = f.str("tag value", lim.MaxStringBytes)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	v.tags = append(v.tags, t)
+	return nil
+}
+
+// addGap parses one Gap and appends it.
+func (v *batchView) addGap(b []byte, lim wire.Limits) error {
+	if len(v.gaps) >= lim.MaxGaps {
+		return reject(ReasonTooLarge, "more than %d gaps in one batch", lim.MaxGaps)
+	}
+	var g gapView
+	for len(b) > 0 {
+		f, rest, err := nextField(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		switch f.num {
+		case 1:
+			err = f.expect(protowire.VarintType, "gap first_seq")
+			g.first = f.v
+		case 2:
+			err = f.expect(protowire.VarintType, "gap last_seq")
+			g.last = f.v
+		case 3:
+			g.reason, err = f.str("gap reason", lim.MaxStringBytes)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	v.gaps = append(v.gaps, g)
+	return nil
+}
+
+// parseBacklog merges a Backlog message into bl.
+func parseBacklog(bl *wirepb.Backlog, b []byte) error {
+	for len(b) > 0 {
+		f, rest, err := nextField(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		switch f.num {
+		case 1:
+			err = f.expect(protowire.VarintType, "backlog events")
+			bl.Events = f.v
+		case 2:
+			err = f.expect(protowire.VarintType, "backlog bytes")
+			bl.Bytes = f.v
+		case 3:
+			err = f.expect(protowire.VarintType, "backlog oldest")
+			bl.OldestNs = int64(f.v)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseClock merges a ClockEstimate message into c.
+func parseClock(c *clockView, b []byte) error {
+	for len(b) > 0 {
+		f, rest, err := nextField(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		switch f.num {
+		case 1:
+			err = f.expect(protowire.VarintType, "clock offset")
+			c.offsetNs = int64(f.v)
+		case 2:
+			err = f.expect(protowire.VarintType, "clock uncertainty")
+			c.uncertaintyNs = int64(f.v)
+		case 3:
+			err = f.expect(protowire.Fixed64Type, "clock drift")
+			c.driftPPM = math.Float64frombits(f.v)
+		case 4:
+			err = f.expect(protowire.VarintType, "clock method")
+			c.method = wirepb.TimeMethod(int32(f.v))
+		case 5:
+			err = f.expect(protowire.VarintType, "clock sampled_at")
+			c.sampledAtNs = int64(f.v)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+package hub
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
+)
+
+// randomBatch builds a batch with random content, valid or not.
+func randomBatch(rng *rand.Rand) *wirepb.Batch {
+	sid := wire.NewStreamID()
+	b := makeBatch("dev-r", sid, 1+rng.Uint64N(1000), 1+rng.IntN(50))
+	for _, e := range b.Events {
+		e.Method = wirepb.TimeMethod(rng.IntN(6))
+		e.Value = rng.NormFloat64()
+		for j := rng.IntN(4); j > 0; j-- {
+			e.Tags = append(e.Tags, &wirepb.Tag{Key: "k", Value: string(rune('a' + rng.IntN(26)))})
+		}
+	}
+	if rng.IntN(2) == 0 {
+		b.Gaps = append(b.Gaps, &wirepb.Gap{FirstSeq: b.FirstSeq + 100, LastSeq: b.FirstSeq + 200, Reason: "max_bytes"})
+	}
+	if rng.IntN(3) == 0 {
+		b.Clock = nil
+	}
+	return b
+}
+
+// TestBatchViewMatchesWire checks the zero-copy parser against
+// wire.DecodeBatch on the same payloads.
+func TestBatchViewMatchesWire(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	lim := limitsWithDefaults(wire.Limits{})
+	for i := 0; i < 300; i++ {
+		payload := encodeBatch(t, randomBatch(rng))
+		want, err := wire.DecodeBatch(payload, wire.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := wire.Unframe(wire.MsgBatch, payload, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v batchView
+		if err := parseBatchView(&v, body, lim); err != nil {
+			t.Fatal(err)
+		}
+		compareView(t, &v, want)
+	}
+}
+
+func compareView(t *testing.T, v *batchView, w *wirepb.Batch) {
+	t.Helper()
+	if string(v.device) != w.DeviceId || string(v.streamID) != string(w.StreamId) || v.firstSeq != w.FirstSeq ||
+		v.sendTimeNs != w.SendTimeNs || len(v.events) != len(w.Events) || len(v.gaps) != len(w.Gaps) ||
+		v.hasClock != (w.Clock != nil) || v.hasBacklog != (w.Backlog != nil) {
+		t.Fatalf("header differs: view %+v", v)
+	}
+	if w.Clock != nil && (v.clock.offsetNs != w.Clock.OffsetNs || v.clock.method != w.Clock.Method) {
+		t.Fatalf("clock differs")
+	}
+	for i, e := range w.Events {
+		g := v.events[i]
+		if string(g.metric) != e.Metric || g.value != e.Value || g.deviceTimeNs != e.DeviceTimeNs || g.monoNs != e.MonoNs ||
+			string(g.bootID) != e.BootId || g.offsetNs != e.OffsetNs || g.uncertaintyNs != e.UncertaintyNs ||
+			g.method != e.Method || int(g.tagHi-g.tagLo) != len(e.Tags) {
+			t.Fatalf("event %d differs: %+v vs %v", i, g, e)
+		}
+		for j, tg := range e.Tags {
+			vt := v.tags[int(g.tagLo)+j]
+			if string(vt.key) != tg.Key || string(vt.value) != tg.Value {
+				t.Fatalf("event %d tag %d differs", i, j)
+			}
+		}
+	}
+	for i, g := range w.Gaps {
+		if v.gaps[i].first != g.FirstSeq || v.gaps[i].last != g.LastSeq || string(v.gaps[i].reason) != g.Reason {
+			t.Fatalf("gap %d differs", i)
+		}
+	}
+}
+
+func TestValidateBatch(t *testing.T) {
+	sid := wire.NewStreamID()
+	tests := []struct {
+		name   string
+		topic  string
+		mutate func(b *wirepb.Batch)
+		want   Reason
+	}{
+		{"ok", "d1", func(*wirepb.Batch) {}, ""},
+		{"device mismatch", "d2", func(*wirepb.Batch) {}, ReasonDeviceMismatch},
+		{"short stream id", "d1", func(b *wirepb.Batch) { b.StreamId = b.StreamId[:8] }, ReasonStreamID},
+		{"no events", "d1", func(b *wirepb.Batch) { b.Events = nil }, ReasonNoEvents},
+		{"first seq 0", "d1", func(b *wirepb.Batch) { b.FirstSeq = 0 }, ReasonFirstSeq},
+		{"overflow", "d1", func(b *wirepb.Batch) { b.FirstSeq = math.MaxUint64 - 1 }, ReasonSeqOverflow},
+		{"NaN", "d1", func(b *wirepb.Batch) { b.Events[1].Value = math.NaN() }, ReasonValue},
+		{"Inf", "d1", func(b *wirepb.Batch) { b.Events[1].Value = math.Inf(-1) }, ReasonValue},
+		{"empty metric", "d1", func(b *wirepb.Batch) { b.Events[2].Metric = "" }, ReasonMetric},
+		{"1970 trusted", "d1", func(b *wirepb.Batch) { b.Events[0].DeviceTimeNs = 5 }, ReasonTime},
+		{"1970 untrusted ok", "d1", func(b *wirepb.Batch) {
+			b.Events[0].DeviceTimeNs, b.Events[0].Method = 5, wirepb.TimeMethod_TIME_METHOD_UNTRUSTED
+		}, ""},
+		{"huge offset", "d1", func(b *wirepb.Batch) { b.Events[0].OffsetNs = math.MaxInt64 }, ReasonTime},
+		{"negative uncertainty", "d1", func(b *wirepb.Batch) { b.Events[0].UncertaintyNs = -1 }, ReasonTime},
+		{"send time 2300", "d1", func(b *wirepb.Batch) { b.SendTimeNs = math.MaxInt64 }, ReasonTime},
+		{"unknown method", "d1", func(b *wirepb.Batch) { b.Events[0].Method = 42 }, ReasonMethod},
+		{"inverted gap", "d1", func(b *wirepb.Batch) { b.Gaps = []*wirepb.Gap{{FirstSeq: 9, LastSeq: 8}} }, ReasonGap},
+		{"gap over events", "d1", func(b *wirepb.Batch) { b.Gaps = []*wirepb.Gap{{FirstSeq: 1, LastSeq: 12}} }, ReasonGap},
+	}
+	lim := limitsWithDefaults(wire.Limits{})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := makeBatch("d1", sid, 10, 5)
+			tt.mutate(b)
+			body, err := wire.Unframe(wire.MsgBatch, encodeBatch(t, b), lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v batchView
+			if err = parseBatchView(&v, body, lim); err == nil {
+				err = validateBatch(&v, tt.topic)
+			}
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected rejection: %v", err)
+				}
+				return
+			}
+			if r := asRejection(err); err == nil || r.Reason != tt.want {
+				t.Fatalf("got %v, want %s", err, tt.want)
+			}
+		})
+	}
+}
+
+// syncPath is the hub's message path run synchronously on real parts (a
+// Server's decode, the committer on a real store, the applier), for the
+// fuzz target.
+type syncPath struct {
+	s *Server
+}
+
+func newSyncPath(t testing.TB) *syncPath {
+	o := testOptions(t, t.TempDir())
+	o.NoSync, o.Consumers = true, []Consumer{newCountingConsumer()}
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.st, err = openStore(o.DataDir, false, s.log); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.st.close() })
+	if err := s.recoverState(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return &syncPath{s: s}
+}
+
+// handle runs one message through decode, commit, ack and apply, and the
+// logged entry through the replay decoder. It returns the ack, or an error
+// for a message that cannot be answered (bad topic).
+func (p *syncPath) handle(topic string, payload []byte) (*wirepb.Ack, error) {
+	s := p.s
+	device, kind, err := wire.ParseTopic(topic)
+	if err != nil {
+		return nil, err
+	}
+	if kind != wire.KindBatch {
+		s.handle(topic, payload) // statuses etc.: must not panic
+		select {
+		case pd := <-s.com.in:
+			if err := s.com.commit([]*pending{pd}); err != nil {
+				return nil, err
+			}
+			return nil, s.app.applyEntry(&pd.entry, nil)
+		default:
+			return nil, nil
+		}
+	}
+	pd := s.decode(inMsg{device, payload, baseTimeNs})
+	if err := s.com.commit([]*pending{pd}); err != nil {
+		return nil, err
+	}
+	m, ok := s.ackMessage(pd)
+	if !ok {
+		return nil, nil
+	}
+	ack, err := wire.DecodeAck(m.Payload, wire.Limits{})
+	if err != nil {
+		return nil, err
+	}
+	if pd.accepted {
+		if err := s.app.applyEntry(&pd.entry, pd.view); err != nil {
+			return nil, err
+		}
+		e, err := decodeWALEntry(pd.entry.seq, pd.entry.encode())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.app.parseStored(e); err != nil {
+			return nil, err
+		}
+	}
+	return ack, nil
+}
+
+// FuzzHandleBatch feeds arbitrary bytes on arbitrary topics through the
+// batch path: it must never panic and must answer every batch topic with
+// an ack (or an error for an unusable topic).
+func FuzzHandleBatch(f *testing.F) {
+	sid := wire.NewStreamID()
+	good := makeBatch("d1", sid, 1, 3)
+	big := makeBatch("d1", sid, 100, 400) // compressed frame
+	f.Add("edge/v1/d1/batch", encodeBatch(f, good))
+	f.Add("edge/v1/d1/batch", encodeBatch(f, big))
+	f.Add("edge/v1/d2/batch", encodeBatch(f, good))
+	f.Add("edge/v1/d1/status", []byte{0xE7, 1, 0, 5})
+	f.Add("edge/v1/d1/batch", []byte{0xE7, 1, 1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add("nope", []byte("x"))
+	p := newSyncPath(f)
+	f.Fuzz(func(t *testing.T, topic string, payload []byte) {
+		ack, err := p.handle(topic, payload)
+		if n := counterValue(t, p.s.m.panics); n != 0 {
+			t.Fatalf("recovered %v panics", n)
+		}
+		_, kind, terr := wire.ParseTopic(topic)
+		if terr == nil && kind == wire.KindBatch && err == nil && ack == nil {
+			t.Fatalf("batch topic answered with neither an ack nor an error")
+		}
+		if ack != nil && ack.Status == wirepb.AckStatus_ACK_STATUS_REJECTED && ack.Reason == "" {
+			t.Fatalf("rejection without a reason")
+		}
+	})
+}
+
+// counterValue reads a counter.
+func counterValue(t testing.TB, c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
