@@ -19,7 +19,9 @@ type Range struct{ First, Last uint64 }
 // Len is the number of sequence numbers in r.
 func (r Range) Len() uint64 { return r.Last - r.First + 1 }
 
-// Record is one stored record and its sequence number.
+// Record is one stored record and its sequence number. Data is the
+// caller's to keep; it may share a backing array with other records of the
+// same read, capped so appending to it never overwrites a neighbour.
 type Record struct {
 	Seq  uint64
 	Data []byte
@@ -244,6 +246,9 @@ func (st *Stream) ReadFrom(seq uint64, maxEvents, maxBytes int) ([]Record, error
 			}
 			full := false
 			err := it.Item().Value(func(v []byte) error {
+				// One copy per block; records are slices of it, so a read
+				// costs one allocation per block, not one per record.
+				v = append([]byte(nil), v...)
 				br, err := openBlock(v, b.lastSeq)
 				if err != nil {
 					st.s.opts.Logger.Error("buffer: dropping corrupt block", "dir", st.s.dir, "stream", st.name, "first", prevLast+1, "last", b.lastSeq, "err", err)
@@ -265,7 +270,7 @@ func (st *Stream) ReadFrom(seq uint64, maxEvents, maxBytes int) ([]Record, error
 						full = true
 						return nil
 					}
-					out = append(out, Record{Seq: s, Data: append([]byte(nil), rec...)})
+					out = append(out, Record{Seq: s, Data: rec[:len(rec):len(rec)]})
 					size += len(rec)
 				}
 			})
