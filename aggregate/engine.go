@@ -1,0 +1,306 @@
+package aggregate
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Engine is the event-time engine. Apply is called by one goroutine (the
+// hub's applier); Query, ReadStream, LateEvents, Stats and Snapshot may be
+// called concurrently with it.
+type Engine struct {
+	mu       sync.RWMutex
+	opt      Options
+	res      int64 // resolution, ns
+	sks      *sketches
+	windows  []configured
+	series   *seriesTable
+	streams  []stream
+	streamIx map[streamKey]uint32
+	clk      clockState
+	applies  uint64 // Apply calls so far; numbers late marks
+	stats    counters
+	merged   mergedStream
+	lateLog  ring[lateRec]
+	notes    notifier
+	subs     subscribers
+}
+
+// counters are the engine's monotonic counts (see Stats).
+type counters struct {
+	events, untrusted, invalid, late, tooLate, future uint64
+	seriesDropped, replaySkipped, forced, storeErrors uint64
+	evicted, reloaded                                 uint64
+}
+
+// New returns an engine with opt (defaults filled in, then validated).
+func New(opt Options) (*Engine, error) {
+	opt.EnsureDefaults()
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	sks, err := newSketches(opt.SketchAccuracy, opt.SketchMaxBins)
+	if err != nil {
+		return nil, optErr("sketch_accuracy", "%v", err)
+	}
+	e := &Engine{
+		opt: opt, res: int64(opt.Resolution), sks: sks,
+		series:   newSeriesTable(opt.TagKeys, opt.MaxSeries, opt.MaxTagsPerEvent),
+		streamIx: map[streamKey]uint32{},
+		clk:      newClockState(),
+		lateLog:  newRing[lateRec](opt.LateLogSize),
+	}
+	e.windows = configuredWindows(opt)
+	if !opt.DisableMergedStream {
+		e.merged = newMergedStream(opt.StreamBuffer)
+	}
+	return e, nil
+}
+
+// Options returns the engine's options with defaults filled in.
+func (e *Engine) Options() Options { return e.opt }
+
+// Apply applies one batch. Events of a new series beyond MaxSeries are
+// dropped and reported with an error wrapping ErrSeriesLimit; the rest of
+// the batch is applied regardless. Untrusted, non-finite and too-late
+// events are counted (see Stats), not errors.
+func (e *Engine) Apply(b *Batch) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.applies++
+	e.clk.advance(b.ServerTime)
+	si := e.streamFor(b.Device, b.Stream)
+	e.streams[si].backlog = b.Backlog
+	dropped := e.applyEvents(b, si)
+	e.maybeRecompute(false)
+	e.flushNotes()
+	if dropped > 0 {
+		return fmt.Errorf("%w: %d events of new series from device %q dropped (max_series=%d)",
+			ErrSeriesLimit, dropped, b.Device, e.opt.MaxSeries)
+	}
+	return nil
+}
+
+// Tick advances processing time to the injected clock's now and
+// recomputes the hub watermark, so idle streams are released (and windows
+// finalised) even when no batch arrives.
+func (e *Engine) Tick() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.clk.advance(e.opt.Clock().UnixNano())
+	e.maybeRecompute(true)
+	e.flushNotes()
+}
+
+// limits are the bucket thresholds of one Apply: buckets below late are
+// in final windows, below tooLate beyond the late horizon.
+type limits struct {
+	late, tooLate int64
+	wm            int64
+}
+
+func (e *Engine) limits() limits {
+	if !e.clk.hasFinal {
+		return limits{late: math.MinInt64, tooLate: math.MinInt64, wm: math.MinInt64}
+	}
+	base := e.clk.final - int64(e.opt.AllowedLateness)
+	return limits{
+		late:    floorDiv(base, e.res),
+		tooLate: floorDiv(base-int64(e.opt.LateHorizon), e.res),
+		wm:      e.clk.final,
+	}
+}
+
+// applyEvents is the hot path: one series lookup per change of series,
+// one partial lookup per event (O(1) for the newest bucket), no
+// allocation unless a series or bucket is new.
+func (e *Engine) applyEvents(b *Batch, si uint32) (dropped int) {
+	st := &e.streams[si]
+	lim := e.limits()
+	devHash := e.series.deviceHash(b.Device)
+	capT := satAdd(b.ServerTime, int64(e.opt.MaxFutureSkew))
+	var prev *Event
+	var id uint32
+	for i := range b.Events {
+		ev := &b.Events[i]
+		if !e.admit(ev) {
+			continue
+		}
+		bk := floorDiv(ev.Time, e.res)
+		if bk < lim.tooLate {
+			e.logTooLate(b, si, ev, lim.wm)
+			continue
+		}
+		if prev == nil || ev.Metric != prev.Metric || !sameTags(ev.Tags, prev.Tags) {
+			var ok bool
+			if id, ok = e.series.lookup(devHash, b.Device, ev.Metric, ev.Tags); !ok {
+				dropped++
+				e.stats.seriesDropped++
+				prev = nil
+				continue
+			}
+			prev = ev
+		}
+		e.addEvent(id, bk, ev, si, b.Seq, lim)
+		e.advanceStream(st, ev.Time, capT)
+		if e.merged.enabled {
+			e.merged.add(e, ev, id, si)
+		}
+	}
+	if len(b.Events) > 0 {
+		st.lastArrival = max(st.lastArrival, b.ServerTime)
+	}
+	return dropped
+}
+
+// admit counts and rejects untrusted and non-finite events.
+func (e *Engine) admit(ev *Event) bool {
+	switch {
+	case ev.Untrusted:
+		e.stats.untrusted++
+		return false
+	case math.IsNaN(ev.Value) || math.IsInf(ev.Value, 0):
+		e.stats.invalid++
+		return false
+	}
+	return true
+}
+
+// addEvent merges one event into its partial.
+func (e *Engine) addEvent(id uint32, bk int64, ev *Event, si uint32, batchSeq uint64, lim limits) {
+	p := e.partialFor(id, bk)
+	if batchSeq != 0 && batchSeq <= p.guard {
+		e.stats.replaySkipped++ // already in the partial reloaded from the store
+		return
+	}
+	p.observe(ev.Value, ev.Time)
+	_ = p.sk.Add(ev.Value) // finite values beyond the mapping's range are only left out of quantiles
+	if ev.Time > p.lastT || (ev.Time == p.lastT && e.lastLess(lastKey{p.lastT, p.lastStream, p.lastSeq}, lastKey{ev.Time, si, ev.Seq})) {
+		p.lastT, p.lastV, p.lastStream, p.lastSeq = ev.Time, ev.Value, si, ev.Seq
+	}
+	p.seq = max(p.seq, batchSeq)
+	e.stats.events++
+	if bk < lim.late {
+		p.addLate(lim.wm, e.applies)
+		e.stats.late++
+		e.notes.revised(e.series.list[id].metric, bk)
+	}
+}
+
+// partialFor returns the live partial of series id for bucket bk,
+// creating it (or reloading it from the store) when needed. The pointer
+// is valid until the series' partials change.
+func (e *Engine) partialFor(id uint32, bk int64) *partial {
+	s := &e.series.list[id]
+	n := len(s.parts)
+	if n > 0 && s.parts[n-1].bucket == bk {
+		return &s.parts[n-1]
+	}
+	if n == 0 || s.parts[n-1].bucket < bk {
+		s.parts = append(s.parts, partial{})
+		p := &s.parts[n]
+		p.reset(bk)
+		p.sk = e.sks.get()
+		return p
+	}
+	return e.olderPartial(id, s, bk)
+}
+
+// olderPartial finds or inserts a partial before the newest one.
+func (e *Engine) olderPartial(id uint32, s *series, bk int64) *partial {
+	i, found := searchParts(s.parts, bk)
+	if found {
+		return &s.parts[i]
+	}
+	var p partial
+	if !e.reload(id, s, bk, &p) {
+		p.reset(bk)
+		p.sk = e.sks.get()
+	}
+	s.parts = insertPart(s.parts, i, p)
+	return &s.parts[i]
+}
+
+// reload reads an evicted partial back from the store; its guard makes
+// replayed batches that it already includes skip it.
+func (e *Engine) reload(id uint32, s *series, bk int64, p *partial) bool {
+	if !s.stored || bk > s.storedMax {
+		return false
+	}
+	data, ok, err := e.opt.Store.Get(id, bk)
+	if err != nil {
+		e.stats.storeErrors++
+		return false
+	}
+	if !ok {
+		return false
+	}
+	d := decoder{b: data}
+	decodePartial(&d, e.sks, p, true)
+	if d.err != nil {
+		e.stats.storeErrors++
+		return false
+	}
+	p.guard = p.seq
+	e.stats.reloaded++
+	return true
+}
+
+func searchParts(parts []partial, bk int64) (int, bool) {
+	lo, hi := 0, len(parts)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if parts[m].bucket < bk {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, lo < len(parts) && parts[lo].bucket == bk
+}
+
+func insertPart(parts []partial, i int, p partial) []partial {
+	parts = append(parts, partial{})
+	copy(parts[i+1:], parts[i:])
+	parts[i] = p
+	return parts
+}
+
+// lastLess orders "last value" candidates: event time, then stream
+// identity (device, stream id), then sequence.
+func (e *Engine) lastLess(a, b lastKey) bool {
+	if a.t != b.t {
+		return a.t < b.t
+	}
+	if a.stream != b.stream {
+		sa, sb := &e.streams[a.stream], &e.streams[b.stream]
+		if sa.device != sb.device {
+			return sa.device < sb.device
+		}
+		return string(sa.id[:]) < string(sb.id[:])
+	}
+	return a.seq < b.seq
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+// satAdd adds without overflowing.
+func satAdd(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	if b < 0 && a < math.MinInt64-b {
+		return math.MinInt64
+	}
+	return a + b
+}
+
+func ts(ns int64) time.Time { return time.Unix(0, ns).UTC() }

@@ -1,0 +1,222 @@
+package aggregate
+
+import (
+	"fmt"
+	"time"
+)
+
+// Options configure an Engine. The zero value of every field means its
+// default; EnsureDefaults fills them in and Validate reports the first bad
+// field by its YAML name.
+type Options struct {
+	// Resolution is the base bucket width of partials; every window size,
+	// slide and session gap is a multiple of it. Default 10s.
+	Resolution time.Duration `yaml:"resolution" mapstructure:"resolution"`
+	// AllowedLateness is how far the hub watermark must pass a window's end
+	// before the window is final. Default 0.
+	AllowedLateness time.Duration `yaml:"allowed_lateness" mapstructure:"allowed_lateness"`
+	// LateHorizon is how long after becoming final a window still accepts
+	// late events (bumping its revision); older events go to the late log.
+	// Default 72h.
+	LateHorizon time.Duration `yaml:"late_horizon" mapstructure:"late_horizon"`
+	// IdleTimeout is the processing time without events after which a
+	// stream stops holding the hub watermark back. Default 1m.
+	IdleTimeout time.Duration `yaml:"idle_timeout" mapstructure:"idle_timeout"`
+	// MaxFutureSkew caps a stream's watermark at its batch's server time
+	// plus this much; events beyond it are counted as future-stamped but
+	// still aggregated. Default 1m.
+	MaxFutureSkew time.Duration `yaml:"max_future_skew" mapstructure:"max_future_skew"`
+	// WatermarkInterval is the processing time between hub watermark
+	// recomputations (each costs one pass over the streams); 1ns means
+	// every Apply. Default 100ms.
+	WatermarkInterval time.Duration `yaml:"watermark_interval" mapstructure:"watermark_interval"`
+	// EvictAfter is how long after becoming final a partial stays live in
+	// memory before it is encoded into Store. Default 1h.
+	EvictAfter time.Duration `yaml:"evict_after" mapstructure:"evict_after"`
+	// MaxSessionSpan bounds how far a query scans past its range to close
+	// a session; longer sessions are cut. Default 24h.
+	MaxSessionSpan time.Duration `yaml:"max_session_span" mapstructure:"max_session_span"`
+	// Windows are the configured windows: queryable by name and announced
+	// to subscribers when final or revised.
+	Windows []WindowConfig `yaml:"windows" mapstructure:"windows"`
+	// TagKeys are the tag keys that identify a series and may be grouped
+	// by; other tags are ignored. Empty keeps every tag.
+	TagKeys []string `yaml:"tag_keys" mapstructure:"tag_keys"`
+	// MaxSeries caps the distinct series (metric, device, tag set); events
+	// of new series beyond it are dropped and counted. Default 1,000,000.
+	MaxSeries int `yaml:"max_series" mapstructure:"max_series"`
+	// MaxTagsPerEvent caps the tags kept per series. Default 32.
+	MaxTagsPerEvent int `yaml:"max_tags_per_event" mapstructure:"max_tags_per_event"`
+	// SketchAccuracy is the quantile sketches' relative accuracy: a
+	// reported quantile q is within SketchAccuracy*|x| of a true value x
+	// at that rank. Default 0.01.
+	SketchAccuracy float64 `yaml:"sketch_accuracy" mapstructure:"sketch_accuracy"`
+	// SketchMaxBins bounds a sketch's bins (per sign); beyond it the
+	// lowest bins collapse. Default 2048.
+	SketchMaxBins int `yaml:"sketch_max_bins" mapstructure:"sketch_max_bins"`
+	// MaxQueryResults caps the windows one query returns. Default 100,000.
+	MaxQueryResults int `yaml:"max_query_results" mapstructure:"max_query_results"`
+	// MaxQueryPartials caps the partials one query reads. Default 20,000,000.
+	MaxQueryPartials int `yaml:"max_query_partials" mapstructure:"max_query_partials"`
+	// DisableMergedStream turns the merged event stream off (it costs
+	// about 40 bytes per pending event and a sort per release).
+	DisableMergedStream bool `yaml:"disable_merged_stream" mapstructure:"disable_merged_stream"`
+	// StreamBuffer is how many released events of the merged stream are
+	// kept for consumers to read or resume from. Default 65,536.
+	StreamBuffer int `yaml:"stream_buffer" mapstructure:"stream_buffer"`
+	// MaxPending caps events waiting for the watermark; past it the oldest
+	// are released early and counted. Default 1,048,576.
+	MaxPending int `yaml:"max_pending" mapstructure:"max_pending"`
+	// LateLogSize is how many beyond-horizon events the late log keeps.
+	// Default 10,000.
+	LateLogSize int `yaml:"late_log_size" mapstructure:"late_log_size"`
+	// Clock is processing time for Tick; default time.Now.
+	Clock func() time.Time `yaml:"-" mapstructure:"-"`
+	// Store receives evicted final partials; default a MemStore.
+	Store PartialStore `yaml:"-" mapstructure:"-"`
+}
+
+// WindowConfig is one configured window.
+type WindowConfig struct {
+	// Name is how queries and updates refer to the window.
+	Name string `yaml:"name" mapstructure:"name"`
+	// Kind is tumbling, hopping, sliding or session.
+	Kind string `yaml:"kind" mapstructure:"kind"`
+	// Size is the window length (tumbling, hopping, sliding).
+	Size time.Duration `yaml:"size" mapstructure:"size"`
+	// Slide is the hop of a hopping window.
+	Slide time.Duration `yaml:"slide" mapstructure:"slide"`
+	// Gap closes a session after this long without events.
+	Gap time.Duration `yaml:"gap" mapstructure:"gap"`
+}
+
+// Spec returns the window as a query spec.
+func (w WindowConfig) Spec() (WindowSpec, error) {
+	k, err := ParseWindowKind(w.Kind)
+	if err != nil {
+		return WindowSpec{}, err
+	}
+	return WindowSpec{Kind: k, Size: w.Size, Slide: w.Slide, Gap: w.Gap}, nil
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&o.Resolution, 10*time.Second)
+	def(&o.LateHorizon, 72*time.Hour)
+	def(&o.IdleTimeout, time.Minute)
+	def(&o.MaxFutureSkew, time.Minute)
+	def(&o.WatermarkInterval, 100*time.Millisecond)
+	def(&o.EvictAfter, time.Hour)
+	def(&o.MaxSessionSpan, 24*time.Hour)
+	defInt(&o.MaxSeries, 1_000_000)
+	defInt(&o.MaxTagsPerEvent, 32)
+	defInt(&o.SketchMaxBins, 2048)
+	defInt(&o.MaxQueryResults, 100_000)
+	defInt(&o.MaxQueryPartials, 20_000_000)
+	defInt(&o.StreamBuffer, 1<<16)
+	defInt(&o.MaxPending, 1<<20)
+	defInt(&o.LateLogSize, 10_000)
+	if o.SketchAccuracy == 0 {
+		o.SketchAccuracy = 0.01
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Store == nil {
+		o.Store = NewMemStore()
+	}
+}
+
+// Validate reports the first invalid field, by its YAML name.
+func (o *Options) Validate() error {
+	pos := []struct {
+		name string
+		v    time.Duration
+	}{
+		{"resolution", o.Resolution}, {"late_horizon", o.LateHorizon},
+		{"idle_timeout", o.IdleTimeout}, {"max_future_skew", o.MaxFutureSkew},
+		{"watermark_interval", o.WatermarkInterval}, {"evict_after", o.EvictAfter},
+		{"max_session_span", o.MaxSessionSpan},
+	}
+	for _, p := range pos {
+		if p.v <= 0 {
+			return optErr(p.name, "must be positive, got %v", p.v)
+		}
+	}
+	if o.AllowedLateness < 0 {
+		return optErr("allowed_lateness", "must not be negative, got %v", o.AllowedLateness)
+	}
+	if o.Resolution%time.Millisecond != 0 {
+		return optErr("resolution", "must be a whole number of milliseconds, got %v", o.Resolution)
+	}
+	if err := o.validateLimits(); err != nil {
+		return err
+	}
+	return o.validateWindows()
+}
+
+func (o *Options) validateLimits() error {
+	ints := []struct {
+		name string
+		v    int
+	}{
+		{"max_series", o.MaxSeries}, {"max_tags_per_event", o.MaxTagsPerEvent},
+		{"sketch_max_bins", o.SketchMaxBins}, {"max_query_results", o.MaxQueryResults},
+		{"max_query_partials", o.MaxQueryPartials}, {"stream_buffer", o.StreamBuffer},
+		{"max_pending", o.MaxPending}, {"late_log_size", o.LateLogSize},
+	}
+	for _, p := range ints {
+		if p.v <= 0 {
+			return optErr(p.name, "must be positive, got %d", p.v)
+		}
+	}
+	if o.MaxSeries > 1<<31 {
+		return optErr("max_series", "must be at most 2^31, got %d", o.MaxSeries)
+	}
+	if !(o.SketchAccuracy > 0 && o.SketchAccuracy < 1) {
+		return optErr("sketch_accuracy", "must be in (0, 1), got %v", o.SketchAccuracy)
+	}
+	if o.Clock == nil {
+		return optErr("clock", "must be set")
+	}
+	if o.Store == nil {
+		return optErr("store", "must be set")
+	}
+	return nil
+}
+
+func (o *Options) validateWindows() error {
+	seen := map[string]bool{}
+	for i, w := range o.Windows {
+		field := fmt.Sprintf("windows[%d]", i)
+		if w.Name == "" {
+			return optErr(field+".name", "must not be empty")
+		}
+		if seen[w.Name] {
+			return optErr(field+".name", "duplicate window %q", w.Name)
+		}
+		seen[w.Name] = true
+		spec, err := w.Spec()
+		if err != nil {
+			return optErr(field+".kind", "%v", err)
+		}
+		if err := spec.validate(o.Resolution); err != nil {
+			return fmt.Errorf("%w: %s.%v", ErrInvalidOption, field, err)
+		}
+	}
+	return nil
+}
+
+func optErr(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidOption, field, fmt.Sprintf(format, args...))
+}

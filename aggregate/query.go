@@ -1,0 +1,491 @@
+package aggregate
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Query asks for windowed aggregates of one metric.
+type Query struct {
+	// Metric is the metric name (required).
+	Metric string
+	// Window is the window; ignored when WindowName is set.
+	Window WindowSpec
+	// WindowName selects a configured window instead of Window.
+	WindowName string
+	// From and To bound window starts: windows with From <= Start < To.
+	// Sessions: sessions starting in [From, To), scanned up to
+	// max_session_span past To.
+	From, To time.Time
+	// GroupBy lists the dimensions to group by: "device", "metric" or a
+	// tag key (one of Options.TagKeys when set). Empty: one group.
+	GroupBy []string
+	// Aggs selects aggregates; zero means all. Quantiles cost the most.
+	Aggs Aggs
+	// Limit caps the windows returned; 0 means max_query_results, more is
+	// an error.
+	Limit int
+}
+
+// WindowResult is one window of one group. Aggregates not asked for are
+// zero.
+type WindowResult struct {
+	Start, End time.Time
+	// Group holds the group's value for each GroupBy dimension (shared
+	// between the windows of one group; do not modify).
+	Group map[string]string
+	Count uint64
+	Sum   float64
+	Min   float64
+	Max   float64
+	Avg   float64
+	// Last is the value of the latest event (by event time, then device,
+	// stream and sequence); LastTime its event time.
+	Last     float64
+	LastTime time.Time
+	// P50, P95 and P99 are within the sketch's relative accuracy
+	// (Options.SketchAccuracy) of a true value at that rank.
+	P50, P95, P99 float64
+	// Final is true once the hub watermark passed End + allowed_lateness.
+	Final bool
+	// Revision counts the Applies that changed the window after it was
+	// final; Late counts the events they brought.
+	Revision uint64
+	Late     uint64
+	// Behind counts known streams (of the group's device, when grouped by
+	// device) whose watermark has not reached End.
+	Behind int
+}
+
+// queryPlan is a validated query.
+type queryPlan struct {
+	Query
+	spec     WindowSpec
+	from, to int64
+	b0, b1   int64 // bucket range to read, [b0, b1)
+	limit    int
+	sketch   bool
+}
+
+// Query computes the windows of q. Invalid parameters give a *ParamError
+// naming the parameter; a query over a cap gives a *LimitError. An unknown
+// metric gives no windows and no error.
+func (e *Engine) Query(q Query) ([]WindowResult, error) {
+	p, err := e.plan(q)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	m, ok := e.series.metricIdx[q.Metric]
+	if !ok {
+		return nil, nil
+	}
+	r := e.newRun(p)
+	if err := r.collect(e.series.metrics[m].series); err != nil {
+		return nil, err
+	}
+	return r.windows()
+}
+
+// plan validates q against the options.
+func (e *Engine) plan(q Query) (*queryPlan, error) {
+	p := &queryPlan{Query: q, spec: q.Window}
+	if q.Metric == "" {
+		return nil, paramErr("metric", "is required")
+	}
+	if q.WindowName != "" {
+		i := slices.IndexFunc(e.windows, func(w configured) bool { return w.name == q.WindowName })
+		if i < 0 {
+			return nil, paramErr("window", "no configured window %q", q.WindowName)
+		}
+		p.spec = e.windows[i].spec
+	}
+	if err := p.spec.validate(e.opt.Resolution); err != nil {
+		return nil, err
+	}
+	p.spec = p.spec.normalize(e.opt.Resolution)
+	if q.From.IsZero() || q.To.IsZero() || !q.From.Before(q.To) {
+		return nil, paramErr("from", "from and to are required and from must be before to")
+	}
+	if err := e.checkGroupBy(q.GroupBy); err != nil {
+		return nil, err
+	}
+	p.limit = e.opt.MaxQueryResults
+	if q.Limit < 0 || q.Limit > p.limit {
+		return nil, paramErr("limit", "must be between 1 and max_query_results=%d", p.limit)
+	} else if q.Limit > 0 {
+		p.limit = q.Limit
+	}
+	if p.Aggs == 0 {
+		p.Aggs = AllAggs
+	}
+	p.sketch = p.Aggs.quantiles()
+	p.from, p.to = q.From.UnixNano(), q.To.UnixNano()
+	p.b0, p.b1 = e.bucketRange(p)
+	return p, nil
+}
+
+// bucketRange is the buckets a plan reads.
+func (e *Engine) bucketRange(p *queryPlan) (int64, int64) {
+	if p.spec.Kind == Session {
+		gap := int64(p.spec.Gap)
+		return floorDiv(p.from-gap, e.res), floorDiv(satAdd(p.to, int64(e.opt.MaxSessionSpan)), e.res) + 1
+	}
+	slide, size := int64(p.spec.Slide), int64(p.spec.Size)
+	first := -floorDiv(-p.from, slide) * slide    // first start >= from
+	last := -floorDiv(-p.to, slide)*slide - slide // last start < to
+	return floorDiv(first, e.res), floorDiv(last+size, e.res)
+}
+
+func (e *Engine) checkGroupBy(dims []string) error {
+	for i, d := range dims {
+		if d == "" {
+			return paramErr("group_by", "empty dimension")
+		}
+		if slices.Contains(dims[:i], d) {
+			return paramErr("group_by", "dimension %q repeated", d)
+		}
+		if d != "device" && d != "metric" && len(e.series.tagKeys) > 0 && !slices.Contains(e.series.tagKeys, d) {
+			return paramErr("group_by", "%q is not device, metric or a configured tag key (%s)", d, strings.Join(e.series.tagKeys, ", "))
+		}
+	}
+	return nil
+}
+
+// group is one group of a query and its per-bucket accumulators.
+type group struct {
+	key     string
+	labels  map[string]string
+	device  string // when grouped by device: its streams decide Behind
+	accs    []partial
+	aliased bool // accs are a series' live partials: read only
+}
+
+// queryRun is one query's working state.
+type queryRun struct {
+	e      *Engine
+	p      *queryPlan
+	groups []*group
+	byKey  map[string]*group
+	read   int
+	behind behindIndex
+}
+
+func (e *Engine) newRun(p *queryPlan) *queryRun {
+	return &queryRun{e: e, p: p, byKey: map[string]*group{}}
+}
+
+// collect rolls the series' partials in range up into their groups.
+func (r *queryRun) collect(ids []uint32) error {
+	var kb strings.Builder
+	for _, id := range ids {
+		s := &r.e.series.list[id]
+		g := r.groupOf(s, &kb)
+		parts, err := r.seriesParts(id, s)
+		if err != nil {
+			return err
+		}
+		r.read += len(parts)
+		if r.read > r.e.opt.MaxQueryPartials {
+			return &LimitError{Limit: "max_query_partials", Max: r.e.opt.MaxQueryPartials, Need: r.read}
+		}
+		r.mergeInto(g, parts)
+	}
+	return nil
+}
+
+func (r *queryRun) groupOf(s *series, kb *strings.Builder) *group {
+	kb.Reset()
+	for _, d := range r.p.GroupBy {
+		kb.WriteString(dimValue(s, d))
+		kb.WriteByte(0)
+	}
+	if g, ok := r.byKey[kb.String()]; ok {
+		return g
+	}
+	g := &group{key: kb.String(), labels: make(map[string]string, len(r.p.GroupBy))}
+	for _, d := range r.p.GroupBy {
+		g.labels[d] = dimValue(s, d)
+		if d == "device" {
+			g.device = s.device
+		}
+	}
+	r.byKey[g.key] = g
+	r.groups = append(r.groups, g)
+	return g
+}
+
+func dimValue(s *series, dim string) string {
+	switch dim {
+	case "device":
+		return s.device
+	case "metric":
+		return s.name
+	}
+	return tagValue(s.tags, dim)
+}
+
+// seriesParts returns the series' partials in the plan's bucket range:
+// stored ones merged with live ones (live wins: it is newer).
+func (r *queryRun) seriesParts(id uint32, s *series) ([]partial, error) {
+	lo, _ := searchParts(s.parts, r.p.b0)
+	hi, _ := searchParts(s.parts, r.p.b1)
+	live := s.parts[lo:hi]
+	if !s.stored || s.storedMax < r.p.b0 {
+		return live, nil
+	}
+	var stored []partial
+	err := r.e.opt.Store.Scan(id, r.p.b0, min(r.p.b1, s.storedMax+1), func(bk int64, data []byte) bool {
+		var p partial
+		d := decoder{b: data}
+		decodePartial(&d, r.e.sks, &p, r.p.sketch)
+		if d.err == nil {
+			stored = append(stored, p)
+		}
+		return d.err == nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return mergeSorted(stored, live), nil
+}
+
+// mergeSorted merges two bucket-sorted lists; b wins on equal buckets.
+func mergeSorted(a, b []partial) []partial {
+	if len(a) == 0 {
+		return b
+	}
+	out := make([]partial, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && a[i].bucket < b[j].bucket):
+			out = append(out, a[i])
+			i++
+		case i == len(a) || b[j].bucket < a[i].bucket:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, b[j])
+			i, j = i+1, j+1
+		}
+	}
+	return out
+}
+
+// mergeInto merges one series' sorted partials into a group's sorted
+// accumulators. A group's first series is aliased, not copied: its
+// partials are read-only here and copies of them are marked shared.
+func (r *queryRun) mergeInto(g *group, parts []partial) {
+	if len(g.accs) == 0 {
+		g.accs, g.aliased = parts, true
+		return
+	}
+	out := make([]partial, 0, len(g.accs)+len(parts))
+	i, j := 0, 0
+	for i < len(g.accs) || j < len(parts) {
+		var a partial
+		switch {
+		case j == len(parts) || (i < len(g.accs) && g.accs[i].bucket < parts[j].bucket):
+			out = append(out, shared(&g.accs[i]))
+			i++
+			continue
+		case i == len(g.accs) || parts[j].bucket < g.accs[i].bucket:
+			a.reset(parts[j].bucket)
+		default:
+			a = shared(&g.accs[i])
+			i++
+		}
+		r.e.merge(&a, &parts[j], r.p.sketch)
+		out = append(out, a)
+		j++
+	}
+	g.accs, g.aliased = out, false
+}
+
+// shared copies a partial for a query: its sketch and late marks belong
+// to someone else (copy on write).
+func shared(p *partial) partial {
+	c := *p
+	c.shared = true
+	c.late = c.late[:len(c.late):len(c.late)]
+	return c
+}
+
+// windows evaluates every group's windows and sorts them by start, then
+// group.
+func (r *queryRun) windows() ([]WindowResult, error) {
+	r.behind = r.e.newBehindIndex(r.p.GroupBy)
+	out := make([]WindowResult, 0, r.estimate())
+	slices.SortFunc(r.groups, func(a, b *group) int { return strings.Compare(a.key, b.key) })
+	for _, g := range r.groups {
+		var err error
+		if r.p.spec.Kind == Session {
+			out, err = r.sessions(g, out)
+		} else {
+			out, err = r.aligned(g, out)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.SortStableFunc(out, func(a, b WindowResult) int { return a.Start.Compare(b.Start) })
+	return out, nil
+}
+
+// estimate bounds the number of windows, for one allocation of results.
+func (r *queryRun) estimate() int {
+	n := 0
+	for _, g := range r.groups {
+		n += len(g.accs)
+	}
+	if k := r.p.spec.Kind; k != Session {
+		n *= int(max(r.p.spec.Size/r.p.spec.Slide, 1))
+	}
+	return min(n, r.p.limit)
+}
+
+// aligned evaluates tumbling, hopping and sliding windows: every window
+// start s (a multiple of slide in [from, to)) whose [s, s+size) holds data.
+func (r *queryRun) aligned(g *group, out []WindowResult) ([]WindowResult, error) {
+	size, slide, res := int64(r.p.spec.Size), int64(r.p.spec.Slide), r.e.res
+	next := int64(-1 << 62)
+	lo, hi := 0, 0
+	for _, a := range g.accs {
+		t := a.bucket * res
+		first := max(-floorDiv(-(t-size+1), slide)*slide, next, -floorDiv(-r.p.from, slide)*slide)
+		for s := first; s <= t && s < r.p.to; s += slide {
+			for lo < len(g.accs) && g.accs[lo].bucket*res < s {
+				lo++
+			}
+			for hi < len(g.accs) && g.accs[hi].bucket*res < s+size {
+				hi++
+			}
+			if len(out) >= r.p.limit {
+				return nil, &LimitError{Limit: "max_query_results", Max: r.p.limit, Need: len(out) + 1}
+			}
+			out = append(out, r.result(g, g.accs[lo:hi], s, s+size))
+			next = s + slide
+		}
+	}
+	return out, nil
+}
+
+// sessions evaluates session windows: runs of partials whose events are
+// less than gap apart. Because gap >= resolution, no gap can hide inside
+// a bucket, so sessions are exact on event times.
+func (r *queryRun) sessions(g *group, out []WindowResult) ([]WindowResult, error) {
+	gap := int64(r.p.spec.Gap)
+	for i := 0; i < len(g.accs); {
+		j := i + 1
+		for j < len(g.accs) && g.accs[j].firstT-g.accs[j-1].lastT < gap {
+			j++
+		}
+		start, end := g.accs[i].firstT, g.accs[j-1].lastT+gap
+		if start >= r.p.from && start < r.p.to {
+			if len(out) >= r.p.limit {
+				return nil, &LimitError{Limit: "max_query_results", Max: r.p.limit, Need: len(out) + 1}
+			}
+			out = append(out, r.result(g, g.accs[i:j], start, end))
+		}
+		i = j
+	}
+	return out, nil
+}
+
+// result folds the accumulators of one window into a WindowResult.
+func (r *queryRun) result(g *group, accs []partial, start, end int64) WindowResult {
+	e := r.e
+	agg := &accs[0]
+	if len(accs) > 1 {
+		agg = &partial{}
+		agg.reset(accs[0].bucket)
+		for i := range accs {
+			e.merge(agg, &accs[i], r.p.sketch)
+		}
+	}
+	w := WindowResult{Start: ts(start), End: ts(end), Group: g.labels, Behind: r.behind.count(g.device, end)}
+	w.Final = e.clk.hasFinal && end+int64(e.opt.AllowedLateness) <= e.clk.final
+	w.Late, w.Revision = lateness(agg.late, end+int64(e.opt.AllowedLateness))
+	r.fill(&w, agg)
+	return w
+}
+
+// fill sets the asked-for aggregates.
+func (r *queryRun) fill(w *WindowResult, agg *partial) {
+	a := r.p.Aggs
+	w.Count = agg.count
+	if a.Has(AggSum) || a.Has(AggAvg) {
+		w.Sum = agg.total()
+		w.Avg = w.Sum / float64(agg.count)
+	}
+	if a.Has(AggMin) || a.Has(AggMax) {
+		w.Min, w.Max = agg.min, agg.max
+	}
+	if a.Has(AggLast) {
+		w.Last, w.LastTime = agg.lastV, ts(agg.lastT)
+	}
+	if r.p.sketch && agg.sk != nil {
+		w.P50, w.P95, w.P99 = quantiles(agg.sk, agg.min, agg.max)
+	}
+}
+
+// lateness counts the late events of marks that came once the window was
+// final (watermark >= threshold) and the distinct Applies that brought
+// them.
+func lateness(marks []lateMark, threshold int64) (late, revision uint64) {
+	var applies []uint64
+	for _, m := range marks {
+		if m.wm >= threshold {
+			late += uint64(m.n)
+			applies = append(applies, m.apply)
+		}
+	}
+	if len(applies) > 1 {
+		slices.Sort(applies)
+		applies = slices.Compact(applies)
+	}
+	return late, uint64(len(applies))
+}
+
+// behindIndex answers "how many known streams have a watermark below t",
+// for all streams or one device's.
+type behindIndex struct {
+	all      []int64
+	byDevice map[string][]int64
+}
+
+func (e *Engine) newBehindIndex(groupBy []string) behindIndex {
+	var b behindIndex
+	perDevice := slices.Contains(groupBy, "device")
+	if perDevice {
+		b.byDevice = map[string][]int64{}
+	}
+	for i := range e.streams {
+		st := &e.streams[i]
+		if !e.known(st) {
+			continue
+		}
+		b.all = append(b.all, st.wm)
+		if perDevice {
+			b.byDevice[st.device] = append(b.byDevice[st.device], st.wm)
+		}
+	}
+	slices.Sort(b.all)
+	for _, v := range b.byDevice {
+		slices.Sort(v)
+	}
+	return b
+}
+
+func (b *behindIndex) count(device string, t int64) int {
+	wms := b.all
+	if b.byDevice != nil {
+		wms = b.byDevice[device]
+	}
+	n, _ := slices.BinarySearchFunc(wms, t, cmp.Compare[int64])
+	return n
+}
