@@ -216,17 +216,28 @@ func TestMaxAge(t *testing.T) {
 	clock := func() time.Time { return now }
 	s := openTest(t, t.TempDir(), Options{Now: clock, MaintenanceInterval: time.Hour})
 	st, _ := s.Stream("d", StreamOptions{MaxAge: time.Minute})
+	t0 := now
 	st.Append(context.Background(), recs(1, 5))
 	now = now.Add(30 * time.Second)
+	t1 := now
 	st.Append(context.Background(), recs(6, 5))
+	if got := st.Stats().OldestMs; got != t0.UnixMilli() {
+		t.Fatalf("oldest %d, want first append %d", got, t0.UnixMilli())
+	}
 	now = now.Add(45 * time.Second)
 	s.Maintain()
 	stats := st.Stats()
-	if stats.Head != 6 || stats.Dropped != 5 {
-		t.Fatalf("after max age: %+v", stats)
+	if stats.Head != 6 || stats.Dropped != 5 || stats.OldestMs != t1.UnixMilli() {
+		t.Fatalf("after max age: %+v (want oldest %d)", stats, t1.UnixMilli())
 	}
 	if g := st.Gaps(); len(g) != 1 || g[0] != (Gap{1, 5, ReasonMaxAge}) {
 		t.Fatalf("gaps: %v", g)
+	}
+	if err := st.Ack(10); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Stats().OldestMs; got != 0 {
+		t.Fatalf("oldest of an empty stream: %d", got)
 	}
 }
 

@@ -127,6 +127,7 @@ func (s *Store) commit(group []*op) {
 	type change struct {
 		st           *Stream
 		m            meta
+		head0, next0 uint64 // positions before this commit
 		bytes        int64
 		acked, drops uint64
 	}
@@ -135,7 +136,7 @@ func (s *Store) commit(group []*op) {
 		c, ok := changes[st]
 		if !ok {
 			st.mu.Lock()
-			c = &change{st: st, m: st.m, bytes: st.bytes}
+			c = &change{st: st, m: st.m, head0: st.m.head, next0: st.m.next, bytes: st.bytes}
 			c.m.gaps = append([]Gap(nil), st.m.gaps...)
 			st.mu.Unlock()
 			changes[st] = c
@@ -193,9 +194,21 @@ func (s *Store) commit(group []*op) {
 	}
 	for _, c := range changes {
 		st := c.st
+		oldest := int64(-1) // unchanged
+		switch {
+		case c.m.next == c.m.head:
+			oldest = 0
+		case c.m.head != c.head0:
+			oldest = st.oldestMs(c.m.head)
+		case c.next0 == c.head0:
+			oldest = nowMs // first blocks of an empty stream
+		}
 		st.mu.Lock()
 		freed := c.bytes < st.bytes
 		st.m, st.bytes = c.m, c.bytes
+		if oldest >= 0 {
+			st.oldest = oldest
+		}
 		for _, o := range group {
 			if o.st == st && o.kind == opAppend {
 				st.pending -= o.size

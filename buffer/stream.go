@@ -39,6 +39,7 @@ type Stream struct {
 	m       meta
 	bytes   int64 // record block bytes between head and next
 	pending int64 // bytes submitted but not yet committed
+	oldest  int64 // append time (Unix ms) of the first held block, 0 when empty
 	space   chan struct{}
 
 	appended, acked, dropped atomic.Uint64
@@ -133,6 +134,9 @@ func (st *Stream) scan() error {
 				return fmt.Errorf("%w: block key %x has the wrong shape", ErrCorrupt, it.Item().Key())
 			}
 			st.bytes += b.size
+			if st.oldest == 0 {
+				st.oldest = b.appendMs
+			}
 			if b.lastSeq >= st.m.next {
 				st.m.next = b.lastSeq + 1
 			}
@@ -334,16 +338,14 @@ type Stats struct {
 // Stats returns the stream's positions and totals.
 func (st *Stream) Stats() Stats {
 	st.mu.Lock()
-	s := Stats{Acked: st.m.acked, Head: st.m.head, Next: st.m.next, Depth: st.m.next - st.m.head, Bytes: st.bytes, Gaps: len(st.m.gaps)}
+	s := Stats{Acked: st.m.acked, Head: st.m.head, Next: st.m.next, Depth: st.m.next - st.m.head, Bytes: st.bytes, OldestMs: st.oldest, Gaps: len(st.m.gaps)}
 	st.mu.Unlock()
 	s.Appended, s.AckedTotal, s.Dropped = st.appended.Load(), st.acked.Load(), st.dropped.Load()
-	if s.Depth > 0 {
-		s.OldestMs = st.oldestMs(s.Head)
-	}
 	return s
 }
 
-// oldestMs reads the append time of the first block at or after head.
+// oldestMs reads the append time of the first block at or after head. The
+// committer calls it when the head moves, so Stats never touches Badger.
 func (st *Stream) oldestMs(head uint64) int64 {
 	var ms int64
 	_ = st.s.db.View(func(txn *badger.Txn) error {

@@ -10,10 +10,8 @@ import (
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	mochi "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 
+	"edgeflow/internal/testbroker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -111,18 +109,8 @@ func TestHubSampleChecks(t *testing.T) {
 
 // startBroker runs an embedded mochi broker on a free loopback port.
 func startBroker(t testing.TB) string {
-	t.Helper()
-	srv := mochi.New(&mochi.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
-		t.Fatal(err)
-	}
-	tcp := listeners.NewTCP(listeners.Config{ID: "t", Address: "127.0.0.1:0"})
-	if err := srv.AddListener(tcp); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve() }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "tcp://" + tcp.Address()
+	url, _ := testbroker.Embedded(t)
+	return url
 }
 
 func connect(t testing.TB, broker, id string) mqtt.Client {

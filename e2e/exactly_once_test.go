@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"edgeflow/internal/testbroker"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -18,17 +19,19 @@ func TestExactlyOnceUnderCrashes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns brokers, hubs and agents")
 	}
-	t.Run("mosquitto", func(t *testing.T) { exactlyOnce(t, startMosquitto(t)) })
+	t.Run("mosquitto", func(t *testing.T) {
+		exactlyOnce(t, testbroker.StartMosquitto(t, testbroker.MosquittoOptions{Persistence: true}))
+	})
 	t.Run("embedded", func(t *testing.T) { exactlyOnce(t, nil) })
 }
 
 // exactlyOnce runs the scenario through mosq, or through hubd's embedded
 // broker (which dies with every hubd SIGKILL) when mosq is nil.
-func exactlyOnce(t *testing.T, mosq *mosquitto) {
+func exactlyOnce(t *testing.T, mosq *testbroker.Mosquitto) {
 	const agents, count = 3, 30000
 	url := ""
 	if mosq != nil {
-		url = mosq.url()
+		url = mosq.URL()
 	}
 	hub := startHub(t, filepath.Join(t.TempDir(), "hub"), url)
 	var procs []*agentProc
@@ -43,7 +46,7 @@ func exactlyOnce(t *testing.T, mosq *mosquitto) {
 		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
 		switch {
 		case i == 5 && mosq != nil:
-			mosq.restart()
+			mosq.Restart()
 			brokerRestarts++
 		case i%2 == 0:
 			hub.kill()

@@ -2,9 +2,9 @@ package e2e
 
 import (
 	"context"
+	"edgeflow/internal/testbroker"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,84 +15,6 @@ import (
 	"testing"
 	"time"
 )
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func waitTCP(t testing.TB, addr string, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s did not answer within %v", addr, within)
-}
-
-// mosquitto is a broker process the test owns, on a port chosen at run time.
-type mosquitto struct {
-	t    testing.TB
-	conf string
-	port int
-	cmd  *exec.Cmd
-}
-
-func startMosquitto(t testing.TB) *mosquitto {
-	t.Helper()
-	bin, err := exec.LookPath("mosquitto")
-	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/mosquitto"); serr != nil {
-			t.Skip("mosquitto is not installed (Debian: apt-get install mosquitto)")
-		}
-		bin = "/usr/sbin/mosquitto"
-	}
-	m := &mosquitto{t: t, port: freePort(t)}
-	dir := t.TempDir()
-	m.conf = filepath.Join(dir, "mosquitto.conf")
-	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\nmax_queued_messages 100000\nmax_inflight_messages 0\n", m.port, dir)
-	if err := os.WriteFile(m.conf, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	m.start(bin)
-	t.Cleanup(m.kill)
-	return m
-}
-
-func (m *mosquitto) start(bin string) {
-	m.cmd = exec.Command(bin, "-c", m.conf)
-	if err := m.cmd.Start(); err != nil {
-		m.t.Fatal(err)
-	}
-	waitTCP(m.t, m.addr(), 10*time.Second)
-}
-
-func (m *mosquitto) addr() string { return fmt.Sprintf("127.0.0.1:%d", m.port) }
-func (m *mosquitto) url() string  { return "tcp://" + m.addr() }
-
-// restart stops the broker the hard way and starts it again on its port.
-func (m *mosquitto) restart() {
-	bin := m.cmd.Path
-	m.kill()
-	m.start(bin)
-}
-
-func (m *mosquitto) kill() {
-	if m.cmd != nil && m.cmd.Process != nil {
-		m.cmd.Process.Signal(syscall.SIGKILL)
-		m.cmd.Wait()
-	}
-}
 
 var (
 	buildOnce sync.Once
@@ -135,14 +57,14 @@ type hubProc struct {
 // startHub starts hubd on an external broker at mqttURL or, when mqttURL is
 // empty, with its embedded broker on a free port (see brokerURL).
 func startHub(t testing.TB, dataDir, mqttURL string) *hubProc {
-	h := &hubProc{t: t, bin: buildHubd(t), httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	h := &hubProc{t: t, bin: buildHubd(t), httpAddr: fmt.Sprintf("127.0.0.1:%d", testbroker.FreePort(t))}
 	h.args = []string{"--data-dir", dataDir, "--http-addr", h.httpAddr,
 		"--checkpoint-interval", "2s", "--log-level", "warn"}
 	if mqttURL != "" {
 		h.args = append(h.args, "--mqtt-url", mqttURL, "--client-id", "e2e-hub-"+strconv.Itoa(os.Getpid()))
 		h.brokerURL = mqttURL
 	} else {
-		listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		listen := fmt.Sprintf("127.0.0.1:%d", testbroker.FreePort(t))
 		h.args = append(h.args, "--mqtt-listen", listen)
 		h.brokerURL = "tcp://" + listen
 	}

@@ -15,6 +15,7 @@ import (
 
 	"edgeflow/buffer"
 	"edgeflow/hub"
+	"edgeflow/internal/testbroker"
 	"edgeflow/uplink"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -39,9 +40,9 @@ func benchRecords(n int, now time.Time) [][]byte {
 // write-ahead log (fsynced, acknowledged back to the agents) through a real
 // Mosquitto, batches of 1000. b.N is events per agent.
 func BenchmarkEndToEnd(b *testing.B) {
-	mosq := startMosquitto(b)
+	mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := hub.New(hub.Options{DataDir: b.TempDir(), HTTPAddr: "off", MQTTURL: mosq.url(), ClientID: "bench-hub", Logger: quiet})
+	srv, err := hub.New(hub.Options{DataDir: b.TempDir(), HTTPAddr: "off", MQTTURL: mosq.URL(), ClientID: "bench-hub", Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, st := range streams {
-		up, err := uplink.New(st, uplink.Options{DeviceID: st.Name(), Brokers: []string{mosq.url()}, Logger: quiet,
+		up, err := uplink.New(st, uplink.Options{DeviceID: st.Name(), Brokers: []string{mosq.URL()}, Logger: quiet,
 			Window: 16, MaxBatchEvents: benchBatchEvents, Linger: uplink.NoLinger, PollInterval: 5 * time.Millisecond})
 		if err != nil {
 			b.Fatal(err)
@@ -106,7 +107,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 // window in flight, to a subscriber on the same Mosquitto, with nothing else
 // done to them. b.N is events per publisher.
 func BenchmarkBrokerPassThrough(b *testing.B) {
-	mosq := startMosquitto(b)
+	mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{})
 	id := wire.NewStreamID()
 	hdr := &wirepb.Batch{DeviceId: "x", StreamId: id[:], FirstSeq: 1, SendTimeNs: time.Now().UnixNano()}
 	body, _ := wire.AppendRawEvents(hdr, benchRecords(benchBatchEvents, time.Now()))
@@ -115,7 +116,7 @@ func BenchmarkBrokerPassThrough(b *testing.B) {
 	var got atomic.Int64
 	done := make(chan struct{})
 	want := int64(n * benchAgents)
-	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(mosq.url()).SetClientID("pt-sub").SetOrderMatters(false))
+	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(mosq.URL()).SetClientID("pt-sub").SetOrderMatters(false))
 	if t := sub.Connect(); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
 		b.Fatal("subscriber connect failed")
 	}
@@ -129,7 +130,7 @@ func BenchmarkBrokerPassThrough(b *testing.B) {
 	start := time.Now()
 	for i := 0; i < benchAgents; i++ {
 		go func() {
-			pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(mosq.url()).SetClientID(fmt.Sprintf("pt-pub-%d", i)))
+			pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(mosq.URL()).SetClientID(fmt.Sprintf("pt-pub-%d", i)))
 			if t := pub.Connect(); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
 				return
 			}

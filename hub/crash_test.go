@@ -14,6 +14,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/internal/testbroker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -148,7 +149,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 		t.Skip("spawns hub processes")
 	}
 	const agents, total, size = 6, 4000, 100
-	child := &childHub{t: t, dir: t.TempDir(), addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	child := &childHub{t: t, dir: t.TempDir(), addr: fmt.Sprintf("127.0.0.1:%d", testbroker.FreePort(t))}
 	child.start()
 	var list []*crashAgent
 	for i := 0; i < agents; i++ {

@@ -2,18 +2,14 @@ package hub
 
 import (
 	"encoding/json"
-	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/internal/testbroker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -144,46 +140,7 @@ func waitReady(t testing.TB, s *Server) {
 // startMosquitto runs a real Mosquitto on a free loopback port for the
 // test and returns its URL.
 func startMosquitto(t testing.TB) string {
-	t.Helper()
-	bin := "/usr/sbin/mosquitto"
-	if _, err := os.Stat(bin); err != nil {
-		if bin, err = exec.LookPath("mosquitto"); err != nil {
-			t.Skip("mosquitto binary not found (/usr/sbin/mosquitto or PATH); install the mosquitto package to run this test")
-		}
-	}
-	port := freePort(t)
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "mosquitto.conf")
-	cfg := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nmax_inflight_messages 64\nmax_queued_messages 100000\n", port)
-	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", conf)
-	if testing.Verbose() {
-		cmd.Stderr = os.Stderr
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	waitFor(t, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return "tcp://" + addr
-}
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testbroker.StartMosquitto(t, testbroker.MosquittoOptions{MaxInflight: 64}).URL()
 }
 
 func TestIngestMosquitto(t *testing.T) {

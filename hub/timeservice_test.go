@@ -9,11 +9,9 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
-	mochi "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 
 	"edgeflow/clocksync"
+	"edgeflow/internal/testbroker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -139,18 +137,8 @@ func FuzzTimeServiceHandleRequest(f *testing.F) {
 
 // tsBroker runs an embedded mochi broker on a free loopback port.
 func tsBroker(t testing.TB) string {
-	t.Helper()
-	srv := mochi.New(&mochi.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
-		t.Fatal(err)
-	}
-	tcp := listeners.NewTCP(listeners.Config{ID: "ts", Address: "127.0.0.1:0"})
-	if err := srv.AddListener(tcp); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve() }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "tcp://" + tcp.Address()
+	url, _ := testbroker.Embedded(t)
+	return url
 }
 
 func tsConnect(t testing.TB, broker, id string) paho.Client {

@@ -2,28 +2,19 @@ package uplink
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
-	mochi "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
 	"edgeflow/buffer"
+	"edgeflow/internal/testbroker"
 	"edgeflow/wire/wirepb"
 )
 
@@ -50,120 +41,15 @@ var brokers = []broker{{"mochi", startMochi}, {"mosquitto", startMosquitto}}
 // startMochi runs the embedded broker on a port chosen at run time.
 func startMochi(t testing.TB) string {
 	t.Helper()
-	url, _ := startMochiServer(t)
+	url, _ := testbroker.Embedded(t)
 	return url
 }
 
-// startMochiServer is startMochi that also returns the server.
-func startMochiServer(t testing.TB) (string, *mochi.Server) {
-	t.Helper()
-	srv := mochi.New(&mochi.Options{Logger: quietLogger()})
-	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
-		t.Fatal(err)
-	}
-	l := listeners.NewTCP(listeners.Config{ID: "t", Address: "127.0.0.1:0"})
-	if err := srv.AddListener(l); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve() }()
-	t.Cleanup(func() { srv.Close() })
-	return "tcp://" + l.Address(), srv
-}
+// startMosquitto runs a real Mosquitto (without persistence) on a free port.
+func startMosquitto(t testing.TB) string { return newMosquitto(t).URL() }
 
-const mosquittoBin = "/usr/sbin/mosquitto"
-
-// mosquitto is a Mosquitto process the test owns.
-type mosquitto struct {
-	t      testing.TB
-	port   int
-	conf   string
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func startMosquitto(t testing.TB) string { return newMosquitto(t).url() }
-
-// newMosquitto starts Mosquitto on a free loopback port, or skips the test
-// if the binary is not installed.
-func newMosquitto(t testing.TB) *mosquitto {
-	t.Helper()
-	if _, err := os.Stat(mosquittoBin); err != nil {
-		t.Skipf("mosquitto not installed at %s (apt-get install mosquitto): %v", mosquittoBin, err)
-	}
-	m := &mosquitto{t: t, port: freePort(t), conf: filepath.Join(t.TempDir(), "mosquitto.conf")}
-	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\nmax_inflight_messages 0\nmax_queued_messages 100000\n", m.port)
-	if err := os.WriteFile(m.conf, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m.start()
-	t.Cleanup(m.kill)
-	return m
-}
-
-func (m *mosquitto) url() string { return "tcp://127.0.0.1:" + strconv.Itoa(m.port) }
-
-// start runs the process and waits until the port accepts connections.
-func (m *mosquitto) start() {
-	m.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		cmd := exec.Command(mosquittoBin, "-c", m.conf)
-		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-		if err := cmd.Start(); err != nil {
-			m.t.Fatalf("start mosquitto: %v", err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		for time.Now().Before(deadline) {
-			select {
-			case <-exited:
-			default:
-				c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(m.port), 100*time.Millisecond)
-				if err != nil {
-					time.Sleep(20 * time.Millisecond)
-					continue
-				}
-				c.Close()
-				m.mu.Lock()
-				m.cmd, m.exited = cmd, exited
-				m.mu.Unlock()
-				return
-			}
-			break // exited (port still held by the old process?): try again
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			m.t.Fatalf("mosquitto did not come up on port %d", m.port)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// kill stops the process with SIGKILL: a crash, not a clean shutdown.
-func (m *mosquitto) kill() {
-	m.mu.Lock()
-	cmd, exited := m.cmd, m.exited
-	m.cmd = nil
-	m.mu.Unlock()
-	if cmd != nil {
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			m.t.Errorf("mosquitto (pid %d) did not exit after SIGKILL", cmd.Process.Pid)
-		}
-	}
+func newMosquitto(t testing.TB) *testbroker.Mosquitto {
+	return testbroker.StartMosquitto(t, testbroker.MosquittoOptions{})
 }
 
 // openStream opens a fresh buffer stream for device.

@@ -14,10 +14,10 @@ import (
 func BenchmarkUplinkThroughput(b *testing.B) {
 	m := newMosquitto(b)
 	_, st := openStream(b, "dev-bench")
-	r := newResponder(b, m.url(), nil)
+	r := newResponder(b, m.URL(), nil)
 	r.light = true
 	appendEvents(b, st, b.N, 10_000)
-	u := newUplink(b, st, m.url(), func(o *Options) {
+	u := newUplink(b, st, m.URL(), func(o *Options) {
 		o.MaxBatchEvents = 1000
 		o.Window = 16
 		o.AckTimeout = 30 * time.Second

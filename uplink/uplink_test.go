@@ -9,6 +9,7 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/internal/testbroker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -151,22 +152,22 @@ func TestRejectedBatchesDoNotBlock(t *testing.T) {
 func TestBrokerRestart(t *testing.T) {
 	m := newMosquitto(t)
 	_, st := openStream(t, "dev-restart")
-	r := newResponder(t, m.url(), nil)
+	r := newResponder(t, m.URL(), nil)
 	// The responder's paho client reconnects by itself, and paho v1.5.1
 	// races with itself when it resumes stored QoS 1 publishes after an
 	// auto-reconnect (client.resume sets the DUP flag while the writer
 	// encodes the packet). QoS 0 answers are never stored; an answer lost
 	// with the broker is what the uplink's resend is for.
 	r.ackQoS = 0
-	u := newUplink(t, st, m.url(), func(o *Options) { o.MaxBatchEvents = 100; o.AckTimeout = 500 * time.Millisecond })
+	u := newUplink(t, st, m.URL(), func(o *Options) { o.MaxBatchEvents = 100; o.AckTimeout = 500 * time.Millisecond })
 	runUplink(t, u)
 	appendEvents(t, st, 2000, 100)
 	waitFor(t, 20*time.Second, "first events acked", func() bool { return st.Stats().Acked > 0 })
-	m.kill()
+	m.Kill()
 	appendEvents(t, st, 2000, 100) // while the broker is down
 	waitFor(t, 10*time.Second, "the uplink to notice", func() bool { return u.Status().State != StateConnected })
 	time.Sleep(200 * time.Millisecond)
-	m.start()
+	m.Start()
 	appendEvents(t, st, 2000, 100)
 	waitFor(t, 30*time.Second, "all acked after the restart", func() bool { return st.Stats().Acked == 6000 })
 	r.check(t, 6000)
@@ -288,7 +289,7 @@ func TestStatusAndWill(t *testing.T) {
 // publishes the retained last will (online=false); the uplink reconnects
 // and publishes online=true again.
 func TestLastWill(t *testing.T) {
-	url, srv := startMochiServer(t)
+	url, srv := testbroker.Embedded(t)
 	_, st := openStream(t, "dev-will")
 	var mu sync.Mutex
 	var online []bool

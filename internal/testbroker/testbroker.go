@@ -1,0 +1,185 @@
+// Package testbroker starts the MQTT brokers that tests run against: a real
+// Mosquitto process and the embedded mochi broker, each on a loopback port
+// chosen at run time. It is imported by tests only; keeping it in one place
+// keeps every package's broker handling the same (skip when Mosquitto is
+// missing, SIGKILL on cleanup, restart on the same port).
+package testbroker
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/auth"
+	"github.com/mochi-mqtt/server/v2/listeners"
+)
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// WaitTCP waits until addr accepts connections, failing the test after within.
+func WaitTCP(t testing.TB, addr string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s did not answer within %v", addr, within)
+}
+
+// MosquittoOptions tune a test Mosquitto.
+type MosquittoOptions struct {
+	// Persistence keeps sessions and queued messages across a Restart (in
+	// the test's temporary directory).
+	Persistence bool
+	// MaxInflight is max_inflight_messages; 0 means unlimited.
+	MaxInflight int
+}
+
+// Mosquitto is a broker process a test owns.
+type Mosquitto struct {
+	t    testing.TB
+	bin  string
+	port int
+	conf string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// mosquittoBinary finds the broker, or skips the test with what to install.
+func mosquittoBinary(t testing.TB) string {
+	if _, err := os.Stat("/usr/sbin/mosquitto"); err == nil {
+		return "/usr/sbin/mosquitto"
+	}
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		t.Skip("mosquitto is not installed (Debian: apt-get install mosquitto)")
+	}
+	return bin
+}
+
+// StartMosquitto runs Mosquitto on a free loopback port until the test ends,
+// or skips the test if the binary is not installed.
+func StartMosquitto(t testing.TB, o MosquittoOptions) *Mosquitto {
+	t.Helper()
+	m := &Mosquitto{t: t, bin: mosquittoBinary(t), port: FreePort(t)}
+	dir := t.TempDir()
+	m.conf = filepath.Join(dir, "mosquitto.conf")
+	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\nmax_inflight_messages %d\nmax_queued_messages 100000\n", m.port, o.MaxInflight)
+	if o.Persistence {
+		conf += fmt.Sprintf("persistence true\npersistence_location %s/\n", dir)
+	} else {
+		conf += "persistence false\n"
+	}
+	if err := os.WriteFile(m.conf, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m.Start()
+	t.Cleanup(m.Kill)
+	return m
+}
+
+// Addr is host:port of the broker.
+func (m *Mosquitto) Addr() string { return "127.0.0.1:" + strconv.Itoa(m.port) }
+
+// URL is the broker's tcp:// URL.
+func (m *Mosquitto) URL() string { return "tcp://" + m.Addr() }
+
+// Start runs the process and waits until its port accepts connections; it
+// retries while a killed predecessor still holds the port.
+func (m *Mosquitto) Start() {
+	m.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		cmd := exec.Command(m.bin, "-c", m.conf)
+		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+		if err := cmd.Start(); err != nil {
+			m.t.Fatalf("start mosquitto: %v", err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		for time.Now().Before(deadline) {
+			select {
+			case <-exited:
+			default:
+				c, err := net.DialTimeout("tcp", m.Addr(), 100*time.Millisecond)
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				c.Close()
+				m.mu.Lock()
+				m.cmd, m.exited = cmd, exited
+				m.mu.Unlock()
+				return
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	m.t.Fatalf("mosquitto did not come up on port %d", m.port)
+}
+
+// Kill stops the process with SIGKILL: a crash, not a clean shutdown.
+func (m *Mosquitto) Kill() {
+	m.mu.Lock()
+	cmd, exited := m.cmd, m.exited
+	m.cmd = nil
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		m.t.Errorf("mosquitto (pid %d) did not exit after SIGKILL", cmd.Process.Pid)
+	}
+}
+
+// Restart kills the broker and starts it again on the same port.
+func (m *Mosquitto) Restart() {
+	m.Kill()
+	m.Start()
+}
+
+// Embedded runs the embedded mochi broker (anonymous access) on a free
+// loopback port until the test ends and returns its URL and server.
+func Embedded(t testing.TB) (string, *mochi.Server) {
+	t.Helper()
+	srv := mochi.New(&mochi.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
+		t.Fatal(err)
+	}
+	l := listeners.NewTCP(listeners.Config{ID: "test", Address: "127.0.0.1:0"})
+	if err := srv.AddListener(l); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve() }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "tcp://" + l.Address(), srv
+}
