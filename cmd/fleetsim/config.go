@@ -1,0 +1,122 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"edgeflow/simulator"
+)
+
+// config is fleetsim's configuration: the scenario plus what only main uses.
+type config struct {
+	scenario simulator.Scenario
+	hub      string // hub HTTP API, e.g. http://127.0.0.1:8080 ("" skips verify)
+	mqttURL  string
+	dataDir  string
+	json     bool
+	verify   bool
+	truthOut string
+	truthIn  string
+	workers  int
+	logLevel slog.Level
+}
+
+// newFlags declares the flags. --scenario names a YAML file whose keys are
+// simulator.Scenario's (snake_case); the other flags override it.
+func newFlags() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("fleetsim", pflag.ContinueOnError)
+	fs.String("scenario", "", "scenario YAML file (configs/fleetsim-*.yaml)")
+	fs.Int("devices", 0, "number of devices (overrides the scenario)")
+	fs.Float64("rate", 0, "events/s per device and metric (overrides every metric's rate)")
+	fs.String("duration", "", "run length in scenario time, e.g. 5m (overrides the scenario)")
+	fs.Float64("time-scale", 0, "divide scenario durations by this (overrides the scenario)")
+	fs.String("hub", "http://127.0.0.1:8080", "hub HTTP API for verification (\"\" skips it)")
+	fs.String("mqtt-url", "tcp://127.0.0.1:1884", "MQTT broker the devices connect to")
+	fs.String("data-dir", "", "shared buffer directory (default: a new temporary directory, removed at exit)")
+	fs.Bool("json", false, "print progress and the final report as JSON lines")
+	fs.Bool("verify", true, "query the hub and verify its answers after the run")
+	fs.String("truth-out", "", "write the ground truth to this file (for `fleetsim verify`)")
+	fs.String("truth", "", "ground truth file to verify (the verify subcommand)")
+	fs.Int("workers", 0, "goroutines driving the devices (0: min(devices, 64))")
+	fs.String("log-level", "warn", "debug, info, warn or error")
+	return fs
+}
+
+// loadConfig merges the scenario file < FLEETSIM_* environment < flags.
+// Scenario keys (snake_case, nested) come from the file; devices, duration
+// and time_scale may also come from FLEETSIM_DEVICES, FLEETSIM_DURATION,
+// FLEETSIM_TIME_SCALE or the flags. Main's keys are flags or
+// FLEETSIM_<FLAG> (dashes as underscores).
+func loadConfig(args []string) (*config, error) {
+	fs := newFlags()
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	vm := viper.New()
+	if err := vm.BindPFlags(fs); err != nil {
+		return nil, err
+	}
+	vm.SetEnvPrefix("FLEETSIM")
+	vm.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	vm.AutomaticEnv()
+
+	vs := viper.New()
+	for key, flag := range map[string]string{"devices": "devices", "duration": "duration", "time_scale": "time-scale"} {
+		if err := vs.BindEnv(key, "FLEETSIM_"+strings.ToUpper(key)); err != nil {
+			return nil, err
+		}
+		if fs.Changed(flag) {
+			if err := vs.BindPFlag(key, fs.Lookup(flag)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if path := vm.GetString("scenario"); path != "" {
+		vs.SetConfigFile(path)
+		vs.SetConfigType("yaml")
+		if err := vs.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("scenario file %s: %w", path, err)
+		}
+	}
+	return fromViper(vs, vm)
+}
+
+// fromViper decodes the scenario strictly (an unknown key is an error that
+// names it) and reads main's keys.
+func fromViper(vs, vm *viper.Viper) (*config, error) {
+	c := &config{}
+	if err := vs.UnmarshalExact(&c.scenario); err != nil {
+		return nil, fmt.Errorf("scenario: %w (keys are snake_case, see configs/fleetsim-steady.yaml)", err)
+	}
+	c.hub = vm.GetString("hub")
+	if c.hub != "" && !strings.Contains(c.hub, "://") {
+		c.hub = "http://" + c.hub
+	}
+	c.mqttURL = vm.GetString("mqtt-url")
+	c.dataDir = vm.GetString("data-dir")
+	c.json = vm.GetBool("json")
+	c.verify = vm.GetBool("verify")
+	c.truthOut, c.truthIn = vm.GetString("truth-out"), vm.GetString("truth")
+	c.workers = vm.GetInt("workers")
+	var errs []error
+	if err := c.logLevel.UnmarshalText([]byte(vm.GetString("log-level"))); err != nil {
+		errs = append(errs, fmt.Errorf("flag --log-level: %q is not debug, info, warn or error", vm.GetString("log-level")))
+	}
+	if rate := vm.GetFloat64("rate"); rate != 0 {
+		c.scenario.EnsureDefaults()
+		for i := range c.scenario.Classes {
+			for j := range c.scenario.Classes[i].Metrics {
+				c.scenario.Classes[i].Metrics[j].Rate = rate
+			}
+		}
+	}
+	if c.mqttURL == "" {
+		errs = append(errs, errors.New("flag --mqtt-url: required"))
+	}
+	return c, errors.Join(errs...)
+}

@@ -1,0 +1,523 @@
+package simulator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"google.golang.org/protobuf/proto"
+
+	"edgeflow/buffer"
+	"edgeflow/clocksync"
+	"edgeflow/uplink"
+	"edgeflow/wire/wirepb"
+)
+
+// device is one virtual device: its clock and fault models, its buffer
+// stream, and the agent parts (clocksync, uplink) of its current life.
+// Its worker goroutine owns every field not marked otherwise.
+type device struct {
+	f     *Fleet
+	name  string
+	class *DeviceClass
+	tl    Timeline
+	clock *DeviceClock
+	gens  []*valueGen
+	truth *DeviceTruth
+	st    *buffer.Stream
+	ws    *watchedStream
+
+	linkUp atomic.Bool // read by the time sources' goroutines
+
+	powered  bool
+	agentUp  bool
+	stepIdx  int
+	bootID   string
+	waitTill time.Time
+
+	sync       *clocksync.Clock
+	syncCancel context.CancelFunc
+	syncDone   chan struct{}
+	hubCli     mqtt.Client // time-service connection of TimeHub devices
+
+	up       *uplink.Uplink
+	upCancel context.CancelFunc
+	upDone   chan struct{}
+}
+
+func newDevice(f *Fleet, idx int, class *DeviceClass, rng *rand.Rand) (*device, error) {
+	name := fmt.Sprintf("%s-%05d", f.sc.DevicePrefix, idx)
+	off := time.Duration(0)
+	if c := class.Clock.Offset; c > 0 {
+		off = time.Duration(rng.Int64N(2*int64(c)+1)) - c
+	}
+	drift := (rng.Float64()*2 - 1) * class.Clock.DriftPPM
+	d := &device{
+		f: f, name: name, class: class, powered: true,
+		tl:    BuildTimeline(&f.sc, class, rng),
+		clock: NewDeviceClock(f.opts.Now, off, drift),
+		truth: &DeviceTruth{Device: name, Buckets: map[BucketKey]*Agg{}},
+	}
+	st, err := f.store.Stream(name, buffer.StreamOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("simulator: stream %s: %w", name, err)
+	}
+	d.st = st
+	d.ws = &watchedStream{Stream: st, d: d}
+	d.truth.StreamID = st.ID().String()
+	d.truth.Appended = st.Stats().Next - 1
+	d.ws.acked = st.Stats().Acked
+	start := f.opts.Now()
+	for i := range class.Metrics {
+		d.gens = append(d.gens, newValueGen(&class.Metrics[i], rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), start))
+	}
+	d.bootID = fmt.Sprintf("%s-boot%d-%x", name, 0, rng.Uint32())
+	return d, nil
+}
+
+// tick advances the device to true time now, el since the start of the
+// run; producing is false once the run's duration is over (drain phase:
+// no more events, no more faults).
+func (d *device) tick(now time.Time, el time.Duration, producing bool) {
+	for producing && d.stepIdx < len(d.tl.Steps) && d.tl.Steps[d.stepIdx].At <= el {
+		d.clock.Step(d.tl.Steps[d.stepIdx].By)
+		d.stepIdx++
+	}
+	powered := !producing || !In(d.tl.PowerDown, el)
+	agentUp := powered && (!producing || !In(d.tl.AgentDown, el))
+	linkUp := !producing || !In(d.tl.LinkDown, el)
+	d.linkUp.Store(linkUp)
+
+	if d.agentUp && !agentUp {
+		d.stopAgent()
+	}
+	if powered && !d.powered {
+		// Power came back: a new boot with the clock reset to 1970.
+		n := d.clock.PowerLoss()
+		d.bootID = fmt.Sprintf("%s-boot%d", d.name, n)
+		d.f.powerLosses.Add(1)
+	}
+	d.powered = powered
+	if agentUp && !d.agentUp {
+		d.startAgent(now)
+	}
+	d.agentUp = agentUp
+
+	wantLink := agentUp && linkUp
+	if d.up != nil && !wantLink {
+		d.stopUplink()
+	}
+	if d.up == nil && wantLink && d.uplinkGone() {
+		d.startUplink()
+	}
+	if producing && agentUp {
+		d.produce()
+	} else {
+		for _, g := range d.gens {
+			g.skip(now)
+		}
+	}
+}
+
+// startAgent starts a new agent life: a fresh clock estimator on the
+// current boot (a crashed agent forgets its estimate; the boot id, and so
+// in-boot repair, survives a crash but not a power loss).
+func (d *device) startAgent(now time.Time) {
+	d.f.agentStarts.Add(1)
+	if d.class.Clock.WaitSync > 0 {
+		d.waitTill = now.Add(d.class.Clock.WaitSync)
+	}
+	if d.class.Clock.TimeSource == TimeNone {
+		return
+	}
+	o := clocksync.Options{
+		Wall: d.clock.Wall, Mono: d.clock.Mono, BootID: d.bootID,
+		StartupPollInterval: time.Second, PollInterval: 16 * time.Second,
+		Logger: d.f.quiet,
+	}
+	switch d.class.Clock.TimeSource {
+	case TimeNTP:
+		o.Servers = []string{"ntp.fleetsim.invalid"}
+		o.Dialer = ntpDialer(d.f.opts.Now, d.linkUp.Load)
+	case TimeHub:
+		h, err := d.hubExchanger()
+		if err != nil {
+			d.f.log.Error("simulator: hub time service", "device", d.name, "err", err)
+			return
+		}
+		o.Hub = h
+	}
+	c, err := clocksync.New(o)
+	if err != nil {
+		d.f.log.Error("simulator: clocksync", "device", d.name, "err", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(d.f.runCtx)
+	d.sync, d.syncCancel, d.syncDone = c, cancel, make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		_ = c.Run(ctx)
+	}(d.syncDone)
+}
+
+func (d *device) stopAgent() {
+	d.stopUplink()
+	if d.syncCancel != nil {
+		d.syncCancel()
+		d.syncCancel, d.sync = nil, nil
+	}
+}
+
+// startUplink opens a new uplink on the device's stream (it resumes after
+// the last acknowledged sequence number).
+func (d *device) startUplink() {
+	sc := d.sync
+	o := d.f.uplinkOptions(d.name)
+	o.Now = d.clock.Wall
+	if sc != nil {
+		o.Clock = func() *wirepb.ClockEstimate { return sc.Estimate().Proto() }
+		o.Retime = func(rec []byte) ([]byte, error) { return retime(sc, rec) }
+	}
+	u, err := uplink.New(d.ws, o)
+	if err != nil {
+		d.f.log.Error("simulator: uplink", "device", d.name, "err", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(d.f.runCtx)
+	d.up, d.upCancel, d.upDone = u, cancel, make(chan struct{})
+	d.f.uplinkStarts.Add(1)
+	go func(done chan struct{}) {
+		defer close(done)
+		if err := u.Run(ctx); err != nil {
+			d.f.log.Error("simulator: uplink stopped", "device", d.name, "err", err)
+		}
+	}(d.upDone)
+}
+
+// stopUplink closes the uplink without waiting (its Run goroutine
+// publishes the offline status and disconnects); the next one starts once
+// it is gone.
+func (d *device) stopUplink() {
+	if d.up == nil {
+		return
+	}
+	d.upCancel()
+	d.up, d.upCancel = nil, nil
+}
+
+func (d *device) uplinkGone() bool {
+	if d.upDone == nil {
+		return true
+	}
+	select {
+	case <-d.upDone:
+		d.upDone = nil
+		return true
+	default:
+		return false
+	}
+}
+
+// produce captures the events that are due, unless the capture time is
+// within the boundary guard (they wait for the next tick) or the agent
+// still waits for its first sync.
+func (d *device) produce() {
+	trueNow, mono, wall := d.clock.Read()
+	if nearBoundary(trueNow.UnixNano(), d.f.sc.Resolution, d.f.sc.BoundaryGuard) {
+		return
+	}
+	if !d.waitTill.IsZero() {
+		if trueNow.Before(d.waitTill) && (d.sync == nil || !d.sync.Estimate().Trusted()) {
+			for _, g := range d.gens {
+				g.skip(trueNow)
+			}
+			return
+		}
+		d.waitTill = time.Time{}
+	}
+	ev := wirepb.Event{DeviceTimeNs: wall.UnixNano(), MonoNs: int64(mono), BootId: d.bootID,
+		Method: wirepb.TimeMethod_TIME_METHOD_UNTRUSTED}
+	if d.sync != nil {
+		cr := d.sync.Correct(wall, mono, d.bootID)
+		ev.OffsetNs, ev.UncertaintyNs, ev.Method = int64(cr.Offset), int64(cr.Uncertainty), cr.Method
+	}
+	trusted := ev.Method != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED
+	// The hub windows the event at its stamped time. If that falls in
+	// another bucket than the true time, within the stamp's own
+	// uncertainty, either window is a right answer: the event is
+	// ambiguous. Outside the uncertainty it is counted at its true time,
+	// and the verifier reports the window the hub got wrong.
+	ambiguous := false
+	if trusted {
+		stamped, tn := ev.DeviceTimeNs+ev.OffsetNs, trueNow.UnixNano()
+		err := time.Duration(stamped - tn)
+		r := int64(d.f.sc.Resolution)
+		ambiguous = floorDiv(stamped, r) != floorDiv(tn, r) && err.Abs() <= time.Duration(ev.UncertaintyNs)
+	}
+	type pending struct {
+		metric string
+		v      float64
+	}
+	var evs []pending
+	var recs [][]byte
+	for _, g := range d.gens {
+		for range g.due(trueNow) {
+			ev.Metric, ev.Value = g.spec.Name, g.value(trueNow)
+			b, err := proto.Marshal(&ev)
+			if err != nil {
+				d.f.log.Error("simulator: encode event", "err", err)
+				continue
+			}
+			recs = append(recs, b)
+			evs = append(evs, pending{ev.Metric, ev.Value})
+		}
+	}
+	if len(recs) == 0 {
+		return
+	}
+	r, err := d.st.Append(d.f.runCtx, recs)
+	if err != nil {
+		if d.f.runCtx.Err() == nil {
+			d.f.log.Error("simulator: append", "device", d.name, "err", err)
+		}
+		return
+	}
+	d.ws.appended(r, time.Now())
+	if trusted {
+		d.f.stampErr.Observe(time.Duration(ev.DeviceTimeNs+ev.OffsetNs-trueNow.UnixNano()), uint64(len(recs)))
+	}
+	d.f.appended.Add(uint64(len(recs)))
+	d.truth.Appended = r.Last
+	res := d.f.sc.Resolution
+	for i, e := range evs {
+		seq := r.First + uint64(i)
+		if trusted && !ambiguous {
+			d.truth.add(e.metric, trueNow.UnixNano(), e.v, res)
+		} else {
+			d.truth.Uncertain++
+		}
+		if seq%uint64(d.f.sc.Verify.TimeSampleEvery) == 0 {
+			d.truth.Samples = append(d.truth.Samples, TimeSample{Seq: seq, TrueNs: trueNow.UnixNano()})
+		}
+	}
+}
+
+// preload appends class.Preload of event history (true times before
+// start), stamped as an NTP-synced agent would have stamped it then.
+func (d *device) preload(ctx context.Context, start time.Time) error {
+	if d.class.Preload <= 0 {
+		return nil
+	}
+	from := start.Add(-d.class.Preload)
+	res, guard := d.f.sc.Resolution, d.f.sc.BoundaryGuard
+	var recs [][]byte
+	var times []int64
+	var metrics []string
+	var vals []float64
+	flush := func() error {
+		if len(recs) == 0 {
+			return nil
+		}
+		r, err := d.st.Append(ctx, recs)
+		if err != nil {
+			return fmt.Errorf("simulator: preload %s: %w", d.name, err)
+		}
+		for i := range recs {
+			seq := r.First + uint64(i)
+			d.truth.add(metrics[i], times[i], vals[i], res)
+			if seq%uint64(d.f.sc.Verify.TimeSampleEvery) == 0 {
+				d.truth.Samples = append(d.truth.Samples, TimeSample{Seq: seq, TrueNs: times[i]})
+			}
+		}
+		d.truth.Appended = r.Last
+		d.f.appended.Add(uint64(len(recs)))
+		d.ws.preloaded(r.Last)
+		recs, times, metrics, vals = recs[:0], times[:0], metrics[:0], vals[:0]
+		return nil
+	}
+	for _, g := range d.gens {
+		for t := from.Add(time.Duration(g.rng.Int64N(int64(g.every) + 1))); t.Before(start); t = t.Add(g.every) {
+			if nearBoundary(t.UnixNano(), res, guard) {
+				continue
+			}
+			wall := d.clock.WallAt(t)
+			ev := &wirepb.Event{Metric: g.spec.Name, Value: g.value(t), DeviceTimeNs: wall.UnixNano(),
+				BootId: "preload-" + d.name, OffsetNs: t.UnixNano() - wall.UnixNano(),
+				UncertaintyNs: int64(time.Millisecond), Method: wirepb.TimeMethod_TIME_METHOD_NTP}
+			b, err := proto.Marshal(ev)
+			if err != nil {
+				return err
+			}
+			recs, times, metrics, vals = append(recs, b), append(times, t.UnixNano()), append(metrics, ev.Metric), append(vals, ev.Value)
+			if len(recs) == 1000 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retime is the uplink's Retime hook: clocksync's in-boot repair of an
+// event stored UNTRUSTED.
+func retime(c *clocksync.Clock, rec []byte) ([]byte, error) {
+	var ev wirepb.Event
+	if err := proto.Unmarshal(rec, &ev); err != nil {
+		return nil, err
+	}
+	if !c.RepairEvent(&ev) {
+		return rec, nil
+	}
+	return proto.Marshal(&ev)
+}
+
+// hubExchanger connects the device's time-service client (once; paho
+// reconnects it) and returns an exchanger that fails while the link is down.
+func (d *device) hubExchanger() (clocksync.HubExchanger, error) {
+	if d.hubCli == nil {
+		o := mqtt.NewClientOptions()
+		for _, b := range d.f.opts.Brokers {
+			o.AddBroker(b)
+		}
+		o.SetClientID("fleetsim-time-" + d.name)
+		o.SetCleanSession(true)
+		o.SetAutoReconnect(true)
+		o.SetConnectRetry(true)
+		o.SetConnectRetryInterval(time.Second)
+		o.SetMaxReconnectInterval(10 * time.Second)
+		o.SetKeepAlive(30 * time.Second)
+		o.SetOrderMatters(false)
+		d.hubCli = mqtt.NewClient(o)
+		d.hubCli.Connect()
+	}
+	h, err := clocksync.NewMQTTHub(d.hubCli, d.name, d.clock.Wall, d.f.quiet)
+	if err != nil {
+		return nil, err
+	}
+	return &linkHub{h: h, up: d.linkUp.Load}, nil
+}
+
+// linkHub is a HubExchanger that fails while the device's link is down.
+type linkHub struct {
+	h  *clocksync.MQTTHub
+	up func() bool
+}
+
+func (l *linkHub) Exchange(ctx context.Context, req *wirepb.TimeRequest) (*wirepb.TimeResponse, time.Time, error) {
+	if !l.up() {
+		return nil, time.Time{}, errNoLink
+	}
+	return l.h.Exchange(ctx, req)
+}
+
+// shutdown stops the device's agent parts and waits for them.
+func (d *device) shutdown() {
+	d.stopAgent()
+	if d.upDone != nil {
+		<-d.upDone
+		d.upDone = nil
+	}
+	if d.syncDone != nil {
+		<-d.syncDone
+		d.syncDone = nil
+	}
+	if d.hubCli != nil {
+		d.hubCli.Disconnect(100)
+	}
+}
+
+// watchedStream is the stream the device's uplinks drain. It records when
+// each append happened and, when the hub's ack reaches the buffer,
+// observes the event-to-ack latency and counts acknowledged events.
+type watchedStream struct {
+	*buffer.Stream
+	d *device
+
+	mu         sync.Mutex
+	q          []appendRec // appends not yet acknowledged, oldest first
+	acked      uint64
+	preloadEnd uint64
+}
+
+type appendRec struct {
+	first, last uint64
+	at          time.Time
+}
+
+func (w *watchedStream) appended(r buffer.Range, at time.Time) {
+	w.mu.Lock()
+	w.q = append(w.q, appendRec{r.First, r.Last, at})
+	w.mu.Unlock()
+}
+
+func (w *watchedStream) preloaded(last uint64) {
+	w.mu.Lock()
+	w.preloadEnd = last
+	w.mu.Unlock()
+}
+
+// Ack acknowledges the buffer, then accounts for the acknowledged events.
+func (w *watchedStream) Ack(upTo uint64) error {
+	err := w.Stream.Ack(upTo)
+	now := time.Now()
+	f := w.d.f
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if upTo <= w.acked {
+		return err
+	}
+	f.acked.Add(upTo - w.acked)
+	if w.acked < w.preloadEnd {
+		n := min(upTo, w.preloadEnd) - w.acked
+		if f.preloadAcked.Add(n) == f.preloadTotal.Load() {
+			f.preloadDone.CompareAndSwap(0, now.UnixNano())
+		}
+	}
+	w.acked = upTo
+	for len(w.q) > 0 && w.q[0].first <= upTo {
+		r := &w.q[0]
+		last := min(r.last, upTo)
+		f.latency.Observe(now.Sub(r.at), last-r.first+1)
+		if last == r.last {
+			w.q = w.q[1:]
+		} else {
+			r.first = last + 1
+		}
+	}
+	return err
+}
+
+var _ uplink.Stream = (*watchedStream)(nil)
+
+// discard is a logger for the agent parts of thousands of devices.
+func discardLogger(level slog.Level, base *slog.Logger) *slog.Logger {
+	if base == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(&levelHandler{level: level, h: base.Handler()})
+}
+
+type levelHandler struct {
+	level slog.Level
+	h     slog.Handler
+}
+
+func (l *levelHandler) Enabled(_ context.Context, lv slog.Level) bool { return lv >= l.level }
+func (l *levelHandler) Handle(ctx context.Context, r slog.Record) error {
+	return l.h.Handle(ctx, r)
+}
+func (l *levelHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return &levelHandler{l.level, l.h.WithAttrs(a)}
+}
+func (l *levelHandler) WithGroup(n string) slog.Handler {
+	return &levelHandler{l.level, l.h.WithGroup(n)}
+}

@@ -1,0 +1,50 @@
+// Package simulator runs a fleet of virtual devices in one process against
+// a hub, each with the real agent pipeline: a stream in one shared buffer
+// store (Badger), a clocksync estimator fed by the device's simulated
+// clocks, and an uplink with its own MQTT connection. It knows every
+// event's true time and value, so it computes the aggregates the hub
+// should report, and Verify checks the hub's answers against them.
+//
+// # Models
+//
+// A device's clock (DeviceClock) is a function of the true time: one
+// oscillator off by a drift drives the monotonic and the wall clock; the
+// wall clock starts at an offset, can be stepped, and a power loss reboots
+// the device with a new boot id and the wall clock at 1970. Its time
+// source is an in-process NTP server that tells the true time (through
+// clocksync.Options.Dialer, no sockets), the hub's time service over a
+// second MQTT connection, or nothing (events go UNTRUSTED; the hub applies
+// its own estimate). Time sources fail while the link is down.
+//
+// Link outages, agent crashes and power losses follow a Timeline drawn per
+// device from the scenario. A link outage closes the device's uplink and
+// opens a new one when the link returns (events keep being captured into
+// the buffer meanwhile); a crash also restarts clocksync and captures
+// nothing while the agent is down; the shared store stays open throughout.
+// The uplink has no hook to sever its TCP connection, so an outage ends
+// its connection with a clean DISCONNECT after an offline status, not with
+// a silent drop and the broker's last will; a process-level crash (SIGKILL
+// of the agent with its store) is covered by the e2e tests, not here.
+//
+// # Time scale
+//
+// Scenario.TimeScale divides every duration that describes the run (its
+// length, outage, crash and power-loss times, clock steps) but not event
+// rates, drifts or Preload: events are stamped in real time, so the hub's
+// server clock, watermarks and windows work unchanged. A compressed
+// one-hour outage therefore leaves a backlog of one compressed hour of
+// events; to test a real hour of backlog, use DeviceClass.Preload, which
+// appends that history (true times in the past) before the uplinks start.
+//
+// # Ground truth
+//
+// Events are captured only outside Scenario.BoundaryGuard of a resolution
+// boundary, so a correction error below the guard cannot move an event
+// across a window edge. An event stamped with a trusted correction at
+// capture counts in the truth at its true time. An event captured
+// untrusted is repaired later or timed by the hub's estimate, which the
+// simulator cannot predict; so is an event whose stamped time falls in
+// another bucket than its true time while within the stamp's uncertainty.
+// A device with such events has its windows reported as unverifiable (its
+// events still count in the loss check).
+package simulator

@@ -1,0 +1,483 @@
+package simulator
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// VerifyOptions configure Verify.
+type VerifyOptions struct {
+	// HubURL is the hub's HTTP API, e.g. http://127.0.0.1:8080. Required.
+	HubURL string
+	// Windows are the window specs to check. Default: the truth's.
+	Windows []string
+	// Client makes the requests. Default: a client with a 60 s timeout.
+	Client *http.Client
+	// Concurrency bounds parallel per-device requests. Default 16.
+	Concurrency int
+	// MaxTimeDevices bounds the devices whose events are fetched for the
+	// event-time error. Default 200.
+	MaxTimeDevices int
+}
+
+// Validate names the first field that is out of range.
+func (o *VerifyOptions) Validate() error {
+	u, err := url.Parse(o.HubURL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return fmt.Errorf("simulator: HubURL %q: want http://host:port", o.HubURL)
+	}
+	if o.Concurrency < 0 || o.MaxTimeDevices < 0 {
+		return errors.New("simulator: Concurrency and MaxTimeDevices must not be negative")
+	}
+	return nil
+}
+
+// VerifyReport is what the verifier found.
+type VerifyReport struct {
+	OK      bool   `json:"ok"`
+	Devices int    `json:"devices"`
+	Unknown int    `json:"devices_unknown_to_hub"`
+	Events  uint64 `json:"events_appended"`
+	Applied uint64 `json:"events_applied"`
+	// Lost are appended events the hub neither applied nor holds as a gap
+	// the agent reported; Duplicated are applied events beyond what was
+	// appended (the hub's dedup makes double counting show here or as
+	// windows whose count is too high).
+	Lost        uint64        `json:"lost"`
+	Duplicated  uint64        `json:"duplicated"`
+	GapReported uint64        `json:"gap_events_reported"`
+	LossDevices []string      `json:"loss_devices,omitempty"`
+	Windows     []WindowCheck `json:"windows"`
+	TimeError   TimeCheck     `json:"event_time_error"`
+}
+
+// WindowCheck compares one window kind of one metric, grouped by device.
+type WindowCheck struct {
+	Window     string `json:"window"`
+	Metric     string `json:"metric"`
+	Available  bool   `json:"available"`
+	Note       string `json:"note,omitempty"`
+	Match      int    `json:"match"`
+	Differ     int    `json:"differ"`
+	Missing    int    `json:"missing"`
+	Unexpected int    `json:"unexpected"`
+	// UnverifiableDevices had events captured untrusted; their windows
+	// are not compared.
+	UnverifiableDevices int      `json:"unverifiable_devices"`
+	Examples            []string `json:"examples,omitempty"`
+}
+
+// TimeCheck is the error of the hub's event times against true times.
+type TimeCheck struct {
+	Measured bool   `json:"measured"`
+	Note     string `json:"note,omitempty"`
+	Quantiles
+}
+
+// Verify checks the hub's answers against the ground truth: per-device
+// applied ranges (loss, duplicates), windowed aggregates, event times.
+func Verify(ctx context.Context, t *Truth, o VerifyOptions) (*VerifyReport, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: 60 * time.Second}
+	}
+	def(&o.Concurrency, 16)
+	def(&o.MaxTimeDevices, 200)
+	if len(o.Windows) == 0 {
+		o.Windows = t.Windows
+	}
+	v := &verifier{o: o, t: t, base: strings.TrimRight(o.HubURL, "/")}
+	rep := &VerifyReport{Devices: len(t.Devices), Events: t.Events()}
+	if err := v.checkDevices(ctx, rep); err != nil {
+		return nil, err
+	}
+	for _, w := range o.Windows {
+		win, err := ParseWindow(w, t.Resolution)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range t.Metrics {
+			rep.Windows = append(rep.Windows, v.checkWindows(ctx, win, m))
+		}
+	}
+	rep.TimeError = v.checkTimes(ctx)
+	rep.OK = rep.Lost == 0 && rep.Duplicated == 0
+	for _, w := range rep.Windows {
+		if w.Differ+w.Missing+w.Unexpected > 0 {
+			rep.OK = false
+		}
+	}
+	return rep, nil
+}
+
+type verifier struct {
+	o    VerifyOptions
+	t    *Truth
+	base string
+}
+
+// httpError is a non-200 answer.
+type httpError struct {
+	code int
+	body string
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.code, e.body) }
+
+func (v *verifier) get(ctx context.Context, path string, q url.Values, out any) error {
+	u := v.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := v.o.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return &httpError{resp.StatusCode, strings.TrimSpace(string(body[:min(len(body), 300)]))}
+	}
+	return json.Unmarshal(body, out)
+}
+
+// hubDevice is the part of GET /v1/devices/{id} the verifier reads.
+type hubDevice struct {
+	Streams []struct {
+		StreamID string      `json:"stream_id"`
+		Applied  [][2]uint64 `json:"applied"`
+		Gaps     [][2]uint64 `json:"gaps"`
+	} `json:"streams"`
+}
+
+func (v *verifier) checkDevices(ctx context.Context, rep *VerifyReport) error {
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, v.o.Concurrency)
+	var wg sync.WaitGroup
+	for _, d := range v.t.Devices {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var hd hubDevice
+			err := v.get(ctx, "/v1/devices/"+url.PathEscape(d.Device), nil, &hd)
+			var he *httpError
+			unknown := errors.As(err, &he) && he.code == http.StatusNotFound
+			if err != nil && !unknown {
+				mu.Lock()
+				firstErr = cmpOr(firstErr, fmt.Errorf("simulator: verify device %s: %w", d.Device, err))
+				mu.Unlock()
+				return
+			}
+			var applied, gaps [][2]uint64
+			for _, s := range hd.Streams {
+				if s.StreamID == d.StreamID {
+					applied, gaps = s.Applied, s.Gaps
+				}
+			}
+			lc := CompareRanges(d.Appended, applied, gaps)
+			mu.Lock()
+			defer mu.Unlock()
+			if unknown {
+				rep.Unknown++
+			}
+			rep.Applied += lc.Applied
+			rep.Lost += lc.Lost
+			rep.Duplicated += lc.Extra
+			rep.GapReported += lc.Gaps
+			if (lc.Lost > 0 || lc.Extra > 0) && len(rep.LossDevices) < 20 {
+				rep.LossDevices = append(rep.LossDevices, fmt.Sprintf("%s: lost %d, extra %d (applied %v)", d.Device, lc.Lost, lc.Extra, applied))
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(rep.LossDevices)
+	return firstErr
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// RangeCheck compares what a stream appended, [1, appended], with what the
+// hub applied and the gaps it recorded.
+type RangeCheck struct {
+	Applied, Gaps, Lost, Extra uint64
+}
+
+// CompareRanges counts applied events, reported gaps, lost events (in
+// [1, appended] but neither applied nor a gap) and extra ones (applied
+// beyond appended). applied and gaps are sorted, disjoint [first, last]
+// ranges as the hub reports them.
+func CompareRanges(appended uint64, applied, gaps [][2]uint64) RangeCheck {
+	var c RangeCheck
+	in := func(rs [][2]uint64) (inside, outside uint64) {
+		for _, r := range rs {
+			if r[1] < r[0] {
+				continue
+			}
+			n := r[1] - r[0] + 1
+			if r[0] > appended {
+				outside += n
+			} else if r[1] > appended {
+				outside += r[1] - appended
+				inside += appended - r[0] + 1
+			} else {
+				inside += n
+			}
+		}
+		return
+	}
+	var extraApplied uint64
+	c.Applied, extraApplied = in(applied)
+	c.Gaps, _ = in(gaps)
+	c.Extra = extraApplied
+	if covered := c.Applied + c.Gaps; covered < appended {
+		c.Lost = appended - covered
+	}
+	return c
+}
+
+// hubWindows is GET /v1/aggregates' answer.
+type hubWindows struct {
+	Windows []struct {
+		Start time.Time         `json:"start"`
+		Group map[string]string `json:"group"`
+		Count uint64            `json:"count"`
+		Sum   float64           `json:"sum"`
+		Min   float64           `json:"min"`
+		Max   float64           `json:"max"`
+		Avg   float64           `json:"avg"`
+	} `json:"windows"`
+}
+
+func (v *verifier) checkWindows(ctx context.Context, w Window, metric string) WindowCheck {
+	wc := WindowCheck{Window: w.Spec, Metric: metric}
+	exp, unver := v.t.Expected(w, metric)
+	wc.UnverifiableDevices = len(unver)
+	first, last, ok := v.t.Span()
+	if !ok {
+		wc.Available, wc.Note = true, "no trusted events"
+		return wc
+	}
+	slide := int64(w.Slide)
+	from := floorDiv(first-int64(w.Size)+slide, slide) * slide
+	to := floorDiv(last, slide)*slide + slide
+	got := map[WindowKey]Agg{}
+	if err := v.fetchWindows(ctx, w, metric, from, to, got, 0); err != nil {
+		var he *httpError
+		if errors.As(err, &he) && (he.code == http.StatusNotFound || he.code == http.StatusMethodNotAllowed) {
+			wc.Note = "GET /v1/aggregates not available on this hub (" + he.Error() + ")"
+		} else {
+			wc.Note = err.Error()
+		}
+		return wc
+	}
+	wc.Available = true
+	skip := map[string]bool{}
+	for _, d := range unver {
+		skip[d] = true
+	}
+	known := map[string]bool{}
+	for _, d := range v.t.Devices {
+		known[d.Device] = true
+	}
+	example := func(f string, a ...any) {
+		if len(wc.Examples) < 10 {
+			wc.Examples = append(wc.Examples, fmt.Sprintf(f, a...))
+		}
+	}
+	for k, e := range exp {
+		g, ok := got[k]
+		switch {
+		case !ok:
+			wc.Missing++
+			example("missing %s %s: want count %d", k.Device, time.Unix(0, k.Start).UTC().Format(time.RFC3339), e.Count)
+		case sameAgg(e, g):
+			wc.Match++
+		default:
+			wc.Differ++
+			example("differ %s %s: want count %d sum %g min %g max %g, hub count %d sum %g min %g max %g", k.Device,
+				time.Unix(0, k.Start).UTC().Format(time.RFC3339), e.Count, e.Sum, e.Min, e.Max, g.Count, g.Sum, g.Min, g.Max)
+		}
+	}
+	for k, g := range got {
+		if _, ok := exp[k]; !ok && known[k.Device] && !skip[k.Device] && g.Count > 0 {
+			wc.Unexpected++
+			example("unexpected %s %s: hub count %d", k.Device, time.Unix(0, k.Start).UTC().Format(time.RFC3339), g.Count)
+		}
+	}
+	slices.Sort(wc.Examples)
+	return wc
+}
+
+// fetchWindows reads windows starting in [from, to), halving the range
+// when the hub says the query is too large.
+func (v *verifier) fetchWindows(ctx context.Context, w Window, metric string, from, to int64, into map[WindowKey]Agg, depth int) error {
+	q := url.Values{}
+	q.Set("metric", metric)
+	q.Set("window", w.Spec)
+	q.Set("from", time.Unix(0, from).UTC().Format(time.RFC3339Nano))
+	q.Set("to", time.Unix(0, to).UTC().Format(time.RFC3339Nano))
+	q.Set("group_by", "device")
+	q.Set("aggs", "count,sum,min,max,avg")
+	var hw hubWindows
+	err := v.get(ctx, "/v1/aggregates", q, &hw)
+	var he *httpError
+	if errors.As(err, &he) && he.code == http.StatusBadRequest && strings.Contains(he.body, "exceeds") && depth < 20 {
+		slide := int64(w.Slide)
+		mid := floorDiv(from+(to-from)/2, slide) * slide
+		if mid > from && mid < to {
+			if err := v.fetchWindows(ctx, w, metric, from, mid, into, depth+1); err != nil {
+				return err
+			}
+			return v.fetchWindows(ctx, w, metric, mid, to, into, depth+1)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for _, x := range hw.Windows {
+		into[WindowKey{x.Group["device"], x.Start.UnixNano()}] = Agg{Count: x.Count, Sum: x.Sum, Min: x.Min, Max: x.Max}
+	}
+	return nil
+}
+
+// sameAgg compares exactly, but for float sums added in another order.
+func sameAgg(a, b Agg) bool {
+	if a.Count != b.Count || a.Min != b.Min || a.Max != b.Max {
+		return false
+	}
+	return math.Abs(a.Sum-b.Sum) <= 1e-9*math.Max(1, math.Max(math.Abs(a.Sum), math.Abs(b.Sum)))
+}
+
+// checkTimes fetches stored events of a sample of devices from GET
+// /v1/events and compares their event times with the true times.
+func (v *verifier) checkTimes(ctx context.Context) TimeCheck {
+	first, last, ok := v.t.Span()
+	if !ok {
+		return TimeCheck{Note: "no events"}
+	}
+	var h Histogram
+	n := 0
+	for _, d := range v.t.Devices {
+		if n >= v.o.MaxTimeDevices {
+			break
+		}
+		if len(d.Samples) == 0 {
+			continue
+		}
+		n++
+		want := make(map[uint64]int64, len(d.Samples))
+		for _, s := range d.Samples {
+			want[s.Seq] = s.TrueNs
+		}
+		from := time.Unix(0, first-int64(time.Hour)).UTC().Format(time.RFC3339Nano)
+		to := time.Unix(0, last+int64(time.Hour)).UTC().Format(time.RFC3339Nano)
+		for page := 0; page < 1000 && from != ""; page++ {
+			q := url.Values{}
+			q.Set("device", d.Device)
+			q.Set("from", from)
+			q.Set("to", to)
+			q.Set("limit", "10000")
+			var raw any
+			if err := v.get(ctx, "/v1/events", q, &raw); err != nil {
+				var he *httpError
+				if errors.As(err, &he) && (he.code == http.StatusNotFound || he.code == http.StatusMethodNotAllowed) {
+					return TimeCheck{Note: "not measured: GET /v1/events not available on this hub"}
+				}
+				return TimeCheck{Note: "not measured: " + err.Error()}
+			}
+			for _, e := range eventList(raw) {
+				if sid, ok := cmp.Or(e["stream_id"], e["stream"]).(string); ok && sid != d.StreamID {
+					continue
+				}
+				seq, ok1 := number(e["seq"])
+				et, ok2 := eventTime(e)
+				if !ok1 || !ok2 {
+					continue
+				}
+				if tn, ok := want[uint64(seq)]; ok {
+					h.Observe(time.Duration(et-tn), 1)
+				}
+			}
+			// Follow the hub's paging (truncated + next_from), if any.
+			from = ""
+			if m, ok := raw.(map[string]any); ok && m["truncated"] == true {
+				from, _ = m["next_from"].(string)
+			}
+		}
+	}
+	s := h.Summary()
+	if s.Count == 0 {
+		return TimeCheck{Note: "not measured: GET /v1/events gave no events with seq and event_time of the sampled devices"}
+	}
+	return TimeCheck{Measured: true, Quantiles: s}
+}
+
+// eventList finds the events in GET /v1/events' answer: a top-level array
+// or the array under "events".
+func eventList(raw any) []map[string]any {
+	var arr []any
+	switch x := raw.(type) {
+	case []any:
+		arr = x
+	case map[string]any:
+		arr, _ = x["events"].([]any)
+	}
+	var out []map[string]any
+	for _, e := range arr {
+		if m, ok := e.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case string:
+		f, err := strconv.ParseFloat(x, 64)
+		return f, err == nil
+	}
+	return 0, false
+}
+
+// eventTime reads event_time_ns (number), or event_time or time (RFC 3339).
+func eventTime(e map[string]any) (int64, bool) {
+	if f, ok := number(e["event_time_ns"]); ok {
+		return int64(f), true
+	}
+	if s, ok := cmp.Or(e["event_time"], e["time"]).(string); ok {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		return t.UnixNano(), err == nil
+	}
+	return 0, false
+}
