@@ -198,7 +198,8 @@ func (e *Engine) partialFor(id uint32, bk int64) *partial {
 	if n > 0 && s.parts[n-1].bucket == bk {
 		return &s.parts[n-1]
 	}
-	if n == 0 || s.parts[n-1].bucket < bk {
+	if (n == 0 || s.parts[n-1].bucket < bk) && !(s.stored && bk <= s.storedMax) {
+		// newest bucket and never evicted: no store lookup on the hot path
 		s.parts = append(s.parts, partial{})
 		p := &s.parts[n]
 		p.reset(bk)

@@ -73,12 +73,12 @@ type queryPlan struct {
 // naming the parameter; a query over a cap gives a *LimitError. An unknown
 // metric gives no windows and no error.
 func (e *Engine) Query(q Query) ([]WindowResult, error) {
+	e.mu.RLock() // plan reads the configured windows, whose cursors Apply moves
+	defer e.mu.RUnlock()
 	p, err := e.plan(q)
 	if err != nil {
 		return nil, err
 	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
 	m, ok := e.series.metricIdx[q.Metric]
 	if !ok {
 		return nil, nil

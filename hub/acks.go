@@ -8,16 +8,26 @@ import (
 )
 
 // ackLoop publishes the acks of each committed group, in group order.
+// Groups committed while the last Publish waited for its PUBACKs go out
+// together in the next one, so acks cost one broker round trip per
+// Publish, not per group: behind a busy hub connection that round trip
+// is long (the PUBACKs queue behind the batches the broker is delivering),
+// and paying it once per group would make it the pipeline's pace.
 func (s *Server) ackLoop() {
+	var msgs []Message
 	for g := range s.com.toAck {
-		msgs := make([]Message, 0, len(g))
-		for _, p := range g {
-			if p.kind != entryBatch {
-				s.m.statuses.Inc()
-				continue
-			}
-			if m, ok := s.ackMessage(p); ok {
-				msgs = append(msgs, m)
+		msgs = s.appendAcks(msgs[:0], g)
+		more := true
+		for more {
+			select {
+			case g, ok := <-s.com.toAck:
+				if !ok {
+					more = false
+					break
+				}
+				msgs = s.appendAcks(msgs, g)
+			default:
+				more = false
 			}
 		}
 		if len(msgs) == 0 {
@@ -27,7 +37,25 @@ func (s *Server) ackLoop() {
 			s.m.ackErrors.Inc()
 			s.rejLog.log(s.log, "ack", "", "publishing acks failed; agents will resend", err)
 		}
+		clear(msgs)
 	}
+}
+
+// appendAcks appends the acks of one group's batches to msgs and counts
+// its status messages.
+func (s *Server) appendAcks(msgs []Message, g []*pending) []Message {
+	for _, p := range g {
+		if p.kind != entryBatch {
+			if p.kind == entryStatus {
+				s.m.statuses.Inc()
+			}
+			continue
+		}
+		if m, ok := s.ackMessage(p); ok {
+			msgs = append(msgs, m)
+		}
+	}
+	return msgs
 }
 
 // ackMessage builds the ack of one batch and counts its outcome.

@@ -62,6 +62,8 @@ func (a *applier) applyEntry(e *walEntry, v *batchView) error {
 		}
 		a.reg.applyBatch(e, v)
 		a.feedConsumers(e, v)
+	case entryTick:
+		a.tickConsumers(time.Unix(0, e.serverTimeNs))
 	default:
 		return fmt.Errorf("%w: log entry %d: unknown kind %d", ErrCorrupt, e.seq, e.kind)
 	}
@@ -89,6 +91,24 @@ func observe(est ClockEstimator, device string, sendTimeNs, serverTimeNs int64) 
 	}
 }
 
+// Ticker is implemented by Consumers whose state depends on processing
+// time (the event-time engine releases idle streams with it). The hub logs
+// a tick every Options.TickInterval and calls Tick in log order, live and
+// in replay, so the consumer's state stays a function of the log.
+type Ticker interface {
+	// Tick moves processing time to now (a logged server time).
+	Tick(now time.Time)
+}
+
+// tickConsumers hands a logged tick to the consumers that take ticks.
+func (a *applier) tickConsumers(now time.Time) {
+	for _, c := range a.consumers {
+		if t, ok := c.(Ticker); ok {
+			a.safeCall(c.Name(), func() { t.Tick(now) })
+		}
+	}
+}
+
 // feedConsumers builds the AppliedBatch of e and hands it to each consumer.
 func (a *applier) feedConsumers(e *walEntry, v *batchView) {
 	n := uint64(0)
@@ -99,6 +119,14 @@ func (a *applier) feedConsumers(e *walEntry, v *batchView) {
 	if len(a.consumers) == 0 {
 		return
 	}
+	b := a.build(e, v)
+	for _, c := range a.consumers {
+		a.safeApply(c, b)
+	}
+}
+
+// build fills the reusable AppliedBatch with the fresh events of e.
+func (a *applier) build(e *walEntry, v *batchView) *AppliedBatch {
 	b := &a.batch
 	*b = AppliedBatch{
 		WALSeq: e.seq, Device: e.device, Stream: e.stream, Ranges: e.fresh,
@@ -118,20 +146,23 @@ func (a *applier) feedConsumers(e *walEntry, v *batchView) {
 			b.Events = append(b.Events, a.event(seq, &v.events[i], v, e.est))
 		}
 	}
-	for _, c := range a.consumers {
-		a.safeApply(c, b)
-	}
+	return b
 }
 
 // safeApply calls c.Apply, recovering a panic so one bad batch or consumer
 // bug does not stop the hub (the consumer's state may then lack the batch).
 func (a *applier) safeApply(c Consumer, b *AppliedBatch) {
+	a.safeCall(c.Name(), func() { c.Apply(b) })
+}
+
+// safeCall runs fn, recovering a panic of consumer name.
+func (a *applier) safeCall(name string, fn func()) {
 	defer func() {
 		if r := recover(); r != nil && a.onPanic != nil {
-			a.onPanic(c.Name(), r)
+			a.onPanic(name, r)
 		}
 	}()
-	c.Apply(b)
+	fn()
 }
 
 // event converts one parsed event, correcting its time.

@@ -14,7 +14,9 @@ import (
 )
 
 // Handler returns the hub's HTTP API: /healthz, /readyz, /metrics,
-// GET /v1/devices and GET /v1/devices/{id}.
+// GET /v1/devices and GET /v1/devices/{id}, and with an engine
+// (Options.Aggregate) GET /v1/aggregates, /v1/events, /v1/stream and
+// /v1/late (docs/openapi.yaml).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -24,6 +26,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/devices", s.serveDevices)
 	mux.HandleFunc("GET /v1/devices/{id}", s.serveDevice)
+	s.registerQueryAPI(mux)
 	return mux
 }
 

@@ -97,6 +97,19 @@ func (s *Server) startLoops() {
 	s.loopsWG.Add(2)
 	go func() { defer s.loopsWG.Done(); s.every(s.opts.CheckpointInterval, func() { _ = s.Checkpoint() }) }()
 	go func() { defer s.loopsWG.Done(); s.every(s.opts.RetentionInterval, func() { _, _ = s.Retain() }) }()
+	if s.agg != nil {
+		s.loopsWG.Add(1)
+		go func() { defer s.loopsWG.Done(); s.every(s.opts.TickInterval, s.logTick) }()
+	}
+}
+
+// logTick sends a tick through the log: the committer gives it a position
+// and the applier hands it to the engine in log order, so a replay or a
+// rebuild moves processing time exactly as the live run did. A tick costs
+// a 30-byte log entry (and shares its group's fsync).
+func (s *Server) logTick() {
+	p := &pending{kind: entryTick, serverTimeNs: s.opts.Now().UnixNano()}
+	s.enqueue(func() { s.com.in <- p })
 }
 
 // every calls fn every d until the server stops.

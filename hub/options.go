@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"edgeflow/aggregate"
 	"edgeflow/wire"
 )
 
@@ -77,6 +78,18 @@ type Options struct {
 
 	// Consumers receive every applied batch in log order (see Consumer).
 	Consumers []Consumer
+	// Aggregate configures the event-time engine the hub feeds (as the
+	// consumer named "aggregate") and serves over /v1/aggregates,
+	// /v1/stream and /v1/late; its evicted partials live in the hub's
+	// Badger directory. Nil runs the hub without one. Default nil.
+	Aggregate *aggregate.Options
+	// TickInterval is the time between logged ticks that move the engine's
+	// processing time while no batch arrives (idle streams are released,
+	// windows become final). Only used with Aggregate. Default 1s.
+	TickInterval time.Duration
+	// StreamHeartbeat is the time between ": ping" comments on
+	// GET /v1/stream, so proxies keep idle streams open. Default 15s.
+	StreamHeartbeat time.Duration
 	// ClockEstimator is the hub's own per-device clock estimate from batch
 	// timing, used for events the agent could not correct. Default a
 	// DeviceClocks with its default options.
@@ -116,6 +129,8 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.RetentionMaxAge, 7*24*time.Hour)
 	setDefault(&o.RetentionInterval, 5*time.Minute)
 	setDefault(&o.RejectLogInterval, time.Second)
+	setDefault(&o.TickInterval, time.Second)
+	setDefault(&o.StreamHeartbeat, 15*time.Second)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -197,6 +212,17 @@ func (o *Options) Validate() error {
 		return bad("RetentionInterval", "%v must be positive", o.RetentionInterval)
 	case o.RejectLogInterval <= 0:
 		return bad("RejectLogInterval", "%v must be positive", o.RejectLogInterval)
+	case o.TickInterval <= 0:
+		return bad("TickInterval", "%v must be positive", o.TickInterval)
+	case o.StreamHeartbeat <= 0:
+		return bad("StreamHeartbeat", "%v must be positive", o.StreamHeartbeat)
+	}
+	if o.Aggregate != nil {
+		a := *o.Aggregate
+		a.EnsureDefaults()
+		if err := a.Validate(); err != nil {
+			return fmt.Errorf("%w: Aggregate: %w", ErrInvalidOptions, err)
+		}
 	}
 	return o.validateLimits()
 }

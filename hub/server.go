@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ type Server struct {
 	m      *metrics
 	reg    *registry
 	app    *applier
+	agg    *aggregates // nil without Options.Aggregate
 	st     *store
 	com    *committer
 	tr     Transport
@@ -35,6 +37,7 @@ type Server struct {
 	lastCkpt    *checkpoint   // owned by whoever checkpoints (applier goroutine, then shutdown)
 	ckptPos     atomic.Uint64 // log position covered by the last checkpoint
 	ready       atomic.Bool
+	recovered   atomic.Bool // the state is recovered: queries may run
 	started     bool
 	fatal       chan error
 	done        chan struct{} // closed when background loops must stop
@@ -72,6 +75,9 @@ func New(opts Options) (*Server, error) {
 	if err := s.defaultParts(); err != nil {
 		return nil, err
 	}
+	if err := s.newEngine(); err != nil {
+		return nil, err
+	}
 	s.app = newApplier(s.reg, s.opts.Consumers, s.opts.ClockEstimator, s.opts.Limits)
 	s.app.onPanic = func(name string, r any) {
 		m.consumerPanics.Inc()
@@ -97,6 +103,27 @@ func (s *Server) defaultParts() error {
 			return err
 		}
 		s.opts.TimeService = ts
+	}
+	return nil
+}
+
+// newEngine creates the event-time engine when Options.Aggregate is set,
+// appends it to the consumers and registers its metrics.
+func (s *Server) newEngine() error {
+	if s.opts.Aggregate == nil {
+		return nil
+	}
+	agg, err := newAggregates(*s.opts.Aggregate, s.log, s.opts.Now)
+	if err != nil {
+		return fmt.Errorf("%w: Aggregate: %w", ErrInvalidOptions, err)
+	}
+	s.agg = agg
+	s.opts.Consumers = append(slices.Clip(s.opts.Consumers), agg)
+	if err := checkConsumerNames(s.opts.Consumers); err != nil {
+		return err
+	}
+	if err := s.opts.Registerer.Register(agg.eng.Collector("edgeflow_aggregate")); err != nil {
+		return fmt.Errorf("register aggregate metrics: %w", err)
 	}
 	return nil
 }
@@ -167,16 +194,21 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.st = st
+	if s.agg != nil {
+		s.agg.store.bind(st.db)
+	}
 	if err := s.recoverState(ctx); err != nil {
 		return err
 	}
+	s.recovered.Store(true)
+	walPos := s.com.nextSeq - 1 // the committer owns nextSeq once the pipeline runs
 	s.startPipeline()
 	if err := s.startTransport(); err != nil {
 		return err
 	}
 	s.startLoops()
 	s.ready.Store(true)
-	s.log.Info("hub started", "data_dir", s.opts.DataDir, "broker", s.brokerDesc(), "http", s.HTTPAddr(), "wal_position", s.com.nextSeq-1)
+	s.log.Info("hub started", "data_dir", s.opts.DataDir, "broker", s.brokerDesc(), "http", s.HTTPAddr(), "wal_position", walPos)
 	return nil
 }
 

@@ -15,6 +15,10 @@ type entryKind byte
 const (
 	entryBatch  entryKind = 1 // an accepted batch (payload: the batch frame)
 	entryStatus entryKind = 2 // a device status message (payload: the status frame)
+	// entryTick moves the consumers' processing time to the entry's server
+	// time (no payload). Ticks are logged so that a replay or a rebuild
+	// sees them at the same log positions as the live run did.
+	entryTick entryKind = 3
 )
 
 // entryVersion is the version byte that starts every log entry value.

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"edgeflow/aggregate"
 	"edgeflow/hub"
 )
 
@@ -39,6 +40,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("retention-interval", "5m", "time between retention passes")
 	fs.Int("workers", 0, "decode workers (0: one per CPU)")
 	fs.Int("max-events", 0, "max events per batch (0: wire default)")
+	fs.String("tick-interval", "1s", "time between logged ticks of the aggregate engine's processing time")
 	return fs
 }
 
@@ -53,8 +55,9 @@ func loadConfig(args []string) (*config, error) {
 		return nil, err
 	}
 	v.SetEnvPrefix("HUBD")
-	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_", ".", "_"))
 	v.AutomaticEnv()
+	setAggregateDefaults(v)
 	if path := v.GetString("config"); path != "" {
 		v.SetConfigFile(path)
 		if err := v.ReadInConfig(); err != nil {
@@ -71,7 +74,7 @@ func loadConfig(args []string) (*config, error) {
 // otherwise be ignored silently).
 func checkKeys(v *viper.Viper, fs *pflag.FlagSet) error {
 	for _, k := range v.AllKeys() {
-		if fs.Lookup(k) == nil {
+		if fs.Lookup(k) == nil && !isAggregateKey(k) {
 			return fmt.Errorf("config key %q: unknown (keys are the flag names, e.g. data-dir)", k)
 		}
 	}
@@ -104,6 +107,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 	dur("checkpoint-interval", &o.CheckpointInterval)
 	dur("retention-max-age", &o.RetentionMaxAge)
 	dur("retention-interval", &o.RetentionInterval)
+	dur("tick-interval", &o.TickInterval)
 	num("workers", &o.Workers)
 	num("max-events", &o.Limits.MaxEvents)
 	if err := c.logLevel.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
@@ -112,6 +116,11 @@ func fromViper(v *viper.Viper) (*config, error) {
 	if o.DataDir == "" {
 		errs = append(errs, errors.New(`config key "data-dir": must not be empty`))
 	}
+	agg, err := aggregateFromViper(v)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	o.Aggregate = agg
 	return c, errors.Join(errs...)
 }
 
@@ -121,7 +130,7 @@ var optionKeys = map[string]string{
 	"DataDir": "data-dir", "HTTPAddr": "http-addr", "MQTTListen": "mqtt-listen", "MQTTURL": "mqtt-url",
 	"Group": "group", "Workers": "workers", "Limits.MaxEvents": "max-events",
 	"CheckpointInterval": "checkpoint-interval", "RetentionMaxAge": "retention-max-age",
-	"RetentionInterval": "retention-interval", "ClientID": "client-id",
+	"RetentionInterval": "retention-interval", "ClientID": "client-id", "TickInterval": "tick-interval",
 }
 
 // explainOptionsError rewrites "invalid hub options: Field: ..." to name
@@ -132,6 +141,14 @@ func explainOptionsError(err error) error {
 	}
 	msg := strings.TrimPrefix(err.Error(), hub.ErrInvalidOptions.Error()+": ")
 	field, rest, ok := strings.Cut(msg, ": ")
+	if field == "Aggregate" {
+		// aggregate.Options.Validate names the field by its YAML key
+		rest = strings.TrimPrefix(rest, aggregate.ErrInvalidOption.Error()+": ")
+		if key, why, ok := strings.Cut(rest, ": "); ok {
+			return fmt.Errorf("config key %q: %s", "aggregate."+key, why)
+		}
+		return fmt.Errorf("config section \"aggregate\": %s", rest)
+	}
 	if key, known := optionKeys[field]; ok && known {
 		return fmt.Errorf("config key %q: %s", key, rest)
 	}

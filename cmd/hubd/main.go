@@ -2,6 +2,10 @@
 // external one with --mqtt-url), the ingest pipeline with its write-ahead
 // log, and the HTTP API. Configuration: YAML (--config) < HUBD_* < flags;
 // see configs/hubd.yaml.
+//
+// `hubd rebuild [flags]` recomputes the aggregates from the stored log with
+// the current aggregate configuration and replaces them in the checkpoint
+// (stop the running hubd first); see hub.Rebuild.
 package main
 
 import (
@@ -25,6 +29,10 @@ func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
 // run is main with its inputs and exit code explicit, for tests.
 func run(args []string, stderr io.Writer) int {
+	rebuild := len(args) > 0 && args[0] == "rebuild"
+	if rebuild {
+		args = args[1:]
+	}
 	cfg, err := loadConfig(args)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
@@ -37,6 +45,9 @@ func run(args []string, stderr io.Writer) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.hub.Logger, cfg.hub.Registerer, cfg.hub.Gatherer = logger, reg, reg
+	if rebuild {
+		return runRebuild(cfg, logger, stderr)
+	}
 	srv, err := hub.New(cfg.hub)
 	if err != nil {
 		fmt.Fprintf(stderr, "hubd: %v\n", explainOptionsError(err))
@@ -47,6 +58,23 @@ func run(args []string, stderr io.Writer) int {
 	if err := srv.Run(ctx); err != nil {
 		logger.Error("hubd failed", "err", err)
 		return 1
+	}
+	return 0
+}
+
+// runRebuild is `hubd rebuild`.
+func runRebuild(cfg *config, logger *slog.Logger, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	res, err := hub.Rebuild(ctx, cfg.hub)
+	if err != nil {
+		fmt.Fprintf(stderr, "hubd rebuild: %v\n", explainOptionsError(err))
+		return 1
+	}
+	logger.Info("aggregates rebuilt from the log", "checkpoint_position", res.Position, "first_log_entry", res.FirstEntry,
+		"entries", res.Entries, "batches", res.Batches, "events", res.Events, "generation", res.Generation, "took", res.Took)
+	if res.FirstEntry > 1 {
+		logger.Warn("log entries before first_log_entry were deleted by retention; their events are not in the rebuilt aggregates")
 	}
 	return 0
 }

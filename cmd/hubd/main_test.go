@@ -120,3 +120,44 @@ func freeAddr(t *testing.T) string {
 	defer l.Close()
 	return fmt.Sprintf("127.0.0.1:%d", l.Addr().(*net.TCPAddr).Port)
 }
+
+func TestBadAggregateConfigNamesKey(t *testing.T) {
+	tests := []struct {
+		yaml, env, key string
+	}{
+		{"aggregate:\n  resolution: soon\n", "", "aggregate.resolution"},
+		{"aggregate:\n  resolution: 7ms\n  windows:\n    - {name: w, kind: tumbling, size: 1m}\n", "", "aggregate.windows[0]"},
+		{"aggregate:\n  windows:\n    - {name: w, kind: weekly, size: 1m}\n", "", "aggregate.windows[0].kind"},
+		{"aggregate:\n  windows:\n    - {name: w, kind: tumbling, sise: 1m}\n", "", "aggregate.windows[0].sise"},
+		{"aggregate:\n  colour: red\n", "", "aggregate.colour"},
+		{"", "-1", "aggregate.max_series"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "hubd.yaml")
+			_ = os.WriteFile(file, []byte(tt.yaml), 0o600)
+			if tt.env != "" {
+				t.Setenv("HUBD_AGGREGATE_MAX_SERIES", tt.env)
+			}
+			var stderr bytes.Buffer
+			if code := run([]string{"--config", file, "--data-dir", t.TempDir(), "--http-addr", "off"}, &stderr); code != 2 || !strings.Contains(stderr.String(), `"`+tt.key) {
+				t.Fatalf("exit %d, stderr %q: want 2 naming %q", code, stderr.String(), tt.key)
+			}
+		})
+	}
+}
+
+func TestAggregateConfig(t *testing.T) {
+	cfg, err := loadConfig([]string{"--config", "../../configs/hubd.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.hub.Aggregate
+	if a == nil || a.Resolution != 10*time.Second || len(a.Windows) != 2 || a.Windows[1].Slide != time.Minute {
+		t.Fatalf("aggregate config: %+v", a)
+	}
+	t.Setenv("HUBD_AGGREGATE_ENABLED", "false")
+	if cfg, err = loadConfig(nil); err != nil || cfg.hub.Aggregate != nil {
+		t.Fatalf("disabled: %v %+v", err, cfg.hub.Aggregate)
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cast"
+	"github.com/spf13/viper"
+
+	"edgeflow/aggregate"
+)
+
+// The aggregate: section of the YAML configures the event-time engine;
+// its keys are aggregate.Options' YAML names, also settable as
+// HUBD_AGGREGATE_<KEY> (e.g. HUBD_AGGREGATE_RESOLUTION=5s). Zero values
+// take the engine's defaults.
+var (
+	aggDurationKeys = []string{"resolution", "allowed_lateness", "late_horizon", "idle_timeout", "max_future_skew",
+		"watermark_interval", "evict_after", "max_session_span"}
+	aggIntKeys = []string{"max_series", "max_tags_per_event", "sketch_max_bins", "max_query_results",
+		"max_query_partials", "stream_buffer", "max_pending", "late_log_size"}
+	aggOtherKeys  = []string{"enabled", "windows", "tag_keys", "sketch_accuracy", "disable_merged_stream"}
+	aggWindowKeys = []string{"name", "kind", "size", "slide", "gap"}
+)
+
+// setAggregateDefaults declares the aggregate keys so that the environment
+// can set them (viper only looks up the environment for known keys).
+func setAggregateDefaults(v *viper.Viper) {
+	v.SetDefault("aggregate.enabled", true)
+	for _, k := range slices.Concat(aggDurationKeys, aggIntKeys) {
+		v.SetDefault("aggregate."+k, 0)
+	}
+	v.SetDefault("aggregate.sketch_accuracy", 0)
+	v.SetDefault("aggregate.disable_merged_stream", false)
+	v.SetDefault("aggregate.tag_keys", []string{})
+	v.SetDefault("aggregate.windows", []any{})
+}
+
+// isAggregateKey reports whether a config file key is a known aggregate key.
+func isAggregateKey(k string) bool {
+	name, ok := strings.CutPrefix(k, "aggregate.")
+	return ok && slices.Contains(slices.Concat(aggDurationKeys, aggIntKeys, aggOtherKeys), name)
+}
+
+// aggregateFromViper reads the aggregate section; nil when disabled.
+func aggregateFromViper(v *viper.Viper) (*aggregate.Options, error) {
+	enabled, err := cast.ToBoolE(v.Get("aggregate.enabled"))
+	if err != nil {
+		return nil, fmt.Errorf("config key %q: %q is not true or false", "aggregate.enabled", v.GetString("aggregate.enabled"))
+	}
+	if !enabled {
+		return nil, nil
+	}
+	o := &aggregate.Options{}
+	var errs []error
+	durs := []*time.Duration{&o.Resolution, &o.AllowedLateness, &o.LateHorizon, &o.IdleTimeout, &o.MaxFutureSkew,
+		&o.WatermarkInterval, &o.EvictAfter, &o.MaxSessionSpan}
+	for i, k := range aggDurationKeys {
+		d, err := cast.ToDurationE(v.Get("aggregate." + k))
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("config key %q: %q is not a duration like 10s or 72h", "aggregate."+k, v.GetString("aggregate."+k)))
+		}
+		*durs[i] = d
+	}
+	ints := []*int{&o.MaxSeries, &o.MaxTagsPerEvent, &o.SketchMaxBins, &o.MaxQueryResults, &o.MaxQueryPartials,
+		&o.StreamBuffer, &o.MaxPending, &o.LateLogSize}
+	for i, k := range aggIntKeys {
+		n, err := cast.ToIntE(v.Get("aggregate." + k))
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("config key %q: %q is not a non-negative integer", "aggregate."+k, v.GetString("aggregate."+k)))
+		}
+		*ints[i] = n
+	}
+	if o.SketchAccuracy, err = cast.ToFloat64E(v.Get("aggregate.sketch_accuracy")); err != nil {
+		errs = append(errs, fmt.Errorf("config key %q: %q is not a number", "aggregate.sketch_accuracy", v.GetString("aggregate.sketch_accuracy")))
+	}
+	if o.DisableMergedStream, err = cast.ToBoolE(v.Get("aggregate.disable_merged_stream")); err != nil {
+		errs = append(errs, fmt.Errorf("config key %q: not true or false", "aggregate.disable_merged_stream"))
+	}
+	if o.TagKeys, err = tagKeys(v.Get("aggregate.tag_keys")); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Windows, err = windows(v.Get("aggregate.windows")); err != nil {
+		errs = append(errs, err)
+	}
+	return o, errors.Join(errs...)
+}
+
+// tagKeys reads a list of strings, or one comma-separated string (env).
+func tagKeys(raw any) ([]string, error) {
+	if s, ok := raw.(string); ok {
+		if s == "" {
+			return nil, nil
+		}
+		return strings.Split(s, ","), nil
+	}
+	keys, err := cast.ToStringSliceE(raw)
+	if err != nil {
+		return nil, fmt.Errorf("config key %q: not a list of tag keys", "aggregate.tag_keys")
+	}
+	return keys, nil
+}
+
+// windows reads the list of configured windows.
+func windows(raw any) ([]aggregate.WindowConfig, error) {
+	list, ok := raw.([]any)
+	if !ok {
+		if raw == nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("config key %q: not a list of windows ({name, kind, size, slide, gap})", "aggregate.windows")
+	}
+	out := make([]aggregate.WindowConfig, 0, len(list))
+	for i, item := range list {
+		key := fmt.Sprintf("aggregate.windows[%d]", i)
+		m, err := cast.ToStringMapE(item)
+		if err != nil {
+			return nil, fmt.Errorf("config key %q: not a map of name, kind, size, slide, gap", key)
+		}
+		var w aggregate.WindowConfig
+		for k, val := range m {
+			var err error
+			switch k {
+			case "name":
+				w.Name, err = cast.ToStringE(val)
+			case "kind":
+				w.Kind, err = cast.ToStringE(val)
+			case "size":
+				w.Size, err = cast.ToDurationE(val)
+			case "slide":
+				w.Slide, err = cast.ToDurationE(val)
+			case "gap":
+				w.Gap, err = cast.ToDurationE(val)
+			default:
+				return nil, fmt.Errorf("config key %q: unknown (keys are %s)", key+"."+k, strings.Join(aggWindowKeys, ", "))
+			}
+			if err != nil {
+				return nil, fmt.Errorf("config key %q: %v", key+"."+k, err)
+			}
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}

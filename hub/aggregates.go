@@ -1,0 +1,140 @@
+package hub
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"edgeflow/aggregate"
+	"edgeflow/wire/wirepb"
+)
+
+// AggregateConsumerName is the name of the event-time engine's snapshot in
+// the hub's checkpoint.
+const AggregateConsumerName = "aggregate"
+
+// aggSnapshotVersion starts the engine's checkpoint entry: version, the
+// partial store's generation (uvarint), then aggregate.Engine.Snapshot.
+const aggSnapshotVersion = 1
+
+// aggregates feeds the event-time engine from the applier: it is a
+// Consumer and a Ticker. The engine has its own lock, so queries run
+// concurrently with Apply; Apply, Tick, Snapshot and Restore all come from
+// the applier's goroutine (or recovery, before it starts).
+type aggregates struct {
+	eng   *aggregate.Engine
+	store *badgerPartials
+	log   *slog.Logger
+	rate  rateLog
+	now   time.Time // processing time of the tick being applied (engine's Clock)
+	evs   []aggregate.Event
+	tags  []aggregate.Tag
+}
+
+// newAggregates builds the engine with the Badger store (bound later) and
+// a clock that only logged ticks move.
+func newAggregates(opt aggregate.Options, log *slog.Logger, now func() time.Time) (*aggregates, error) {
+	a := &aggregates{store: newBadgerPartials(), log: log, rate: rateLog{every: time.Minute, now: now}}
+	opt.Store = a.store
+	opt.Clock = func() time.Time { return a.now }
+	eng, err := aggregate.New(opt)
+	if err != nil {
+		return nil, err
+	}
+	a.eng = eng
+	return a, nil
+}
+
+// Name implements Consumer.
+func (a *aggregates) Name() string { return AggregateConsumerName }
+
+// Apply implements Consumer: it converts the batch and applies it, then
+// writes what the engine evicted.
+func (a *aggregates) Apply(b *AppliedBatch) {
+	a.evs, a.tags = a.evs[:0], a.tags[:0]
+	for i := range b.Events {
+		e := &b.Events[i]
+		lo := len(a.tags)
+		for _, t := range e.Tags {
+			a.tags = append(a.tags, aggregate.Tag{Key: t.Key, Value: t.Value})
+		}
+		a.evs = append(a.evs, aggregate.Event{
+			Seq: e.Seq, Metric: e.Metric, Value: e.Value, Time: e.EventTimeNs, Uncertainty: e.UncertaintyNs,
+			Untrusted: e.Method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED,
+			Tags:      a.tags[lo:len(a.tags):len(a.tags)],
+		})
+	}
+	ab := aggregate.Batch{Seq: b.WALSeq, Device: b.Device, Stream: aggregate.StreamID(b.Stream),
+		ServerTime: b.ServerTime.UnixNano(), Backlog: b.Backlog.Events > 0, Events: a.evs}
+	if err := a.eng.Apply(&ab); err != nil {
+		a.rate.log(a.log, "aggregate", b.Device, "events dropped by the aggregate engine", err)
+	}
+	a.flush()
+}
+
+// Tick implements Ticker.
+func (a *aggregates) Tick(now time.Time) {
+	a.now = now
+	a.eng.Tick()
+	a.flush()
+}
+
+func (a *aggregates) flush() {
+	if err := a.store.flush(); err != nil {
+		a.rate.log(a.log, "aggregate", "", "writing evicted partials failed; they stay in memory and are retried", err)
+	}
+}
+
+// Snapshot implements Consumer.
+func (a *aggregates) Snapshot() ([]byte, error) {
+	if err := a.store.flush(); err != nil {
+		return nil, err
+	}
+	snap, err := a.eng.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(snap)+11)
+	out = append(out, aggSnapshotVersion)
+	out = binary.AppendUvarint(out, a.store.generation())
+	return append(out, snap...), nil
+}
+
+// Restore implements Consumer.
+func (a *aggregates) Restore(b []byte) error {
+	gen, snap, err := splitAggSnapshot(b)
+	if err != nil {
+		return err
+	}
+	a.store.setGeneration(gen)
+	if err := a.eng.Restore(snap); err != nil {
+		if errors.Is(err, aggregate.ErrIncompatibleSnapshot) {
+			return fmt.Errorf("%w; run `hubd rebuild` with the new configuration to recompute the aggregates from the log", err)
+		}
+		return err
+	}
+	return nil
+}
+
+// splitAggSnapshot reads the header of the engine's checkpoint entry.
+func splitAggSnapshot(b []byte) (gen uint64, snap []byte, err error) {
+	if len(b) < 2 || b[0] != aggSnapshotVersion {
+		return 0, nil, fmt.Errorf("%w: aggregate snapshot: unknown version", ErrCorrupt)
+	}
+	gen, n := binary.Uvarint(b[1:])
+	if n <= 0 {
+		return 0, nil, fmt.Errorf("%w: aggregate snapshot: bad generation", ErrCorrupt)
+	}
+	return gen, b[1+n:], nil
+}
+
+// Engine returns the hub's event-time engine, or nil when
+// Options.Aggregate is nil. Query it freely; feeding it is the hub's job.
+func (s *Server) Engine() *aggregate.Engine {
+	if s.agg == nil {
+		return nil
+	}
+	return s.agg.eng
+}

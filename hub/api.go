@@ -1,0 +1,254 @@
+package hub
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"edgeflow/aggregate"
+	"edgeflow/wire"
+)
+
+// registerQueryAPI adds the engine's endpoints to mux.
+func (s *Server) registerQueryAPI(mux *http.ServeMux) {
+	if s.agg == nil {
+		return
+	}
+	mux.HandleFunc("GET /v1/aggregates", s.whenRecovered(s.serveAggregates))
+	mux.HandleFunc("GET /v1/late", s.whenRecovered(s.serveLate))
+	mux.HandleFunc("GET /v1/stream", s.whenRecovered(s.serveStream))
+	mux.HandleFunc("GET /v1/events", s.whenRecovered(s.serveEvents))
+}
+
+// whenRecovered answers 503 until recovery (checkpoint and replay) is
+// done: before that the engine holds a partial state.
+func (s *Server) whenRecovered(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.recovered.Load() {
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusServiceUnavailable, APIError{Error: "recovering: the hub is replaying its log"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+// AggregatesResponse is the body of GET /v1/aggregates.
+type AggregatesResponse struct {
+	Metric  string       `json:"metric"`
+	Window  string       `json:"window"`
+	From    string       `json:"from"`
+	To      string       `json:"to"`
+	Aggs    []string     `json:"aggs"`
+	Windows []WindowJSON `json:"windows"`
+}
+
+// WindowJSON is one window of one group. Aggregates that were not asked
+// for are left out; times are RFC 3339 and Unix milliseconds.
+type WindowJSON struct {
+	Start    string            `json:"start"`
+	End      string            `json:"end"`
+	StartMs  int64             `json:"start_ms"`
+	EndMs    int64             `json:"end_ms"`
+	Group    map[string]string `json:"group"`
+	Count    uint64            `json:"count"`
+	Sum      *float64          `json:"sum,omitempty"`
+	Min      *float64          `json:"min,omitempty"`
+	Max      *float64          `json:"max,omitempty"`
+	Avg      *float64          `json:"avg,omitempty"`
+	Last     *float64          `json:"last,omitempty"`
+	LastTime string            `json:"last_time,omitempty"`
+	P50      *float64          `json:"p50,omitempty"`
+	P95      *float64          `json:"p95,omitempty"`
+	P99      *float64          `json:"p99,omitempty"`
+	Final    bool              `json:"final"`
+	Revision uint64            `json:"revision"`
+	Late     uint64            `json:"late"`
+	Behind   int               `json:"behind"`
+}
+
+// aggregateQuery parses the parameters of /v1/aggregates (and the window
+// part of /v1/stream) into an engine query; name is how the window was
+// given.
+func (s *Server) aggregateQuery(p params, needRange bool) (q aggregate.Query, name string, err error) {
+	if q.Metric, err = p.required("metric"); err != nil {
+		return q, "", err
+	}
+	name = p.str("window")
+	switch {
+	case name == "" && len(s.agg.eng.Options().Windows) > 0:
+		name = s.agg.eng.Options().Windows[0].Name
+		q.WindowName = name
+	case name == "":
+		return q, "", badParam("window", "is required (no window is configured): e.g. tumbling:1m, hopping:5m/1m, sliding:5m, session:30s")
+	case strings.Contains(name, ":"):
+		if q.Window, err = aggregate.ParseWindowSpec(name); err != nil {
+			return q, "", err
+		}
+	default:
+		q.WindowName = name
+	}
+	if needRange {
+		if q.From, q.To, err = p.timeRange(); err != nil {
+			return q, "", err
+		}
+	}
+	q.GroupBy = p.list("group_by")
+	if q.Aggs, err = aggregate.ParseAggs(p.list("aggs")); err != nil {
+		return q, "", err
+	}
+	return q, name, nil
+}
+
+func (s *Server) serveAggregates(w http.ResponseWriter, r *http.Request) {
+	p, err := newParams(r, "metric", "window", "from", "to", "group_by", "aggs", "limit")
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	q, name, err := s.aggregateQuery(p, true)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	maxResults := s.agg.eng.Options().MaxQueryResults
+	if q.Limit, err = p.intIn("limit", 0, 1, maxResults); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	res, err := s.agg.eng.Query(q)
+	var le *aggregate.LimitError
+	if errors.As(err, &le) && q.Limit > 0 && le.Max == q.Limit {
+		err = badParam("limit", "the query has more than %d windows: raise limit (at most max_query_results=%d) or narrow from/to, window or group_by", q.Limit, maxResults)
+	}
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	out := AggregatesResponse{Metric: q.Metric, Window: name, From: rfc3339(q.From), To: rfc3339(q.To),
+		Aggs: q.Aggs.Names(), Windows: windowsJSON(res, q.Aggs)}
+	writeData(w, out)
+}
+
+// windowsJSON converts query results.
+func windowsJSON(res []aggregate.WindowResult, aggs aggregate.Aggs) []WindowJSON {
+	out := make([]WindowJSON, len(res))
+	for i := range res {
+		out[i] = windowJSON(&res[i], aggs)
+	}
+	return out
+}
+
+func windowJSON(r *aggregate.WindowResult, a aggregate.Aggs) WindowJSON {
+	w := WindowJSON{Start: rfc3339(r.Start), End: rfc3339(r.End), StartMs: r.Start.UnixMilli(), EndMs: r.End.UnixMilli(),
+		Group: r.Group, Count: r.Count, Final: r.Final, Revision: r.Revision, Late: r.Late, Behind: r.Behind}
+	if w.Group == nil {
+		w.Group = map[string]string{}
+	}
+	set := func(agg aggregate.Aggs, dst **float64, v float64) {
+		if a.Has(agg) && r.Count > 0 && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			*dst = &v
+		}
+	}
+	set(aggregate.AggSum, &w.Sum, r.Sum)
+	set(aggregate.AggMin, &w.Min, r.Min)
+	set(aggregate.AggMax, &w.Max, r.Max)
+	set(aggregate.AggAvg, &w.Avg, r.Avg)
+	set(aggregate.AggLast, &w.Last, r.Last)
+	set(aggregate.AggP50, &w.P50, r.P50)
+	set(aggregate.AggP95, &w.P95, r.P95)
+	set(aggregate.AggP99, &w.P99, r.P99)
+	if w.Last != nil {
+		w.LastTime = rfc3339(r.LastTime)
+	}
+	return w
+}
+
+// LateResponse is the body of GET /v1/late.
+type LateResponse struct {
+	Events []LateEventJSON `json:"events"`
+	// Next is the offset to ask for next (from=next).
+	Next uint64 `json:"next"`
+	// Total counts every event sent to the late log so far.
+	Total uint64 `json:"total"`
+}
+
+// LateEventJSON is one event that arrived beyond late_horizon.
+type LateEventJSON struct {
+	Offset      uint64            `json:"offset"`
+	Device      string            `json:"device"`
+	Stream      string            `json:"stream"`
+	Seq         uint64            `json:"seq"`
+	Metric      string            `json:"metric"`
+	Tags        map[string]string `json:"tags,omitempty"`
+	Value       float64           `json:"value"`
+	Time        string            `json:"time"`
+	TimeMs      int64             `json:"time_ms"`
+	Arrived     string            `json:"arrived"`
+	Watermark   string            `json:"watermark"`
+	WatermarkMs int64             `json:"watermark_ms"`
+}
+
+// maxLateLimit caps one /v1/late answer.
+const maxLateLimit = 10_000
+
+func (s *Server) serveLate(w http.ResponseWriter, r *http.Request) {
+	p, err := newParams(r, "from", "limit")
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	limit, err := p.intIn("limit", 1000, 1, maxLateLimit)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	next := s.agg.eng.Stats().LateLogNext
+	from, err := p.uint("from", 0)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if !p.has("from") {
+		from = next - min(next, uint64(limit)) // the newest page
+	}
+	evs, nxt, err := s.agg.eng.LateEvents(from, limit)
+	if errors.Is(err, aggregate.ErrOffsetTooOld) {
+		writeJSON(w, http.StatusBadRequest, APIError{Error: "from " + err.Error(), Param: "from", Oldest: &nxt})
+		return
+	}
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	out := LateResponse{Events: make([]LateEventJSON, 0, len(evs)), Next: nxt, Total: next}
+	for _, e := range evs {
+		out.Events = append(out.Events, LateEventJSON{Offset: e.Offset, Device: e.Device, Stream: streamHex(e.Stream),
+			Seq: e.Seq, Metric: e.Metric, Tags: tagMap(e.Tags), Value: e.Value, Time: rfc3339(e.Time), TimeMs: e.Time.UnixMilli(),
+			Arrived: rfc3339(e.Arrived), Watermark: rfc3339(e.Watermark), WatermarkMs: e.Watermark.UnixMilli()})
+	}
+	writeData(w, out)
+}
+
+func tagMap(tags []aggregate.Tag) map[string]string {
+	if len(tags) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(tags))
+	for _, t := range tags {
+		m[t.Key] = t.Value
+	}
+	return m
+}
+
+func streamHex(id aggregate.StreamID) string { return wire.StreamID(id).String() }
+
+// ms formats a time as Unix milliseconds (0 for the zero time).
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
