@@ -165,3 +165,28 @@ func FuzzRestore(f *testing.F) {
 		_ = newEngine(t, opt).Restore(b)
 	})
 }
+
+// TestLateIntoFullyEvictedSeries: a late event for a series none of whose
+// partials are in memory any more reloads the stored partial and merges
+// into it, rather than starting a new partial that hides the stored one.
+func TestLateIntoFullyEvictedSeries(t *testing.T) {
+	opt := testOptions()
+	opt.EvictAfter = time.Minute
+	opt.Store = NewMemStore()
+	e := newEngine(t, opt)
+	var seqA, seqB uint64
+	mustApply(t, e, series10s("a", 1, &seqA, 0, time.Minute, at(time.Minute)))
+	// Another device moves the watermark two hours on; device a goes idle.
+	mustApply(t, e, series10s("b", 2, &seqB, 2*time.Hour, 2*time.Hour+time.Minute, at(2*time.Hour+time.Minute)))
+	mustApply(t, e, series10s("b", 2, &seqB, 2*time.Hour+time.Minute, 2*time.Hour+2*time.Minute, at(2*time.Hour+2*time.Minute)))
+	if s := e.Stats(); s.Evicted == 0 {
+		t.Fatalf("nothing evicted: %+v", s)
+	}
+	late := batchOf("a", 1, at(2*time.Hour+3*time.Minute), ev{seq: seqA + 1, metric: "m", v: 1, t: at(5 * time.Second)})
+	mustApply(t, e, late)
+	q := Query{Metric: "m", Window: WindowSpec{Kind: Tumbling, Size: time.Minute}, From: t0, To: t0.Add(time.Minute), GroupBy: []string{"device"}}
+	got := mustQuery(t, e, q)
+	if len(got) != 1 || got[0].Count != 7 || got[0].Late != 1 {
+		t.Fatalf("window [0, 1m) of device a after a late event into evicted partials: %+v (want count 7 = 6 stored + 1 late, late 1)", got)
+	}
+}
