@@ -180,7 +180,7 @@ func (o *Options) validateLimits() error {
 			return optErr(p.name, "must be positive, got %d", p.v)
 		}
 	}
-	if o.MaxSeries > 1<<31 {
+	if int64(o.MaxSeries) > 1<<31 {
 		return optErr("max_series", "must be at most 2^31, got %d", o.MaxSeries)
 	}
 	if !(o.SketchAccuracy > 0 && o.SketchAccuracy < 1) {

@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"time"
+)
+
+// maxDatagram is the largest UDP payload (IPv4's limit).
+const maxDatagram = 65535
+
+// serveUDP reads line-protocol datagrams until the socket is closed. Each
+// datagram's good lines are stored in one append that does not wait for a
+// sync (fire and forget); bad lines are counted and logged at most once per
+// LogEvery with how many were suppressed.
+func (a *Agent) serveUDP(ctx context.Context) {
+	buf := make([]byte, maxDatagram)
+	bad := limiter{every: a.opts.LogEvery}
+	failed := limiter{every: a.opts.LogEvery}
+	for {
+		n, from, err := a.udpConn.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			a.log.Warn("agent: udp read", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		st := a.clock.Stamp()
+		var pts []point
+		for i, line := range bytes.Split(buf[:n], []byte{'\n'}) {
+			p, skipped, err := parseLineProtocol(line)
+			a.m.udpSkipped.Add(uint64(skipped))
+			if err != nil {
+				a.m.udpBadLines.Add(1)
+				if ok, supp := bad.allow(time.Now()); ok {
+					a.log.Warn("agent: bad line-protocol line", "from", from.String(), "line", i+1,
+						"err", err, "text", truncate(line, 120), "suppressed", supp)
+				}
+				continue
+			}
+			pts = append(pts, p...)
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		recs, err := encodePoints(pts, st)
+		if err == nil {
+			_, err = a.st.Append(ctx, recs)
+		}
+		if err != nil {
+			a.m.udpAppendErrors.Add(1)
+			if ok, supp := failed.allow(time.Now()); ok {
+				a.log.Warn("agent: udp events not stored", "events", len(pts), "err", err, "suppressed", supp)
+			}
+			continue
+		}
+		a.m.udpEvents.Add(uint64(len(recs)))
+		a.up.Notify()
+	}
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}
+
+// limiter rate-limits a repeated log line. Owned by one goroutine.
+type limiter struct {
+	every      time.Duration
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether to log now and how many lines were suppressed
+// since the last one.
+func (l *limiter) allow(now time.Time) (bool, int) {
+	if !l.last.IsZero() && now.Sub(l.last) < l.every {
+		l.suppressed++
+		return false, 0
+	}
+	n := l.suppressed
+	l.last, l.suppressed = now, 0
+	return true, n
+}

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cast"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"edgeflow/agent"
+	"edgeflow/buffer"
+	"edgeflow/uplink"
+)
+
+// defaultLowMemoryLimit is the Go memory limit the low-memory profile sets
+// when neither memory-limit nor GOMEMLIMIT says otherwise.
+const defaultLowMemoryLimit = 32 << 20
+
+// config is the agent's configuration: agent options plus what only main
+// uses.
+type config struct {
+	agent       agent.Options
+	logLevel    slog.Level
+	memoryLimit int64 // bytes for debug.SetMemoryLimit; 0 leaves the runtime's
+	showVersion bool
+}
+
+// newFlags declares every configuration key as a flag; the same names are
+// the YAML keys, and EDGEAGENT_<NAME> (dashes as underscores) the
+// environment.
+func newFlags() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("edgeagent", pflag.ContinueOnError)
+	fs.String("config", "", "YAML config file (keys as the flag names)")
+	fs.String("device-id", "", "device id the hub knows this device by (required)")
+	fs.String("data-dir", "edgeagent-data", "directory of the durable buffer (Badger)")
+	fs.String("listen", "127.0.0.1:8181", "HTTP ingest, status and metrics address (\"off\" disables it)")
+	fs.String("udp-listen", "127.0.0.1:8089", "InfluxDB line protocol over UDP (\"off\" disables it)")
+	fs.String("mqtt-url", "tcp://127.0.0.1:1883", "broker URL(s), comma-separated, tried in order (tcp://, ssl://, ws://)")
+	fs.String("mqtt-username", "", "broker username")
+	fs.String("mqtt-password", "", "broker password (prefer mqtt-password-file)")
+	fs.String("mqtt-password-file", "", "file holding the broker password")
+	fs.String("tls-ca-file", "", "PEM CA bundle for the broker's certificate (default: system roots)")
+	fs.String("tls-cert-file", "", "PEM client certificate for mutual TLS")
+	fs.String("tls-key-file", "", "PEM client key for mutual TLS")
+	fs.String("tls-server-name", "", "name checked against the broker's certificate (default: URL host)")
+	fs.String("ntp-servers", "0.pool.ntp.org,1.pool.ntp.org,2.pool.ntp.org", "NTP servers, comma-separated (empty disables NTP)")
+	fs.Bool("time-hub", true, "ask the hub for the time over MQTT when NTP does not answer (a second small connection)")
+	fs.Bool("trust-device-clock", false, "with no time source, stamp events DEVICE (trusted) instead of UNTRUSTED")
+	fs.String("durability", "interval", "buffer durability: sync, interval or none")
+	fs.String("sync-interval", "100ms", "fsync period of the interval durability")
+	fs.String("profile", "low-memory", "buffer memory profile: default or low-memory")
+	fs.String("memory-limit", "", "Go memory limit, e.g. 32MiB; empty: 32MiB with low-memory unless GOMEMLIMIT is set; \"off\": none")
+	fs.String("buffer-max-bytes", "256MiB", "bound of the buffered events on disk")
+	fs.String("buffer-max-age", "0", "drop buffered events older than this (0: keep until the size bound)")
+	fs.String("buffer-full-policy", "drop_oldest", "at the bound: drop_oldest, reject or block")
+	fs.String("max-body-bytes", "1MiB", "largest POST /v1/events body")
+	fs.Int("batch-max-events", 1000, "events per uploaded batch")
+	fs.String("batch-linger", "100ms", "how long a partial batch waits for more events")
+	fs.String("drain-timeout", "5s", "on shutdown, how long a connected uplink may send what is buffered")
+	fs.String("log-level", "info", "debug, info, warn or error")
+	fs.Bool("version", false, "print the version and exit")
+	return fs
+}
+
+// loadConfig merges defaults < YAML file < EDGEAGENT_* environment < flags.
+func loadConfig(args []string, getenv func(string) string) (*config, error) {
+	fs := newFlags()
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if len(fs.Args()) > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q (every setting is a --flag)", fs.Args())
+	}
+	v := viper.New()
+	if err := v.BindPFlags(fs); err != nil {
+		return nil, err
+	}
+	v.SetEnvPrefix("EDGEAGENT")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if path := v.GetString("config"); path != "" {
+		v.SetConfigFile(path)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("config file %s: %w", path, err)
+		}
+		for _, k := range v.AllKeys() {
+			if fs.Lookup(k) == nil {
+				return nil, fmt.Errorf("config key %q: unknown (keys are the flag names, e.g. data-dir)", k)
+			}
+		}
+	}
+	return fromViper(v, getenv)
+}
+
+// parser converts keys and collects errors that name them.
+type parser struct {
+	v    *viper.Viper
+	errs []error
+}
+
+func (p *parser) fail(key, format string, a ...any) {
+	p.errs = append(p.errs, fmt.Errorf("config key %q: %s", key, fmt.Sprintf(format, a...)))
+}
+
+func (p *parser) str(key string) string { return strings.TrimSpace(p.v.GetString(key)) }
+
+func (p *parser) dur(key string, zeroOK bool) time.Duration {
+	d, err := cast.ToDurationE(p.v.Get(key))
+	if err != nil || d < 0 || (d == 0 && !zeroOK) {
+		p.fail(key, "%q is not a positive duration like 100ms, 30s or 5m", p.str(key))
+	}
+	return d
+}
+
+func (p *parser) size(key string) int64 {
+	n, err := parseSize(p.str(key))
+	if err != nil {
+		p.fail(key, "%v", err)
+	}
+	return n
+}
+
+func (p *parser) boolean(key string) bool {
+	b, err := cast.ToBoolE(p.v.Get(key))
+	if err != nil {
+		p.fail(key, "%q is not true or false", p.str(key))
+	}
+	return b
+}
+
+func (p *parser) oneOf(key string, allowed ...string) string {
+	s := p.str(key)
+	for _, a := range allowed {
+		if s == a {
+			return s
+		}
+	}
+	p.fail(key, "%q: want %s", s, strings.Join(allowed, ", "))
+	return s
+}
+
+// list reads a comma-separated string (flag, environment) or a YAML list.
+func (p *parser) list(key string) []string {
+	var items []string
+	switch val := p.v.Get(key).(type) {
+	case []any:
+		for _, x := range val {
+			items = append(items, cast.ToString(x))
+		}
+	case []string:
+		items = val
+	default:
+		items = strings.Split(cast.ToString(val), ",")
+	}
+	var out []string
+	for _, s := range items {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// fromViper converts and checks every key, naming the key on error.
+func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
+	p := &parser{v: v}
+	c := &config{showVersion: p.boolean("version")}
+	if c.showVersion {
+		return c, nil
+	}
+	o := &c.agent
+	o.DeviceID, o.DataDir = p.str("device-id"), p.str("data-dir")
+	if o.DeviceID == "" {
+		p.fail("device-id", "required (the id the hub knows this device by)")
+	}
+	if o.DataDir == "" {
+		p.fail("data-dir", "must not be empty")
+	}
+	o.HTTPAddr, o.UDPAddr = p.str("listen"), p.str("udp-listen")
+	if o.HTTPAddr == "" {
+		p.fail("listen", `must not be empty (use "off" to disable HTTP)`)
+	}
+	if o.UDPAddr == agent.Off {
+		o.UDPAddr = ""
+	}
+	o.NTPServers = p.list("ntp-servers")
+	o.TimeHub, o.TrustDeviceClock = p.boolean("time-hub"), p.boolean("trust-device-clock")
+
+	o.Buffer.Durability = buffer.Durability(p.oneOf("durability", "sync", "interval", "none"))
+	o.Buffer.SyncInterval = p.dur("sync-interval", false)
+	o.Buffer.Profile = buffer.Profile(p.oneOf("profile", "default", "low-memory"))
+	o.Stream.MaxBytes = p.size("buffer-max-bytes")
+	o.Stream.MaxAge = p.dur("buffer-max-age", true)
+	o.Stream.Full = buffer.FullPolicy(p.oneOf("buffer-full-policy", "drop_oldest", "reject", "block"))
+	o.MaxBodyBytes = p.size("max-body-bytes")
+
+	u := &o.Uplink
+	u.Brokers = p.list("mqtt-url")
+	if len(u.Brokers) == 0 {
+		p.fail("mqtt-url", "at least one broker URL is required, e.g. tcp://hub:1883")
+	}
+	u.Username, u.Password = p.str("mqtt-username"), p.v.GetString("mqtt-password")
+	if f := p.str("mqtt-password-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			p.fail("mqtt-password-file", "%v", err)
+		}
+		u.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	u.TLS = uplink.TLSOptions{CAFile: p.str("tls-ca-file"), CertFile: p.str("tls-cert-file"),
+		KeyFile: p.str("tls-key-file"), ServerName: p.str("tls-server-name")}
+	for _, k := range []string{"tls-ca-file", "tls-cert-file", "tls-key-file"} {
+		if f := p.str(k); f != "" {
+			if _, err := os.Stat(f); err != nil {
+				p.fail(k, "%v", err)
+			}
+		}
+	}
+	n, err := cast.ToIntE(v.Get("batch-max-events"))
+	if err != nil || n < 1 {
+		p.fail("batch-max-events", "%q is not a positive integer", p.str("batch-max-events"))
+	}
+	u.MaxBatchEvents = n
+	u.Linger = p.dur("batch-linger", true)
+	if u.Linger == 0 {
+		u.Linger = uplink.NoLinger
+	}
+	o.DrainTimeout = p.dur("drain-timeout", true)
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = agent.NoDrain
+	}
+	if err := c.logLevel.UnmarshalText([]byte(p.str("log-level"))); err != nil {
+		p.fail("log-level", "%q is not debug, info, warn or error", p.str("log-level"))
+	}
+	c.memoryLimit = memoryLimit(p, o.Buffer.Profile, getenv)
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	check := *o // a copy: main sets the logger and registry before agent.New
+	check.Registerer, check.Gatherer = prometheus.NewRegistry(), nil
+	check.EnsureDefaults()
+	if err := check.Validate(); err != nil {
+		return nil, explain(err)
+	}
+	return c, nil
+}
+
+// memoryLimit resolves memory-limit: explicit size, "off", or the
+// low-memory default when GOMEMLIMIT is unset.
+func memoryLimit(p *parser, profile buffer.Profile, getenv func(string) string) int64 {
+	s := p.str("memory-limit")
+	switch {
+	case s == "off" || s == "0":
+		return 0
+	case s != "":
+		n := p.size("memory-limit")
+		if n != 0 && n < 8<<20 {
+			p.fail("memory-limit", "%s is below 8MiB, too little to run", s)
+		}
+		return n
+	case profile == buffer.ProfileLowMemory && getenv("GOMEMLIMIT") == "":
+		return defaultLowMemoryLimit
+	}
+	return 0
+}
+
+// parseSize reads a byte count: a plain integer or one with a KiB, MiB or
+// GiB suffix (K, M, G and KB, MB, GB are taken as the same binary units).
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffixes []string
+		m        int64
+	}{{[]string{"GiB", "GB", "G"}, 1 << 30}, {[]string{"MiB", "MB", "M"}, 1 << 20}, {[]string{"KiB", "KB", "K"}, 1 << 10}, {[]string{"B"}, 1}} {
+		done := false
+		for _, suf := range u.suffixes {
+			if rest, ok := strings.CutSuffix(t, suf); ok {
+				t, mult, done = strings.TrimSpace(rest), u.m, true
+				break
+			}
+		}
+		if done {
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size like 1048576, 512KiB, 256MiB or 2GiB", s)
+	}
+	return n * mult, nil
+}
+
+// errorKeys maps the prefixes of option errors to the config key to fix.
+var errorKeys = []struct{ prefix, key string }{
+	{"agent: device id", "device-id"}, {"uplink: device id", "device-id"}, {"uplink: client id", "device-id"},
+	{"agent: data dir", "data-dir"}, {"agent: http addr", "listen"}, {"agent: http listen", "listen"},
+	{"agent: udp addr", "udp-listen"}, {"agent: udp listen", "udp-listen"},
+	{"agent: max body bytes", "max-body-bytes"}, {"agent: ntp servers", "ntp-servers"},
+	{"agent: drain timeout", "drain-timeout"},
+	{"buffer: durability", "durability"}, {"buffer: sync interval", "sync-interval"}, {"buffer: profile", "profile"},
+	{"buffer: stream max bytes", "buffer-max-bytes"}, {"buffer: stream max age", "buffer-max-age"},
+	{"buffer: full policy", "buffer-full-policy"},
+	{"uplink: brokers", "mqtt-url"}, {"uplink: tls ca file", "tls-ca-file"}, {"agent: tls ca file", "tls-ca-file"},
+	{"uplink: tls client certificate", "tls-cert-file"}, {"agent: tls client certificate", "tls-cert-file"},
+	{"uplink: tls", "tls-cert-file"}, {"uplink: max batch events", "batch-max-events"}, {"uplink: linger", "batch-linger"},
+}
+
+// explain prefixes an options error with the config key it is about.
+func explain(err error) error {
+	msg := err.Error()
+	for _, ek := range errorKeys {
+		if strings.HasPrefix(msg, ek.prefix) {
+			return fmt.Errorf("config key %q: %w", ek.key, err)
+		}
+	}
+	return err
+}
