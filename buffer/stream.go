@@ -149,7 +149,11 @@ func (st *Stream) scan() error {
 func (st *Stream) Name() string { return st.name }
 
 // ID is the random stream id created with the stream.
-func (st *Stream) ID() wire.StreamID { return st.m.id }
+func (st *Stream) ID() wire.StreamID {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.m.id
+}
 
 // AppendOptions modify one Append.
 type AppendOptions struct {
@@ -220,83 +224,139 @@ func (st *Stream) freed() {
 	st.space = make(chan struct{})
 }
 
+// readPrealloc bounds the records ReadFrom allocates room for up front.
+const readPrealloc = 1 << 14
+
 // ReadFrom returns up to maxEvents records with sequence numbers from seq on
 // (from the head if seq is below it), stopping before maxBytes of record
 // data unless that would return nothing. A corrupt block is dropped as a gap
 // with reason "corrupt" and reading goes on after it.
 func (st *Stream) ReadFrom(seq uint64, maxEvents, maxBytes int) ([]Record, error) {
+	if maxEvents <= 0 {
+		return nil, nil
+	}
+	var out []Record
+	size := 0
+	err := st.visitBlocks(seq, true, func(br *blockReader, from uint64) (bool, error) {
+		if out == nil {
+			out = make([]Record, 0, min(maxEvents, readPrealloc))
+		}
+		for {
+			s, rec, ok, err := br.next()
+			if err != nil || !ok {
+				return len(out) == maxEvents || size > maxBytes, err
+			}
+			if s < from {
+				continue
+			}
+			if len(out) == maxEvents || (len(out) > 0 && size+len(rec) > maxBytes) {
+				return true, nil
+			}
+			// The block was copied for this read, so records may point
+			// into it: one allocation per block, not one per record.
+			out = append(out, Record{Seq: s, Data: rec[:len(rec):len(rec)]})
+			size += len(rec)
+		}
+	})
+	return out, err
+}
+
+// Scan calls fn with up to maxEvents records with sequence numbers from seq
+// on (from the head if seq is below it), in order, stopping before maxBytes
+// of record data unless that would give nothing, or at the first record fn
+// declines (returns false). rec is valid only during the call: Scan copies
+// nothing, so a caller that builds something from the records (the
+// uplink's batches) pays no copy it does not need; one that keeps them uses
+// ReadFrom. Corrupt blocks are handled as ReadFrom does. It returns the
+// number of records fn took.
+func (st *Stream) Scan(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, rec []byte) bool) (int, error) {
+	if maxEvents <= 0 {
+		return 0, nil
+	}
+	n, size := 0, 0
+	err := st.visitBlocks(seq, false, func(br *blockReader, from uint64) (bool, error) {
+		for {
+			s, rec, ok, err := br.next()
+			if err != nil || !ok {
+				return n == maxEvents || size > maxBytes, err
+			}
+			if s < from {
+				continue
+			}
+			if n == maxEvents || (n > 0 && size+len(rec) > maxBytes) || !fn(s, rec) {
+				return true, nil
+			}
+			n++
+			size += len(rec)
+		}
+	})
+	return n, err
+}
+
+// visitBlocks calls fn with a reader over each block that holds sequence
+// numbers from seq on (raised to the head), in order, until fn reports that
+// the read is done. from is the first sequence number wanted. The block's
+// bytes are Badger's and valid only during the call, unless copy is set.
+// Corrupt blocks are logged and skipped, then dropped as gaps once the read
+// transaction has ended.
+func (st *Stream) visitBlocks(seq uint64, copyValue bool, fn func(br *blockReader, from uint64) (done bool, err error)) error {
 	if err := st.s.enter(); err != nil {
-		return nil, err
+		return err
 	}
 	defer st.s.closeMu.RUnlock()
 	st.mu.Lock()
 	head, next := st.m.head, st.m.next
 	st.mu.Unlock()
 	seq = max(seq, head)
-	if seq >= next || maxEvents <= 0 {
-		return nil, nil
+	if seq >= next {
+		return nil
 	}
-	var out []Record
 	var corrupt []Range
-	size := 0
 	err := st.s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})
 		defer it.Close()
 		prevLast := seq - 1
+		// The loop returns as soon as fn is done rather than stepping on:
+		// Badger copies every value the iterator moves onto, so a read that
+		// ends on a block boundary must not touch the next block.
 		for it.Seek(blockSeekKey(st.num, seq)); it.Valid(); it.Next() {
 			b, ok := parseBlockKey(it.Item().Key())
 			if !ok {
 				return fmt.Errorf("%w: block key %x has the wrong shape", ErrCorrupt, it.Item().Key())
 			}
-			full := false
+			done := false
 			err := it.Item().Value(func(v []byte) error {
-				// One copy per block; records are slices of it, so a read
-				// costs one allocation per block, not one per record.
-				v = append([]byte(nil), v...)
+				if copyValue {
+					v = append([]byte(nil), v...)
+				}
 				br, err := openBlock(v, b.lastSeq)
 				if err != nil {
 					st.s.opts.Logger.Error("buffer: dropping corrupt block", "dir", st.s.dir, "stream", st.name, "first", prevLast+1, "last", b.lastSeq, "err", err)
 					corrupt = append(corrupt, Range{prevLast + 1, b.lastSeq})
 					return nil
 				}
-				for {
-					s, rec, ok, err := br.next()
-					if err != nil {
-						return err
-					}
-					if !ok {
-						return nil
-					}
-					if s < seq {
-						continue
-					}
-					if len(out) == maxEvents || (len(out) > 0 && size+len(rec) > maxBytes) {
-						full = true
-						return nil
-					}
-					out = append(out, Record{Seq: s, Data: rec[:len(rec):len(rec)]})
-					size += len(rec)
-				}
+				done, err = fn(&br, seq)
+				return err
 			})
 			if err != nil {
 				return err
 			}
 			prevLast = b.lastSeq
-			if full {
+			if done {
 				return nil
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return out, fmt.Errorf("buffer %s: read stream %q from %d: %w", st.s.dir, st.name, seq, err)
+		return fmt.Errorf("buffer %s: read stream %q from %d: %w", st.s.dir, st.name, seq, err)
 	}
 	for _, r := range corrupt {
 		if err := st.s.submit(&op{kind: opDropBlock, st: st, upTo: r.Last, reason: ReasonCorrupt}); err != nil {
-			return out, err
+			return err
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // Ack frees every record with a sequence number up to upTo: the hub has them.

@@ -1,16 +1,26 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
 	"edgeflow/buffer"
@@ -21,70 +31,117 @@ import (
 	"edgeflow/wire/wirepb"
 )
 
+// The delivery benchmarks: 4 agents (publishers), batches of 1000 events of
+// about 40 bytes, 16 batches in flight per agent, QoS 1, one Mosquitto on
+// loopback. b.N is events per agent.
+//
+//	go test ./e2e -run '^$' -bench BenchmarkEndToEnd -benchtime 500000x -count 6
+//
+// BenchmarkEndToEnd reports both paths measured in the same run, on the same
+// broker, one after the other: the broker's pass-through of the same frames
+// (passthrough-events/s) and the end-to-end rate (events/s), their ratio
+// (pct-of-passthrough), how many cores the Go process (agents and hub) and
+// Mosquitto kept busy during the end-to-end part and the Go process's CPU
+// per event, the agents' mean ack latency and the hub's mean group commit
+// (time and batches). The machine is shared: compare runs with -count and
+// look at the cores and latencies before reading much into one figure.
 const (
 	benchAgents      = 4
 	benchBatchEvents = 1000
+	benchWindow      = 16
 )
 
-// benchRecords returns n encoded events of about 40 bytes.
-func benchRecords(n int, now time.Time) [][]byte {
+// benchRecords returns n encoded events of about 40 bytes, shaped like one
+// sensor's readings: a metric from a small set, one tag, a noisy value with
+// two decimals (8 bytes of mantissa that compress poorly), device and
+// monotonic clocks about 10 ms apart with jitter.
+func benchRecords(n int, seed uint64, now time.Time) [][]byte {
+	rng := rand.New(rand.NewPCG(seed, 40))
+	metrics := []string{"temp", "rh", "co2", "pm25"}
 	out := make([][]byte, n)
+	v, t, mono := 20.0, now.UnixNano(), int64(3600e9)
 	for i := range out {
-		out[i], _ = proto.Marshal(&wirepb.Event{Metric: "temp", Value: float64(i % 97),
-			DeviceTimeNs: now.UnixNano() + int64(i)*1e6, Method: wirepb.TimeMethod_TIME_METHOD_NTP})
+		v += rng.NormFloat64() * 0.3
+		d := 10e6 + rng.Int64N(1e5)
+		t, mono = t+d, mono+d
+		out[i], _ = proto.Marshal(&wirepb.Event{Metric: metrics[i%len(metrics)], Value: math.Round(v*100) / 100,
+			Tags: []*wirepb.Tag{{Key: "rm", Value: "b2"}}, DeviceTimeNs: t, MonoNs: mono,
+			Method: wirepb.TimeMethod_TIME_METHOD_NTP})
 	}
 	return out
 }
 
+// benchFrame is the batch frame an uplink would send for recs as the first
+// batch of a stream.
+func benchFrame(device string, recs [][]byte) []byte {
+	id := wire.NewStreamID()
+	hdr := &wirepb.Batch{DeviceId: device, StreamId: id[:], FirstSeq: 1, SendTimeNs: time.Now().UnixNano(),
+		Backlog: &wirepb.Backlog{Events: 1 << 20, Bytes: 40 << 20, OldestNs: time.Now().UnixNano()}}
+	body, _ := wire.AppendRawEvents(hdr, recs)
+	return wire.Frame(wire.MsgBatch, body)
+}
+
 // BenchmarkEndToEnd measures events/s from agents' buffers to the hub's
 // write-ahead log (fsynced, acknowledged back to the agents) through a real
-// Mosquitto, batches of 1000. b.N is events per agent.
+// Mosquitto, and the broker's pass-through of the same frames in the same
+// run. b.N is events per agent.
 func BenchmarkEndToEnd(b *testing.B) {
 	mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{})
+	brokerPID := childPID("mosquitto")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := hub.New(hub.Options{DataDir: b.TempDir(), HTTPAddr: "off", MQTTURL: mosq.URL(), ClientID: "bench-hub", Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
+	n := max(b.N, benchBatchEvents) / benchBatchEvents * benchBatchEvents
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := srv.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
+
 	store, err := buffer.Open(b.TempDir(), buffer.Options{Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer store.Close()
-	n := max(b.N, benchBatchEvents)
-	recs := benchRecords(benchBatchEvents, time.Now())
 	var streams []*buffer.Stream
-	for i := 0; i < benchAgents; i++ {
-		st, _ := store.Stream(fmt.Sprintf("bench-%d", i), buffer.StreamOptions{MaxBytes: 1 << 30})
+	frames := make([][]byte, benchAgents)
+	for i := range benchAgents {
+		recs := benchRecords(benchBatchEvents, uint64(i), time.Now())
+		st, err := store.Stream(fmt.Sprintf("bench-%d", i), buffer.StreamOptions{MaxBytes: 1 << 30})
+		if err != nil {
+			b.Fatal(err)
+		}
 		for appended := 0; appended < n; appended += benchBatchEvents {
 			if _, err := st.Append(ctx, recs); err != nil {
 				b.Fatal(err)
 			}
 		}
 		streams = append(streams, st)
+		frames[i] = benchFrame(st.Name(), recs)
 	}
+	reg := prometheus.NewRegistry()
+	srv, err := hub.New(hub.Options{DataDir: b.TempDir(), HTTPAddr: "off", MQTTURL: mosq.URL(), ClientID: "bench-hub", Logger: quiet, Registerer: reg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+
+	settleWrites()
 	b.ResetTimer()
+	pt := passThrough(b, mosq.URL(), frames, n/benchBatchEvents)
+
+	um, _ := uplink.NewMetrics(nil)
+	cpu0 := sampleCPU(brokerPID)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, st := range streams {
 		up, err := uplink.New(st, uplink.Options{DeviceID: st.Name(), Brokers: []string{mosq.URL()}, Logger: quiet,
-			Window: 16, MaxBatchEvents: benchBatchEvents, Linger: uplink.NoLinger, PollInterval: 5 * time.Millisecond})
+			Window: benchWindow, MaxBatchEvents: benchBatchEvents, Linger: uplink.NoLinger, PollInterval: 5 * time.Millisecond, Metrics: um})
 		if err != nil {
 			b.Fatal(err)
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); up.Run(ctx) }()
+		go func() { defer wg.Done(); _ = up.Run(ctx) }()
 	}
-	total := uint64(0)
-	for _, st := range streams {
-		total += st.Stats().Next - 1
-	}
+	total := uint64(n * benchAgents)
 	for {
 		acked := uint64(0)
 		for _, st := range streams {
@@ -93,50 +150,131 @@ func BenchmarkEndToEnd(b *testing.B) {
 		if acked == total {
 			break
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 	elapsed := time.Since(start)
+	cpu := sampleCPU(brokerPID).sub(cpu0)
 	b.StopTimer()
 	cancel()
 	wg.Wait()
-	b.ReportMetric(float64(total)/elapsed.Seconds(), "events/s")
+	e2e := float64(total) / elapsed.Seconds()
+	b.ReportMetric(e2e, "events/s")
+	b.ReportMetric(pt, "passthrough-events/s")
+	b.ReportMetric(100*e2e/pt, "pct-of-passthrough")
+	b.ReportMetric(cpu.self.Seconds()/elapsed.Seconds(), "go-cores")
+	b.ReportMetric(cpu.broker.Seconds()/elapsed.Seconds(), "broker-cores")
+	b.ReportMetric(float64(cpu.self.Nanoseconds())/float64(total), "go-cpu-ns/event")
+	b.ReportMetric(float64(len(frames[0])), "B/frame")
+	b.ReportMetric(1000*histMean(um.AckLatency), "ack-ms")
+	if mfs, err := reg.Gather(); err == nil {
+		for _, mf := range mfs {
+			switch mf.GetName() {
+			case "edgeflow_hub_wal_commit_seconds":
+				b.ReportMetric(1000*histMean(metricFamily{mf}), "commit-ms")
+			case "edgeflow_hub_wal_group_entries":
+				b.ReportMetric(histMean(metricFamily{mf}), "batches/commit")
+			}
+		}
+	}
+	b.ReportMetric(0, "ns/op")
 }
 
-// BenchmarkBrokerPassThrough is the baseline: the same batch frames (1000
-// events each) published at QoS 1 by as many paho clients, with the same
-// window in flight, to a subscriber on the same Mosquitto, with nothing else
-// done to them. b.N is events per publisher.
+// metricFamily is a gathered metric family, for histMean.
+type metricFamily struct{ *dto.MetricFamily }
+
+// histMean is the mean of the observations of a histogram: a Collector, or
+// a gathered metricFamily.
+func histMean(c any) float64 {
+	var hs []*dto.Histogram
+	switch c := c.(type) {
+	case metricFamily:
+		for _, m := range c.GetMetric() {
+			hs = append(hs, m.GetHistogram())
+		}
+	case prometheus.Collector:
+		ch := make(chan prometheus.Metric, 16)
+		c.Collect(ch)
+		close(ch)
+		for m := range ch {
+			var d dto.Metric
+			if m.Write(&d) == nil {
+				hs = append(hs, d.GetHistogram())
+			}
+		}
+	}
+	sum, n := 0.0, uint64(0)
+	for _, h := range hs {
+		sum, n = sum+h.GetSampleSum(), n+h.GetSampleCount()
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// BenchmarkBrokerPassThrough is the baseline alone: the frames of
+// BenchmarkEndToEnd through Mosquitto with nothing else done to them.
 func BenchmarkBrokerPassThrough(b *testing.B) {
 	mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{})
-	id := wire.NewStreamID()
-	hdr := &wirepb.Batch{DeviceId: "x", StreamId: id[:], FirstSeq: 1, SendTimeNs: time.Now().UnixNano()}
-	body, _ := wire.AppendRawEvents(hdr, benchRecords(benchBatchEvents, time.Now()))
-	frame := wire.Frame(wire.MsgBatch, body)
-	n := max(b.N, benchBatchEvents) / benchBatchEvents
+	brokerPID := childPID("mosquitto")
+	frames := make([][]byte, benchAgents)
+	for i := range frames {
+		frames[i] = benchFrame(fmt.Sprintf("bench-%d", i), benchRecords(benchBatchEvents, uint64(i), time.Now()))
+	}
+	b.ResetTimer()
+	cpu0 := sampleCPU(brokerPID)
+	start := time.Now()
+	rate := passThrough(b, mosq.URL(), frames, max(b.N, benchBatchEvents)/benchBatchEvents)
+	elapsed := time.Since(start)
+	cpu := sampleCPU(brokerPID).sub(cpu0)
+	b.StopTimer()
+	b.ReportMetric(rate, "events/s")
+	b.ReportMetric(cpu.self.Seconds()/elapsed.Seconds(), "go-cores")
+	b.ReportMetric(cpu.broker.Seconds()/elapsed.Seconds(), "broker-cores")
+	b.ReportMetric(float64(len(frames[0])), "B/frame")
+	b.ReportMetric(0, "ns/op")
+}
+
+// passThrough publishes batches copies of frames[i] from publisher i, each
+// at QoS 1 with benchWindow publishes awaiting their PUBACK, to one
+// subscriber that is set up as the hub's (QoS 1, persistent session,
+// handlers unordered, manual acks) and reads every payload. It returns
+// events/s from the first connect to the last message received.
+func passThrough(b *testing.B, url string, frames [][]byte, batches int) float64 {
 	var got atomic.Int64
+	var sum atomic.Uint64
 	done := make(chan struct{})
-	want := int64(n * benchAgents)
-	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(mosq.URL()).SetClientID("pt-sub").SetOrderMatters(false))
+	want := int64(batches * len(frames))
+	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(url).SetClientID("pt-sub").
+		SetCleanSession(false).SetOrderMatters(false).SetAutoAckDisabled(true))
 	if t := sub.Connect(); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
-		b.Fatal("subscriber connect failed")
+		b.Fatal("pass-through: subscriber connect failed")
 	}
 	defer sub.Disconnect(100)
-	sub.Subscribe("pt/+/batch", 1, func(_ mqtt.Client, m mqtt.Message) {
+	if t := sub.Subscribe("pt/+/batch", 1, func(_ mqtt.Client, m mqtt.Message) {
+		s := uint64(0)
+		for _, c := range m.Payload() {
+			s += uint64(c)
+		}
+		sum.Add(s)
+		m.Ack()
 		if got.Add(1) == want {
 			close(done)
 		}
-	}).WaitTimeout(5 * time.Second)
-	b.ResetTimer()
+	}); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
+		b.Fatal("pass-through: subscribe failed")
+	}
 	start := time.Now()
-	for i := 0; i < benchAgents; i++ {
+	for i, frame := range frames {
 		go func() {
-			pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(mosq.URL()).SetClientID(fmt.Sprintf("pt-pub-%d", i)))
+			pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("pt-pub-%d", i)).
+				SetCleanSession(false).SetOrderMatters(false))
 			if t := pub.Connect(); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
 				return
 			}
 			defer pub.Disconnect(100)
-			window := make(chan mqtt.Token, 16)
-			for k := 0; k < n; k++ {
+			window := make(chan mqtt.Token, benchWindow)
+			for range batches {
 				if len(window) == cap(window) {
 					(<-window).WaitTimeout(10 * time.Second)
 				}
@@ -153,6 +291,104 @@ func BenchmarkBrokerPassThrough(b *testing.B) {
 		b.Fatalf("pass-through: %d of %d messages arrived", got.Load(), want)
 	}
 	elapsed := time.Since(start)
-	b.StopTimer()
-	b.ReportMetric(float64(want*benchBatchEvents)/elapsed.Seconds(), "events/s")
+	wantSum := uint64(0)
+	for _, f := range frames {
+		for _, c := range f {
+			wantSum += uint64(c) * uint64(batches)
+		}
+	}
+	if sum.Load() != wantSum {
+		b.Fatalf("pass-through: payload bytes differ from what was sent")
+	}
+	return float64(want*benchBatchEvents) / elapsed.Seconds()
+}
+
+// settleWrites waits until this process has stopped writing (Badger
+// flushes and compacts what the setup appended for a second or two after
+// the last Append returns), then flushes the page cache to disk, so that
+// the timed part pays neither the setup's compactions nor its write-back
+// competing with the hub's fsyncs.
+func settleWrites() {
+	last, quiet := int64(-1), 0
+	for deadline := time.Now().Add(30 * time.Second); quiet < 4 && time.Now().Before(deadline); {
+		w := writeBytes()
+		if w == last {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		last = w
+		time.Sleep(250 * time.Millisecond)
+	}
+	syscall.Sync()
+}
+
+// writeBytes is what this process has written to storage so far.
+func writeBytes() int64 {
+	raw, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// cpuTimes is CPU time (user+system) used by this process and the broker.
+type cpuTimes struct{ self, broker time.Duration }
+
+func (c cpuTimes) sub(d cpuTimes) cpuTimes { return cpuTimes{c.self - d.self, c.broker - d.broker} }
+
+// sampleCPU reads the CPU time used so far by this process and by process
+// pid (0: none).
+func sampleCPU(pid int) cpuTimes {
+	var c cpuTimes
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if f := procStat(pid); len(f) > 14 {
+		ut, _ := strconv.ParseInt(f[13], 10, 64)
+		st, _ := strconv.ParseInt(f[14], 10, 64)
+		c.broker = time.Duration(ut+st) * (time.Second / 100) // USER_HZ is 100 on Linux
+	}
+	return c
+}
+
+// procStat returns the fields of /proc/pid/stat, the command name as one.
+func procStat(pid int) []string {
+	if pid <= 0 {
+		return nil
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	i, j := bytes.IndexByte(raw, '('), bytes.LastIndexByte(raw, ')')
+	if i < 0 || j < i {
+		return nil
+	}
+	return append([]string{string(raw[:i-1]), string(raw[i+1 : j])}, strings.Fields(string(raw[j+1:]))...)
+}
+
+// childPID finds the newest live child of this process named comm (the
+// Mosquitto that testbroker just started), or 0.
+func childPID(comm string) int {
+	paths, _ := filepath.Glob("/proc/[0-9]*/stat")
+	best, bestStart := 0, int64(-1)
+	for _, p := range paths {
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		f := procStat(pid)
+		if len(f) < 22 || f[1] != comm || f[2] == "Z" || f[3] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		if start, _ := strconv.ParseInt(f[21], 10, 64); start > bestStart {
+			best, bestStart = pid, start
+		}
+	}
+	return best
 }

@@ -2,30 +2,37 @@ package hub
 
 import (
 	"log/slog"
+	"sync"
 
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
-// ackLoop publishes the acks of each committed group, in group order.
-// Groups committed while the last Publish waited for its PUBACKs go out
-// together in the next one, so acks cost one broker round trip per
-// Publish, not per group: behind a busy hub connection that round trip
-// is long (the PUBACKs queue behind the batches the broker is delivering),
-// and paying it once per group would make it the pipeline's pace.
+// ackPublishes bounds the ack Publish calls awaiting their PUBACKs at once.
+const ackPublishes = 4
+
+// ackLoop publishes the acks of the committed groups, oldest first, with
+// up to ackPublishes Publish calls awaiting their PUBACKs at once; groups
+// committed while every call is waiting go out together in the next one.
+// A Publish waits a broker round trip, and behind a busy hub connection
+// that round trip is long (the PUBACKs queue behind the batches the broker
+// is delivering): waiting it out before the next group's acks would add it
+// to every batch's latency and make it the pipeline's pace. Acks may thus
+// reach the broker out of group order, which agents accept. The loop
+// returns once every Publish it started has returned.
 func (s *Server) ackLoop() {
-	var msgs []Message
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, ackPublishes)
 	for g := range s.com.toAck {
-		msgs = s.appendAcks(msgs[:0], g)
-		more := true
-		for more {
+		msgs := s.appendAcks(nil, g)
+		for more := true; more; {
 			select {
 			case g, ok := <-s.com.toAck:
-				if !ok {
-					more = false
-					break
+				if ok {
+					msgs = s.appendAcks(msgs, g)
 				}
-				msgs = s.appendAcks(msgs, g)
+				more = ok
 			default:
 				more = false
 			}
@@ -33,11 +40,15 @@ func (s *Server) ackLoop() {
 		if len(msgs) == 0 {
 			continue
 		}
-		if err := s.tr.Publish(msgs); err != nil {
-			s.m.ackErrors.Inc()
-			s.rejLog.log(s.log, "ack", "", "publishing acks failed; agents will resend", err)
-		}
-		clear(msgs)
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if err := s.tr.Publish(msgs); err != nil {
+				s.m.ackErrors.Inc()
+				s.rejLog.log(s.log, "ack", "", "publishing acks failed; agents will resend", err)
+			}
+		}()
 	}
 }
 

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"unicode/utf8"
@@ -74,6 +75,27 @@ type field struct {
 
 // nextField decodes the field at the start of b and returns the rest.
 func nextField(b []byte) (field, []byte, error) {
+	// Fast path for what batches are made of: a one-byte tag (field
+	// numbers below 16) and a varint, a fixed64, or bytes shorter than 128.
+	// Anything else, malformed input included, takes the general path.
+	if len(b) >= 2 && b[0] < 0x80 && b[0]>>3 != 0 {
+		num, typ := protowire.Number(b[0]>>3), protowire.Type(b[0]&7)
+		switch typ {
+		case protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b[1:])
+			if m > 0 {
+				return field{num: num, typ: typ, v: v}, b[1+m:], nil
+			}
+		case protowire.Fixed64Type:
+			if len(b) >= 9 {
+				return field{num: num, typ: typ, v: binary.LittleEndian.Uint64(b[1:])}, b[9:], nil
+			}
+		case protowire.BytesType:
+			if l := int(b[1]); l < 0x80 && l <= len(b)-2 {
+				return field{num: num, typ: typ, b: b[2 : 2+l : 2+l]}, b[2+l:], nil
+			}
+		}
+	}
 	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 {
 		return field{}, nil, malformed("bad field tag: %v", protowire.ParseError(n))

@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"edgeflow/buffer"
@@ -80,40 +81,84 @@ func (u *Uplink) readBatch(now time.Time) (*flight, error) {
 	if !u.ready(now) {
 		return nil, nil
 	}
-	recs, err := u.st.ReadFrom(u.next, u.opts.MaxBatchEvents, u.opts.MaxBatchBytes)
+	a := assemblies.Get().(*assembly)
+	defer assemblies.Put(a)
+	a.reset()
+	_, err := u.st.Scan(u.next, u.opts.MaxBatchEvents, u.opts.MaxBatchBytes, func(seq uint64, rec []byte) bool {
+		// A batch is consecutive events; the buffer's records jump across
+		// a range it dropped, and the rest goes in the next batch.
+		if a.n > 0 && seq != a.last+1 {
+			return false
+		}
+		a.add(seq, u.retime(seq, rec))
+		return true
+	})
 	if err != nil {
 		return nil, err
 	}
 	u.lingerSince = time.Time{}
-	if len(recs) == 0 {
+	if a.n == 0 {
 		u.draining = false
 		return nil, nil
 	}
-	// A batch is consecutive events; the buffer's records jump across a
-	// range it dropped, and the rest goes in the next batch.
-	n := 1
-	for n < len(recs) && recs[n].Seq == recs[n-1].Seq+1 {
-		n++
-	}
-	recs = recs[:n]
-	first, last := recs[0].Seq, recs[n-1].Seq
-	payload, stats, err := u.encode(recs)
+	payload, stats, err := u.encode(a)
 	if err != nil {
 		return nil, err
 	}
-	u.next = last + 1
+	u.next = a.last + 1
 	u.draining = stats.Next > u.next
-	return &flight{first: first, last: last, payload: payload, queued: true}, nil
+	return &flight{first: a.first, last: a.last, payload: payload, queued: true}, nil
 }
 
-// encode builds the framed batch from stored records without decoding
-// them (Retime aside).
-func (u *Uplink) encode(recs []buffer.Record) ([]byte, buffer.Stats, error) {
+// assembly collects the events of the batch being built, already in their
+// wire form, in buffers reused from batch to batch: the records are copied
+// once out of the buffer's read and once into the frame's body, and neither
+// copy allocates once the buffers have grown. Assemblies are pooled rather
+// than kept per Uplink, so a process with thousands of mostly idle uplinks
+// (the fleet simulator) holds a few, not one each.
+type assembly struct {
+	first, last uint64
+	n           int
+	events      []byte // the batch's events fields (wire.AppendEvent)
+	body        []byte // header and events, before framing
+}
+
+var assemblies = sync.Pool{New: func() any { return new(assembly) }}
+
+func (a *assembly) reset() { a.first, a.last, a.n, a.events = 0, 0, 0, a.events[:0] }
+
+func (a *assembly) add(seq uint64, rec []byte) {
+	if a.n == 0 {
+		a.first = seq
+	}
+	a.last = seq
+	a.n++
+	a.events = wire.AppendEvent(a.events, rec)
+}
+
+// retime applies the Retime hook to one record; a failure sends the record
+// as stored.
+func (u *Uplink) retime(seq uint64, rec []byte) []byte {
+	if u.opts.Retime == nil {
+		return rec
+	}
+	fixed, err := u.opts.Retime(rec)
+	if err != nil {
+		u.m.RetimeErrors.Inc()
+		u.warn(&u.warnLog, "uplink: retime failed, sending the event as stored", "seq", seq, "err", err)
+		return rec
+	}
+	return fixed
+}
+
+// encode frames the assembled batch behind its header, without decoding
+// the events.
+func (u *Uplink) encode(a *assembly) ([]byte, buffer.Stats, error) {
 	stats := u.st.Stats()
 	hdr := &wirepb.Batch{
 		DeviceId:   u.opts.DeviceID,
 		StreamId:   u.sid[:],
-		FirstSeq:   recs[0].Seq,
+		FirstSeq:   a.first,
 		SendTimeNs: u.opts.Now().UnixNano(),
 		Backlog:    &wirepb.Backlog{Events: stats.Depth, Bytes: uint64(max(stats.Bytes, 0)), OldestNs: stats.OldestMs * int64(time.Millisecond)},
 	}
@@ -123,24 +168,12 @@ func (u *Uplink) encode(recs []buffer.Record) ([]byte, buffer.Stats, error) {
 	if u.opts.Clock != nil {
 		hdr.Clock = u.opts.Clock()
 	}
-	events := make([][]byte, len(recs))
-	for i, r := range recs {
-		events[i] = r.Data
-		if u.opts.Retime == nil {
-			continue
-		}
-		if fixed, err := u.opts.Retime(r.Data); err != nil {
-			u.m.RetimeErrors.Inc()
-			u.warn(&u.warnLog, "uplink: retime failed, sending the event as stored", "seq", r.Seq, "err", err)
-		} else {
-			events[i] = fixed
-		}
-	}
-	body, err := wire.AppendRawEvents(hdr, events)
+	body, err := wire.AppendBatchHeader(a.body[:0], hdr)
 	if err != nil {
-		return nil, stats, fmt.Errorf("uplink: encode batch from %d: %w", recs[0].Seq, err)
+		return nil, stats, fmt.Errorf("uplink: encode batch from %d: %w", a.first, err)
 	}
-	return wire.Frame(wire.MsgBatch, body), stats, nil
+	a.body = append(body, a.events...)
+	return wire.Frame(wire.MsgBatch, a.body), stats, nil
 }
 
 // ackTimeout is the wait for an answer after the n-th publish of a batch:

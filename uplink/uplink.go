@@ -20,7 +20,9 @@ import (
 // Stream is the durable log an Uplink drains; *buffer.Stream implements it.
 type Stream interface {
 	ID() wire.StreamID
-	ReadFrom(seq uint64, maxEvents, maxBytes int) ([]buffer.Record, error)
+	// Scan hands fn the records from seq on, valid only during the call,
+	// until fn declines one or a bound is reached (see buffer.Stream.Scan).
+	Scan(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, rec []byte) bool) (int, error)
 	Ack(upTo uint64) error
 	Gaps() []buffer.Gap
 	Stats() buffer.Stats

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -131,7 +132,10 @@ var (
 func zenc() *zstd.Encoder {
 	encOnce.Do(func() {
 		var err error
-		encoder, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+		// One encoder state per CPU, made on first use: with a single one,
+		// uplinks sharing a process (a fleet simulator, the benchmarks)
+		// would compress one batch at a time.
+		encoder, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)), zstd.WithLowerEncoderMem(true))
 		if err != nil {
 			panic(fmt.Sprintf("wire: zstd encoder: %v", err))
 		}
@@ -328,15 +332,33 @@ func AppendRawEvents(header *wirepb.Batch, events [][]byte) ([]byte, error) {
 	for _, e := range events {
 		size += len(e) + 8
 	}
-	body, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(make([]byte, 0, size+256), header)
+	body, err := AppendBatchHeader(make([]byte, 0, size+256), header)
 	if err != nil {
-		return nil, fmt.Errorf("wire: encode batch header: %w", err)
+		return nil, err
 	}
 	for _, e := range events {
-		body = protowire.AppendTag(body, fieldBatchEvents, protowire.BytesType)
-		body = protowire.AppendBytes(body, e)
+		body = AppendEvent(body, e)
 	}
 	return body, nil
+}
+
+// AppendBatchHeader appends a batch header (a Batch whose Events are empty)
+// to dst. A batch body is its header followed by its events (AppendEvent);
+// protobuf allows the events to follow the other fields, and every decoder
+// here accepts them in any order.
+func AppendBatchHeader(dst []byte, header *wirepb.Batch) ([]byte, error) {
+	out, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(dst, header)
+	if err != nil {
+		return dst, fmt.Errorf("wire: encode batch header: %w", err)
+	}
+	return out, nil
+}
+
+// AppendEvent appends one protobuf-encoded Event to dst as a Batch's events
+// field, without decoding it.
+func AppendEvent(dst, event []byte) []byte {
+	dst = protowire.AppendTag(dst, fieldBatchEvents, protowire.BytesType)
+	return protowire.AppendBytes(dst, event)
 }
 
 // DecodeBatch checks and parses a batch frame. It bounds the number of
