@@ -49,8 +49,6 @@ func sid(n int) StreamID {
 
 // ev is a compact event for tests.
 type ev struct {
-	dev    string
-	stream int
 	seq    uint64
 	metric string
 	tags   []Tag

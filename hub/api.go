@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/http"
 	"strings"
-	"time"
 
 	"edgeflow/aggregate"
 	"edgeflow/wire"
@@ -244,11 +243,3 @@ func tagMap(tags []aggregate.Tag) map[string]string {
 }
 
 func streamHex(id aggregate.StreamID) string { return wire.StreamID(id).String() }
-
-// ms formats a time as Unix milliseconds (0 for the zero time).
-func ms(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}

@@ -73,11 +73,6 @@ func (c *childHub) kill() {
 	_ = c.cmd.Wait()
 }
 
-func (c *childHub) stop() {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	_ = c.cmd.Wait()
-}
-
 // crashAgent sends batches of one stream in order, one at a time, and
 // resends a batch until the hub acks it (at least once on the wire).
 type crashAgent struct {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
-	"google.golang.org/protobuf/proto"
 
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -223,6 +222,3 @@ func (c *countingConsumer) Restore(b []byte) error {
 	c.Streams = map[string]*countState{}
 	return json.Unmarshal(b, c)
 }
-
-// clone deep-copies a proto batch.
-func clone(b *wirepb.Batch) *wirepb.Batch { return proto.Clone(b).(*wirepb.Batch) }
