@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -117,8 +118,17 @@ func (a *Agent) listen() error {
 		if a.httpLn, err = net.Listen("tcp", a.opts.HTTPAddr); err != nil {
 			return fmt.Errorf("agent: http listen: %w", err)
 		}
-		a.srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+		a.srv = &http.Server{Handler: guardHTTP(a.Handler(), a.opts.HTTPToken), ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		if a.opts.HTTPTLSCertFile != "" {
+			cert, err := tls.LoadX509KeyPair(a.opts.HTTPTLSCertFile, a.opts.HTTPTLSKeyFile)
+			if err != nil {
+				a.httpLn.Close()
+				return fmt.Errorf("agent: http tls: %w", err)
+			}
+			a.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+			a.httpLn = tls.NewListener(a.httpLn, a.srv.TLSConfig)
+		}
 	}
 	if a.opts.UDPAddr != "" && a.opts.UDPAddr != Off {
 		if a.udpConn, err = net.ListenPacket("udp", a.opts.UDPAddr); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,13 @@ type Options struct {
 	// MaxRequestEvents bounds the events of one request. Default 10,000;
 	// 1..100,000.
 	MaxRequestEvents int
+	// HTTPToken, when set, is the bearer token every HTTP request but
+	// /healthz must carry ("Authorization: Bearer <token>"): for an API
+	// that listens beyond loopback. Default "" (open).
+	HTTPToken string
+	// HTTPTLSCertFile and HTTPTLSKeyFile serve the HTTP API over TLS. Both
+	// or neither. Default "" (plain HTTP).
+	HTTPTLSCertFile, HTTPTLSKeyFile string
 
 	// Buffer configures the store. Its Logger and Registerer default to
 	// the agent's.
@@ -150,6 +158,12 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxRequestEvents < 1 || o.MaxRequestEvents > 100_000 {
 		return fmt.Errorf("agent: max request events %d: want 1..100000", o.MaxRequestEvents)
+	}
+	if (o.HTTPTLSCertFile == "") != (o.HTTPTLSKeyFile == "") {
+		return errors.New("agent: http tls: cert and key files go together")
+	}
+	if o.HTTPToken != "" && (len(o.HTTPToken) < 16 || strings.ContainsAny(o.HTTPToken, " \t\r\n")) {
+		return errors.New("agent: http token: want at least 16 characters without white space")
 	}
 	for i, s := range o.NTPServers {
 		if s == "" {

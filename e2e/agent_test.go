@@ -43,7 +43,12 @@ func runAgent(args []string) int {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		return 3
 	}
-	st, err := store.Stream(device, buffer.StreamOptions{Full: buffer.Block})
+	ex := parseAgentExtras(args)
+	so := buffer.StreamOptions{Full: buffer.Block}
+	if ex.maxBytes > 0 {
+		so = buffer.StreamOptions{Full: buffer.DropOldest, MaxBytes: ex.maxBytes}
+	}
+	st, err := store.Stream(device, so)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		return 3
@@ -67,7 +72,7 @@ func runAgent(args []string) int {
 			seq := next + uint64(i)
 			now := time.Now()
 			recs[i], _ = proto.Marshal(&wirepb.Event{Metric: "e2e.value", Value: float64(seq),
-				DeviceTimeNs: now.UnixNano(), MonoNs: int64(seq), BootId: "e2e", Method: wirepb.TimeMethod_TIME_METHOD_DEVICE,
+				DeviceTimeNs: now.UnixNano() + ex.clockStep(seq), MonoNs: int64(seq), BootId: "e2e", Method: wirepb.TimeMethod_TIME_METHOD_DEVICE,
 				Tags: []*wirepb.Tag{{Key: "device", Value: device}}})
 		}
 		if _, err := st.Append(ctx, recs); err != nil {
@@ -75,7 +80,7 @@ func runAgent(args []string) int {
 			return 3
 		}
 		up.Notify()
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(ex.pause)
 	}
 	for st.Stats().Acked < count {
 		time.Sleep(20 * time.Millisecond)
@@ -150,3 +155,42 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 }
 
 var _ io.Writer = (*prefixWriter)(nil)
+
+// agentExtras are the optional fifth field of the agent's spec,
+// "key=value,...": pause (between appends of 50 events, default 10ms),
+// maxbytes (a drop_oldest buffer bound instead of block), clockstep (the
+// device clock steps by an hour, forwards then back, every this many
+// events).
+type agentExtras struct {
+	pause     time.Duration
+	maxBytes  int64
+	stepEvery uint64
+}
+
+func parseAgentExtras(args []string) agentExtras {
+	ex := agentExtras{pause: 10 * time.Millisecond}
+	if len(args) < 5 {
+		return ex
+	}
+	for _, kv := range strings.Split(args[4], ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "pause":
+			ex.pause, _ = time.ParseDuration(v)
+		case "maxbytes":
+			ex.maxBytes, _ = strconv.ParseInt(v, 10, 64)
+		case "clockstep":
+			ex.stepEvery, _ = strconv.ParseUint(v, 10, 64)
+		}
+	}
+	return ex
+}
+
+// clockStep is the device clock's error at seq: +1h and 0 alternately,
+// changing every stepEvery events (a clock stepped forwards, then back).
+func (ex agentExtras) clockStep(seq uint64) int64 {
+	if ex.stepEvery == 0 || (seq/ex.stepEvery)%2 == 0 {
+		return 0
+	}
+	return int64(time.Hour)
+}

@@ -67,11 +67,28 @@ func (a *aggregates) Apply(b *AppliedBatch) {
 		})
 	}
 	ab := aggregate.Batch{Seq: b.WALSeq, Device: b.Device, Stream: aggregate.StreamID(b.Stream),
-		ServerTime: b.ServerTime.UnixNano(), Backlog: b.Backlog.Events > 0, Events: a.evs}
+		ServerTime: b.ServerTime.UnixNano(), Backlog: draining(b), Events: a.evs}
 	if err := a.eng.Apply(&ab); err != nil {
 		a.rate.log(a.log, "aggregate", b.Device, "events dropped by the aggregate engine", err)
 	}
 	a.flush()
+}
+
+// drainingBacklogAge is how old (by the device's own clock, at send time)
+// the oldest unacknowledged event must be for a stream to count as draining
+// a backlog. A live agent always holds a batch or two in flight, so "any
+// backlog" would release every stream from the hub watermark and make
+// ordinary events late.
+const drainingBacklogAge = 30 * time.Second
+
+// draining reports whether a batch comes from an agent catching up on a
+// backlog, which must not hold the hub watermark back. It uses only the
+// batch, so a replay or rebuild decides the same way.
+func draining(b *AppliedBatch) bool {
+	if b.Backlog.Events == 0 || b.Backlog.OldestNs == 0 {
+		return false
+	}
+	return b.SendTimeNs-b.Backlog.OldestNs > int64(drainingBacklogAge)
 }
 
 // Tick implements Ticker.

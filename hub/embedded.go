@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // embeddedBroker is the Transport of a hub that runs its own MQTT broker
@@ -21,38 +21,63 @@ type embeddedBroker struct {
 	subs   [3]string
 	paused atomic.Bool
 	log    *slog.Logger
+	auth   *deviceAuth
 }
 
-// Inline subscription ids.
-const (
-	subBatches = iota + 1
-	subStatus
-	subTimeReqs
-)
+// The inline subscription ids are 1, 2 and 3: the index in subs plus 1.
 
 // NewEmbeddedBroker starts an MQTT broker listening on addr (host:port;
 // port 0 picks a free one, see Addr). It accepts anonymous clients and
 // packets up to maxPacket bytes (0: unlimited).
 func NewEmbeddedBroker(addr string, maxPacket uint32, log *slog.Logger) (Transport, error) {
+	return NewSecureEmbeddedBroker(EmbeddedOptions{Addr: addr, MaxPacket: maxPacket, Logger: log})
+}
+
+// EmbeddedOptions configure the embedded broker.
+type EmbeddedOptions struct {
+	// Addr is the listen address (host:port; port 0 picks a free one).
+	Addr string
+	// MaxPacket bounds a packet in bytes; 0: unlimited.
+	MaxPacket uint32
+	// Security is who may connect and what each device may do.
+	Security BrokerSecurity
+	// Registerer receives the broker's metrics. Nil: none.
+	Registerer prometheus.Registerer
+	// Logger receives the broker's warnings. Required.
+	Logger *slog.Logger
+}
+
+// NewSecureEmbeddedBroker starts the embedded broker with o.Security: see
+// BrokerSecurity.
+func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 	caps := mqtt.NewDefaultServerCapabilities()
-	caps.MaximumPacketSize = maxPacket
+	caps.MaximumPacketSize = o.MaxPacket
 	srv := mqtt.New(&mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,
-		Logger:       slog.New(minLevel{log.Handler(), slog.LevelWarn}).With("component", "broker"),
+		Logger:       slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}).With("component", "broker"),
 	})
-	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
+	auth := newDeviceAuth(o.Security, nil)
+	auth.srv = srv
+	if o.Registerer != nil {
+		m, err := newBrokerMetrics(o.Registerer, auth.connections)
+		if err != nil {
+			return nil, fmt.Errorf("embedded broker metrics: %w", err)
+		}
+		auth.m = m
+	}
+	if err := srv.AddHook(auth, nil); err != nil {
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
-	tcp := listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})
+	tcp := listeners.NewTCP(listeners.Config{ID: "tcp", Address: o.Addr, TLSConfig: o.Security.TLS})
 	if err := srv.AddListener(tcp); err != nil {
-		return nil, fmt.Errorf("embedded broker listen %s: %w", addr, err)
+		return nil, fmt.Errorf("embedded broker listen %s: %w", o.Addr, err)
 	}
 	if err := srv.Serve(); err != nil {
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
 	b, s, t := subscriptions("")
-	return &embeddedBroker{srv: srv, tcp: tcp, subs: [3]string{b, s, t}, log: log}, nil
+	return &embeddedBroker{srv: srv, tcp: tcp, subs: [3]string{b, s, t}, log: o.Logger, auth: auth}, nil
 }
 
 // Addr returns the address the broker listens on.
@@ -60,10 +85,22 @@ func (e *embeddedBroker) Addr() string { return e.tcp.Address() }
 
 // Start subscribes the inline client.
 func (e *embeddedBroker) Start(h MessageHandler) error {
+	return e.StartIdentified(func(topic, _ string, payload []byte) { h(topic, payload) })
+}
+
+// StartIdentified subscribes the inline client and passes each message's
+// publisher identity (see BrokerSecurity) along with it.
+func (e *embeddedBroker) StartIdentified(h IdentifiedHandler) error {
+	secure := e.auth.sec.enabled()
 	fn := func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
-		if !e.paused.Load() {
-			h(pk.TopicName, pk.Payload)
+		if e.paused.Load() {
+			return
 		}
+		id := ""
+		if secure {
+			id = e.auth.identityOf(pk.Origin)
+		}
+		h(pk.TopicName, id, pk.Payload)
 	}
 	for i, f := range e.subs {
 		if err := e.srv.Subscribe(f, i+1, fn); err != nil {
@@ -96,6 +133,17 @@ func (e *embeddedBroker) Pause() {
 
 // Close stops the broker and disconnects its clients.
 func (e *embeddedBroker) Close() error { return e.srv.Close() }
+
+// IdentifiedHandler receives one incoming message with the verified
+// identity (device id) of the client that published it; identity is ""
+// when the transport does not know it (anonymous clients, external
+// brokers).
+type IdentifiedHandler func(topic, identity string, payload []byte)
+
+// identifiedTransport is a Transport that knows who published a message.
+type identifiedTransport interface {
+	StartIdentified(h IdentifiedHandler) error
+}
 
 // brokerAddr is implemented by transports that listen themselves.
 type brokerAddr interface{ Addr() string }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +52,7 @@ func NewExternalBroker(o ExternalOptions) Transport {
 		SetConnectTimeout(o.Timeout).SetWriteTimeout(o.Timeout).SetKeepAlive(30 * time.Second).
 		SetOnConnectHandler(e.onConnect).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
-			o.Logger.Warn("broker connection lost", "url", o.URL, "err", err)
+			o.Logger.Warn("broker connection lost", "url", redactURL(o.URL), "err", err)
 		})
 	if o.Username != "" {
 		co.SetUsername(o.Username).SetPassword(o.Password)
@@ -66,11 +67,11 @@ func (e *externalBroker) Start(h MessageHandler) error {
 	e.handler.Store(&h)
 	tok := e.client.Connect()
 	if !tok.WaitTimeout(e.opts.Timeout) {
-		e.opts.Logger.Warn("broker not reachable yet, retrying in the background", "url", e.opts.URL)
+		e.opts.Logger.Warn("broker not reachable yet, retrying in the background", "url", redactURL(e.opts.URL))
 		return nil
 	}
 	if err := tok.Error(); err != nil {
-		return fmt.Errorf("connect %s: %w", e.opts.URL, err)
+		return fmt.Errorf("connect %s: %w", redactURL(e.opts.URL), err)
 	}
 	return nil
 }
@@ -83,14 +84,14 @@ func (e *externalBroker) onConnect(c paho.Client) {
 	b, s, t := subscriptions(e.opts.Group)
 	tok := c.SubscribeMultiple(map[string]byte{b: 1, s: 1, t: 1}, e.deliver)
 	if !tok.WaitTimeout(e.opts.Timeout) {
-		e.opts.Logger.Error("subscribe timed out", "url", e.opts.URL)
+		e.opts.Logger.Error("subscribe timed out", "url", redactURL(e.opts.URL))
 		return
 	}
 	if err := tok.Error(); err != nil {
-		e.opts.Logger.Error("subscribe failed", "url", e.opts.URL, "err", err)
+		e.opts.Logger.Error("subscribe failed", "url", redactURL(e.opts.URL), "err", err)
 		return
 	}
-	e.opts.Logger.Info("connected to broker", "url", e.opts.URL, "client_id", e.opts.ClientID)
+	e.opts.Logger.Info("connected to broker", "url", redactURL(e.opts.URL), "client_id", e.opts.ClientID)
 }
 
 // deliver hands a message to the hub and then acknowledges it.
@@ -135,4 +136,14 @@ func (e *externalBroker) Close() error {
 	e.paused.Store(true)
 	e.client.Disconnect(250)
 	return nil
+}
+
+// redactURL hides a password in a broker URL (tcp://user:pass@host) for
+// logs and errors.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable broker url)"
+	}
+	return u.Redacted()
 }

@@ -1,22 +1,23 @@
 package hub
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"edgeflow/dashboard"
 	"edgeflow/wire"
 )
 
 // Handler returns the hub's HTTP API: /healthz, /readyz, /metrics,
 // GET /v1/devices and GET /v1/devices/{id}, and with an engine
 // (Options.Aggregate) GET /v1/aggregates, /v1/events, /v1/stream and
-// /v1/late (docs/openapi.yaml).
+// /v1/late (docs/openapi.yaml), and the dashboard at / (package dashboard).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -27,6 +28,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/devices", s.serveDevices)
 	mux.HandleFunc("GET /v1/devices/{id}", s.serveDevice)
 	s.registerQueryAPI(mux)
+	mux.Handle("GET /{$}", dashboard.Handler())
+	mux.Handle("GET "+dashboard.Prefix, dashboard.Handler())
 	return mux
 }
 
@@ -93,8 +96,15 @@ func (s *Server) startHTTP() error {
 	if err != nil {
 		return fmt.Errorf("http listen %s: %w", s.opts.HTTPAddr, err)
 	}
-	s.httpLn = ln
-	s.httpSrv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv, err := s.newHTTPServer(s.Handler())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if srv.TLSConfig != nil {
+		ln = tls.NewListener(ln, srv.TLSConfig)
+	}
+	s.httpLn, s.httpSrv = ln, srv
 	go func() {
 		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server", "err", err)

@@ -107,6 +107,9 @@ func (s *Server) decode(msg inMsg) (p *pending) {
 	if err == nil {
 		err = validateBatch(v, msg.device)
 	}
+	if err == nil {
+		err = s.limiter.take(msg.device, len(v.events), msg.serverTimeNs)
+	}
 	p.describe(v)
 	if err != nil {
 		p.rej = asRejection(err)

@@ -52,6 +52,13 @@ func deliveryScenario(t *testing.T, s *Server, broker string, cc *countingConsum
 	waitFor(t, func() bool { i, _ := s.Device("dev-a"); return len(i.Streams) == 1 && i.Streams[0].Events == 170 })
 	checkDeviceAPI(t, s, "dev-a", d.stream)
 	if cc != nil {
+		// The registry is updated before the consumers are called.
+		waitFor(t, func() bool {
+			cc.mu.Lock()
+			defer cc.mu.Unlock()
+			c := cc.Streams["dev-a/"+d.stream.String()]
+			return c != nil && c.Events >= 170
+		})
 		cc.mu.Lock()
 		c := *cc.Streams["dev-a/"+d.stream.String()]
 		cc.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"runtime"
@@ -37,6 +38,50 @@ type Options struct {
 	// Group, when set, subscribes to batches through the shared subscription
 	// $share/{Group}/... on an external broker. Default "" (plain).
 	Group string
+
+	// MQTTAuthFile is a credentials file ("device-id:bcrypt-hash" lines,
+	// see Credentials and `hubd passwd`) for the embedded broker: a client
+	// that sends a username must match it, and is then restricted to its
+	// device's topics (BrokerSecurity). Default "" (no passwords).
+	MQTTAuthFile string
+	// MQTTTLSCertFile and MQTTTLSKeyFile make the embedded broker's
+	// listener TLS. Both or neither. Default "" (plain TCP).
+	MQTTTLSCertFile, MQTTTLSKeyFile string
+	// MQTTTLSClientCAFile verifies device certificates with these CAs; a
+	// device's certificate CN is its device id. Needs MQTTTLSCertFile.
+	// Default "" (no client certificates).
+	MQTTTLSClientCAFile string
+	// MQTTDenyAnonymous refuses clients without credentials (a password or
+	// a client certificate) on the embedded broker. Production sets it;
+	// the default, false, is the quick start's open broker.
+	MQTTDenyAnonymous bool
+	// MQTTMaxConnsPerDevice bounds the open connections of one verified
+	// device on the embedded broker. Default 4 (an agent uses 2); -1: no
+	// bound.
+	MQTTMaxConnsPerDevice int
+	// MaxEventsPerSecond is each device's sustained event rate; a batch
+	// that arrives while the device's token bucket is in debt is rejected
+	// (REJECTED, reason rate_limited; the agent drops it). Default 0: no
+	// limit.
+	MaxEventsPerSecond float64
+	// EventsBurst is the bucket's size in events (a device may send this
+	// many at once after being idle). Default MaxEventsPerSecond (one
+	// second's worth).
+	EventsBurst float64
+
+	// HTTPTLSCertFile and HTTPTLSKeyFile serve the HTTP API over TLS. Both
+	// or neither. Default "" (plain HTTP).
+	HTTPTLSCertFile, HTTPTLSKeyFile string
+	// HTTPReadToken, when set, is the bearer token every HTTP request but
+	// /healthz and /readyz must carry ("Authorization: Bearer <token>").
+	// The API has no endpoint that changes state, so there is no admin
+	// token. Default "" (open).
+	HTTPReadToken string
+	// HTTPReadTimeout bounds reading a request, HTTPWriteTimeout writing a
+	// response (GET /v1/stream is exempt: it streams). Defaults 30s, 2m.
+	HTTPReadTimeout, HTTPWriteTimeout time.Duration
+	// HTTPMaxRequestBytes bounds a request body. Default 64 KiB.
+	HTTPMaxRequestBytes int64
 
 	// Limits bound what a batch may hold; zero fields take wire.DefaultLimits.
 	Limits wire.Limits
@@ -131,6 +176,11 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.RejectLogInterval, time.Second)
 	setDefault(&o.TickInterval, time.Second)
 	setDefault(&o.StreamHeartbeat, 15*time.Second)
+	setDefault(&o.MQTTMaxConnsPerDevice, 4)
+	setDefault(&o.HTTPReadTimeout, 30*time.Second)
+	setDefault(&o.HTTPWriteTimeout, 2*time.Minute)
+	setDefault(&o.HTTPMaxRequestBytes, 64<<10)
+	setDefault(&o.EventsBurst, o.MaxEventsPerSecond)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -217,6 +267,9 @@ func (o *Options) Validate() error {
 	case o.StreamHeartbeat <= 0:
 		return bad("StreamHeartbeat", "%v must be positive", o.StreamHeartbeat)
 	}
+	if err := o.validateSecurity(bad); err != nil {
+		return err
+	}
 	if o.Aggregate != nil {
 		a := *o.Aggregate
 		a.EnsureDefaults()
@@ -277,4 +330,48 @@ func validGroup(g string) bool {
 		}
 	}
 	return g != ""
+}
+
+// validateSecurity checks the embedded broker's security options and the
+// rate limit.
+func (o *Options) validateSecurity(bad func(field, format string, args ...any) error) error {
+	embeddedOnly := o.MQTTAuthFile != "" || o.MQTTTLSCertFile != "" || o.MQTTTLSKeyFile != "" ||
+		o.MQTTTLSClientCAFile != "" || o.MQTTDenyAnonymous
+	switch {
+	case o.MQTTURL != "" && embeddedOnly:
+		return bad("MQTTAuthFile", "broker authentication and TLS options are for the embedded broker; an external broker (MQTTURL) does its own (docs/SECURITY.md)")
+	case (o.MQTTTLSCertFile == "") != (o.MQTTTLSKeyFile == ""):
+		return bad("MQTTTLSCertFile", "MQTTTLSCertFile and MQTTTLSKeyFile go together")
+	case o.MQTTTLSClientCAFile != "" && o.MQTTTLSCertFile == "":
+		return bad("MQTTTLSClientCAFile", "client certificates need TLS (MQTTTLSCertFile and MQTTTLSKeyFile)")
+	case o.MQTTDenyAnonymous && o.MQTTAuthFile == "" && o.MQTTTLSClientCAFile == "":
+		return bad("MQTTDenyAnonymous", "no device could connect: set MQTTAuthFile or MQTTTLSClientCAFile")
+	case o.MQTTMaxConnsPerDevice < -1:
+		return bad("MQTTMaxConnsPerDevice", "%d: want -1 (no bound) or positive", o.MQTTMaxConnsPerDevice)
+	case o.MaxEventsPerSecond < 0 || math.IsNaN(o.MaxEventsPerSecond) || math.IsInf(o.MaxEventsPerSecond, 0):
+		return bad("MaxEventsPerSecond", "%v: want a finite rate >= 0", o.MaxEventsPerSecond)
+	case o.EventsBurst < 0 || math.IsNaN(o.EventsBurst) || math.IsInf(o.EventsBurst, 0):
+		return bad("EventsBurst", "%v: want a finite size >= 0", o.EventsBurst)
+	}
+	return o.validateHTTPSecurity(bad)
+}
+
+// brokerSecurity loads the embedded broker's credentials and TLS files.
+func (o *Options) brokerSecurity() (BrokerSecurity, error) {
+	sec := BrokerSecurity{DenyAnonymous: o.MQTTDenyAnonymous, MaxConnsPerDevice: max(o.MQTTMaxConnsPerDevice, 0)}
+	if o.MQTTAuthFile != "" {
+		c, err := LoadCredentials(o.MQTTAuthFile)
+		if err != nil {
+			return sec, fmt.Errorf("%w: MQTTAuthFile: %w", ErrInvalidOptions, err)
+		}
+		sec.Credentials = c
+	}
+	if o.MQTTTLSCertFile != "" {
+		c, err := BrokerTLSConfig(o.MQTTTLSCertFile, o.MQTTTLSKeyFile, o.MQTTTLSClientCAFile)
+		if err != nil {
+			return sec, fmt.Errorf("%w: MQTTTLSCertFile: %w", ErrInvalidOptions, err)
+		}
+		sec.TLS = c
+	}
+	return sec, nil
 }

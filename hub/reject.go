@@ -32,11 +32,18 @@ const (
 	ReasonInternal       Reason = "internal_error"      // the hub failed (a recovered panic)
 )
 
+// Rejection reasons of the per-device limits and the broker's identities.
+const (
+	ReasonRateLimited      Reason = "rate_limited"      // the device is over its events per second
+	ReasonIdentityMismatch Reason = "identity_mismatch" // published by another device than the topic names (not acked)
+)
+
 // allReasons lists every Reason, so the counter shows zeros from the start.
 var allReasons = [...]Reason{
 	ReasonMalformed, ReasonTooLarge, ReasonVersion, ReasonDeviceMismatch, ReasonStreamID,
 	ReasonNoEvents, ReasonFirstSeq, ReasonSeqOverflow, ReasonSeqAhead, ReasonFragmented,
 	ReasonTime, ReasonValue, ReasonMetric, ReasonMethod, ReasonGap, ReasonInternal,
+	ReasonRateLimited, ReasonIdentityMismatch,
 }
 
 // Rejection is the error for a batch that the hub refuses; the agent gets

@@ -29,6 +29,9 @@ type Server struct {
 	views  sync.Pool
 	rejLog rateLog
 
+	limiter   *rateLimiter   // nil: no per-device event rate limit
+	brokerSec BrokerSecurity // the embedded broker's, loaded by New
+
 	workers     []chan inMsg
 	inMu        sync.RWMutex // write-locked to close the pipeline's inputs
 	inClosed    bool
@@ -66,12 +69,23 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, log: opts.Logger, reg: newRegistry(), applierReqs: make(chan applierReq),
 		fatal: make(chan error, 1), done: make(chan struct{}), applyDone: make(chan struct{})}
 	s.rejLog = rateLog{every: opts.RejectLogInterval, now: opts.Now}
+	s.limiter = newRateLimiter(opts.MaxEventsPerSecond, opts.EventsBurst)
+	if opts.MQTTURL == "" {
+		sec, err := opts.brokerSecurity()
+		if err != nil {
+			return nil, err
+		}
+		s.brokerSec = sec
+	}
 	s.views.New = func() any { return new(batchView) }
 	m, err := newMetrics(opts.Registerer, s.reg.counts)
 	if err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
 	s.m = m
+	if err := opts.Registerer.Register(newFleetCollector(s.reg, s.opts.Now)); err != nil {
+		return nil, fmt.Errorf("register fleet metrics: %w", err)
+	}
 	if err := s.defaultParts(); err != nil {
 		return nil, err
 	}
@@ -215,7 +229,7 @@ func (s *Server) Start(ctx context.Context) error {
 // brokerDesc describes the transport for logs.
 func (s *Server) brokerDesc() string {
 	if s.opts.MQTTURL != "" {
-		return s.opts.MQTTURL
+		return redactURL(s.opts.MQTTURL)
 	}
 	return "embedded " + s.BrokerAddr()
 }
@@ -251,7 +265,9 @@ func (s *Server) startPipeline() {
 func (s *Server) startTransport() error {
 	if s.tr == nil {
 		if s.opts.MQTTURL == "" {
-			tr, err := NewEmbeddedBroker(s.opts.MQTTListen, uint32(s.opts.Limits.MaxFrameBytes+64<<10), s.log)
+			tr, err := NewSecureEmbeddedBroker(EmbeddedOptions{Addr: s.opts.MQTTListen,
+				MaxPacket: uint32(s.opts.Limits.MaxFrameBytes + 64<<10), Security: s.brokerSec,
+				Registerer: s.opts.Registerer, Logger: s.log})
 			if err != nil {
 				return err
 			}
@@ -261,6 +277,9 @@ func (s *Server) startTransport() error {
 				Username: s.opts.Username, Password: s.opts.Password, Group: s.opts.Group,
 				Timeout: s.opts.PublishTimeout, Logger: s.log})
 		}
+	}
+	if it, ok := s.tr.(identifiedTransport); ok {
+		return it.StartIdentified(s.handleFrom)
 	}
 	return s.tr.Start(s.handle)
 }

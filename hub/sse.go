@@ -135,6 +135,8 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-s.done: // shutting down: an open stream must not hold up http.Server.Shutdown
+			return
 		case <-ping.C:
 			out.comment("ping")
 		case u, ok := <-sub.Updates():

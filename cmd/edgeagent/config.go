@@ -61,6 +61,10 @@ func newFlags() *pflag.FlagSet {
 	fs.String("buffer-max-age", "0", "drop buffered events older than this (0: keep until the size bound)")
 	fs.String("buffer-full-policy", "drop_oldest", "at the bound: drop_oldest, reject or block")
 	fs.String("max-body-bytes", "1MiB", "largest POST /v1/events body")
+	fs.String("http-token", "", "bearer token for every HTTP endpoint but /healthz (prefer http-token-file)")
+	fs.String("http-token-file", "", "file holding the HTTP bearer token")
+	fs.String("http-tls-cert", "", "PEM certificate: serve the HTTP API over TLS (with http-tls-key)")
+	fs.String("http-tls-key", "", "PEM key of http-tls-cert")
 	fs.Int("batch-max-events", 1000, "events per uploaded batch")
 	fs.String("batch-linger", "100ms", "how long a partial batch waits for more events")
 	fs.String("drain-timeout", "5s", "on shutdown, how long a connected uplink may send what is buffered")
@@ -201,6 +205,15 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 	o.Stream.MaxAge = p.dur("buffer-max-age", true)
 	o.Stream.Full = buffer.FullPolicy(p.oneOf("buffer-full-policy", "drop_oldest", "reject", "block"))
 	o.MaxBodyBytes = p.size("max-body-bytes")
+	o.HTTPToken = p.v.GetString("http-token")
+	if f := p.str("http-token-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			p.fail("http-token-file", "%v", err)
+		}
+		o.HTTPToken = strings.TrimRight(string(b), "\r\n")
+	}
+	o.HTTPTLSCertFile, o.HTTPTLSKeyFile = p.str("http-tls-cert"), p.str("http-tls-key")
 
 	u := &o.Uplink
 	u.Brokers = p.list("mqtt-url")
@@ -305,7 +318,7 @@ var errorKeys = []struct{ prefix, key string }{
 	{"agent: data dir", "data-dir"}, {"agent: http addr", "listen"}, {"agent: http listen", "listen"},
 	{"agent: udp addr", "udp-listen"}, {"agent: udp listen", "udp-listen"},
 	{"agent: max body bytes", "max-body-bytes"}, {"agent: ntp servers", "ntp-servers"},
-	{"agent: drain timeout", "drain-timeout"},
+	{"agent: drain timeout", "drain-timeout"}, {"agent: http tls", "http-tls-cert"}, {"agent: http token", "http-token"},
 	{"buffer: durability", "durability"}, {"buffer: sync interval", "sync-interval"}, {"buffer: profile", "profile"},
 	{"buffer: stream max bytes", "buffer-max-bytes"}, {"buffer: stream max age", "buffer-max-age"},
 	{"buffer: full policy", "buffer-full-policy"},

@@ -19,6 +19,8 @@ import (
 type config struct {
 	hub      hub.Options
 	logLevel slog.Level
+	// demo runs a simulated fleet beside the hub (package demo).
+	demo bool
 }
 
 // newFlags declares every configuration key as a flag; the same names are
@@ -41,6 +43,8 @@ func newFlags() *pflag.FlagSet {
 	fs.Int("workers", 0, "decode workers (0: one per CPU)")
 	fs.Int("max-events", 0, "max events per batch (0: wire default)")
 	fs.String("tick-interval", "1s", "time between logged ticks of the aggregate engine's processing time")
+	fs.Bool("demo", false, "also run a simulated fleet of 20 devices against this hub (data in a temporary directory unless data-dir is set)")
+	addSecurityFlags(fs)
 	return fs
 }
 
@@ -113,9 +117,13 @@ func fromViper(v *viper.Viper) (*config, error) {
 	if err := c.logLevel.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
 		errs = append(errs, fmt.Errorf("config key %q: %q is not debug, info, warn or error", "log-level", v.GetString("log-level")))
 	}
-	if o.DataDir == "" {
+	c.demo = v.GetBool("demo")
+	if c.demo && !v.IsSet("data-dir") {
+		o.DataDir = "" // the demo uses a fresh temporary directory
+	} else if o.DataDir == "" {
 		errs = append(errs, errors.New(`config key "data-dir": must not be empty`))
 	}
+	errs = append(errs, securityFromViper(v, o))
 	agg, err := aggregateFromViper(v)
 	if err != nil {
 		errs = append(errs, err)
@@ -131,6 +139,10 @@ var optionKeys = map[string]string{
 	"Group": "group", "Workers": "workers", "Limits.MaxEvents": "max-events",
 	"CheckpointInterval": "checkpoint-interval", "RetentionMaxAge": "retention-max-age",
 	"RetentionInterval": "retention-interval", "ClientID": "client-id", "TickInterval": "tick-interval",
+	"MQTTAuthFile": "mqtt-auth-file", "MQTTTLSCertFile": "mqtt-tls-cert", "MQTTTLSClientCAFile": "mqtt-tls-client-ca",
+	"MQTTDenyAnonymous": "mqtt-allow-anonymous", "MQTTMaxConnsPerDevice": "mqtt-max-conns-per-device",
+	"MaxEventsPerSecond": "max-events-per-second", "EventsBurst": "events-burst",
+	"HTTPTLSCertFile": "http-tls-cert", "HTTPReadToken": "http-read-token",
 }
 
 // explainOptionsError rewrites "invalid hub options: Field: ..." to name

@@ -6,6 +6,12 @@
 // `hubd rebuild [flags]` recomputes the aggregates from the stored log with
 // the current aggregate configuration and replaces them in the checkpoint
 // (stop the running hubd first); see hub.Rebuild.
+//
+// `hubd --demo` also runs a small simulated fleet against the hub (see
+// package demo), so the dashboard at / shows live data at once.
+//
+// `hubd passwd [--file F] DEVICE < password` makes a credentials line for
+// the embedded broker's mqtt-auth-file; see docs/SECURITY.md.
 package main
 
 import (
@@ -22,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 
+	"edgeflow/demo"
 	"edgeflow/hub"
 )
 
@@ -29,6 +36,9 @@ func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
 // run is main with its inputs and exit code explicit, for tests.
 func run(args []string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "passwd" {
+		return runPasswd(args[1:], os.Stdin, os.Stdout, stderr)
+	}
 	rebuild := len(args) > 0 && args[0] == "rebuild"
 	if rebuild {
 		args = args[1:]
@@ -48,6 +58,9 @@ func run(args []string, stderr io.Writer) int {
 	if rebuild {
 		return runRebuild(cfg, logger, stderr)
 	}
+	if cfg.demo {
+		return runDemo(cfg, logger, stderr)
+	}
 	srv, err := hub.New(cfg.hub)
 	if err != nil {
 		fmt.Fprintf(stderr, "hubd: %v\n", explainOptionsError(err))
@@ -57,6 +70,18 @@ func run(args []string, stderr io.Writer) int {
 	defer stop()
 	if err := srv.Run(ctx); err != nil {
 		logger.Error("hubd failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// runDemo is `hubd --demo`: the hub plus a simulated fleet (package demo)
+// until SIGINT or SIGTERM.
+func runDemo(cfg *config, logger *slog.Logger, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := demo.Run(ctx, demo.Options{Hub: cfg.hub, Logger: logger}); err != nil {
+		fmt.Fprintf(stderr, "hubd --demo: %v\n", explainOptionsError(err))
 		return 1
 	}
 	return 0

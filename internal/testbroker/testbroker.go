@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -56,6 +57,11 @@ type MosquittoOptions struct {
 	Persistence bool
 	// MaxInflight is max_inflight_messages; 0 means unlimited.
 	MaxInflight int
+	// Secure refuses anonymous clients and adds Conf (password_file,
+	// acl_file, ... lines) to the configuration.
+	Secure bool
+	// Conf is appended to the configuration when Secure is set.
+	Conf string
 }
 
 // Mosquitto is a broker process a test owns.
@@ -90,6 +96,11 @@ func StartMosquitto(t testing.TB, o MosquittoOptions) *Mosquitto {
 	dir := t.TempDir()
 	m.conf = filepath.Join(dir, "mosquitto.conf")
 	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\nmax_inflight_messages %d\nmax_queued_messages 100000\n", m.port, o.MaxInflight)
+	if o.Secure {
+		// root: read the password and ACL files from the test's directory
+		// without dropping privileges.
+		conf = strings.Replace(conf, "allow_anonymous true\n", "allow_anonymous false\nuser root\n", 1) + o.Conf + "\n"
+	}
 	if o.Persistence {
 		conf += fmt.Sprintf("persistence true\npersistence_location %s/\n", dir)
 	} else {

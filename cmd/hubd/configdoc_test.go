@@ -1,0 +1,27 @@
+package main
+
+import (
+	"slices"
+	"testing"
+
+	"edgeflow/internal/configdoc"
+)
+
+// TestConfigDoc checks docs/CONFIG.md against every flag and aggregate
+// key hubd registers, so the reference cannot drift from the code.
+func TestConfigDoc(t *testing.T) {
+	doc, err := configdoc.Read("../../docs/CONFIG.md", "hubd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var extra []string
+	for _, k := range slices.Concat(aggDurationKeys, aggIntKeys, aggOtherKeys) {
+		extra = append(extra, "aggregate."+k)
+	}
+	for _, k := range aggWindowKeys {
+		extra = append(extra, "aggregate.windows[]."+k)
+	}
+	for _, p := range configdoc.Check(doc, newFlags(), extra) {
+		t.Error(p)
+	}
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cast"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"edgeflow/hub"
+)
+
+// addSecurityFlags declares the keys of the embedded broker's
+// authentication, the HTTP API's TLS and token, and the per-device limits
+// (docs/SECURITY.md).
+func addSecurityFlags(fs *pflag.FlagSet) {
+	fs.String("mqtt-password-file", "", "file holding the password for the external broker (instead of mqtt-password)")
+	fs.String("mqtt-auth-file", "", "embedded broker: credentials file of device-id:bcrypt-hash lines (hubd passwd)")
+	fs.String("mqtt-tls-cert", "", "embedded broker: TLS certificate (PEM); with mqtt-tls-key the listener is TLS")
+	fs.String("mqtt-tls-key", "", "embedded broker: TLS private key (PEM)")
+	fs.String("mqtt-tls-client-ca", "", "embedded broker: CA certificates (PEM) of device certificates; CN = device id")
+	fs.Bool("mqtt-allow-anonymous", true, "embedded broker: accept clients without credentials, unrestricted (production: false)")
+	fs.Int("mqtt-max-conns-per-device", 4, "embedded broker: open connections per verified device (-1: no bound)")
+	fs.Float64("max-events-per-second", 0, "per-device sustained event rate; batches beyond it are rejected as rate_limited (0: no limit)")
+	fs.Float64("events-burst", 0, "per-device burst in events (0: one second of max-events-per-second)")
+	fs.String("http-tls-cert", "", "HTTP API TLS certificate (PEM); with http-tls-key the API is HTTPS")
+	fs.String("http-tls-key", "", "HTTP API TLS private key (PEM)")
+	fs.String("http-read-token", "", "bearer token required by every HTTP endpoint but /healthz and /readyz (prefer http-read-token-file or HUBD_HTTP_READ_TOKEN)")
+	fs.String("http-read-token-file", "", "file holding the HTTP bearer token")
+}
+
+// securityFromViper reads the security keys into o.
+func securityFromViper(v *viper.Viper, o *hub.Options) error {
+	var errs []error
+	o.MQTTAuthFile = v.GetString("mqtt-auth-file")
+	o.MQTTTLSCertFile, o.MQTTTLSKeyFile = v.GetString("mqtt-tls-cert"), v.GetString("mqtt-tls-key")
+	o.MQTTTLSClientCAFile = v.GetString("mqtt-tls-client-ca")
+	o.HTTPTLSCertFile, o.HTTPTLSKeyFile = v.GetString("http-tls-cert"), v.GetString("http-tls-key")
+	if anon, err := cast.ToBoolE(v.Get("mqtt-allow-anonymous")); err != nil {
+		errs = append(errs, fmt.Errorf("config key %q: %q is not true or false", "mqtt-allow-anonymous", v.GetString("mqtt-allow-anonymous")))
+	} else {
+		o.MQTTDenyAnonymous = !anon
+	}
+	if n, err := cast.ToIntE(v.Get("mqtt-max-conns-per-device")); err != nil || n < -1 || n == 0 {
+		errs = append(errs, fmt.Errorf("config key %q: %q is not -1 or a positive integer", "mqtt-max-conns-per-device", v.GetString("mqtt-max-conns-per-device")))
+	} else {
+		o.MQTTMaxConnsPerDevice = n
+	}
+	for key, dst := range map[string]*float64{"max-events-per-second": &o.MaxEventsPerSecond, "events-burst": &o.EventsBurst} {
+		f, err := cast.ToFloat64E(v.Get(key))
+		if err != nil || f < 0 {
+			errs = append(errs, fmt.Errorf("config key %q: %q is not a non-negative number", key, v.GetString(key)))
+		}
+		*dst = f
+	}
+	var err error
+	if o.HTTPReadToken, err = secret(v, "http-read-token"); err != nil {
+		errs = append(errs, err)
+	}
+	if pw, err := secret(v, "mqtt-password"); err != nil {
+		errs = append(errs, err)
+	} else {
+		o.Password = pw
+	}
+	return errors.Join(errs...)
+}
+
+// secret reads key, or the file named by key-file. Errors name the key and
+// the file, never the secret.
+func secret(v *viper.Viper, key string) (string, error) {
+	val, file := v.GetString(key), v.GetString(key+"-file")
+	if file == "" {
+		return val, nil
+	}
+	if val != "" {
+		return "", fmt.Errorf("config keys %q and %q: set one of them", key, key+"-file")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("config key %q: %w", key+"-file", err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// runPasswd is `hubd passwd [--file F] [--cost N] DEVICE`: it reads the
+// password from the first line of stdin (so it is in no argv or shell
+// history) and prints the credentials line, or sets it in F.
+func runPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("hubd passwd", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("file", "", "credentials file to add the device to or update (created 0600 if missing)")
+	cost := fs.Int("cost", 0, "bcrypt cost (0: the default, 10)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: hubd passwd [--file FILE] [--cost N] DEVICE-ID < password")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	device := fs.Arg(0)
+	pw, err := bufio.NewReader(stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		fmt.Fprintf(stderr, "hubd passwd: reading the password from stdin: %v\n", err)
+		return 1
+	}
+	line, err := hub.HashPassword(device, []byte(strings.TrimRight(pw, "\r\n")), *cost)
+	if err != nil {
+		fmt.Fprintf(stderr, "hubd passwd: %v\n", err)
+		return 2
+	}
+	if *file == "" {
+		fmt.Fprintln(stdout, line)
+		return 0
+	}
+	if err := setCredential(*file, device, line); err != nil {
+		fmt.Fprintf(stderr, "hubd passwd: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "hubd passwd: %s set in %s\n", device, *file)
+	return 0
+}
+
+// setCredential rewrites file with device's line, atomically (0600).
+func setCredential(file, device, line string) error {
+	old, err := os.ReadFile(file)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".passwd-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(hub.SetCredentialLine(old, device, line)); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), file)
+}

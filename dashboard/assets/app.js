@@ -1,0 +1,460 @@
+// edgeflow hub dashboard. Plain JavaScript, no dependencies: it reads the
+// hub's own API with relative URLs (so it works behind a path prefix) and
+// keeps the page in step with it:
+//   fleet table      <- GET v1/devices          (polled)
+//   window chart     <- GET v1/aggregates       (polled) + v1/stream (SSE:
+//                       watermark, final and revised updates as they happen)
+//   ingest           <- GET metrics             (Prometheus text, polled)
+//   late events      <- GET v1/late             (polled)
+// The chart's SVG carries the data it draws (data-* attributes) and the
+// exact query it came from (data-query), so a test can compare the two.
+'use strict';
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const SVGNS = 'http://www.w3.org/2000/svg';
+  const POLL_DEVICES = 2000, POLL_CHART = 3000, POLL_METRICS = 2000, POLL_LATE = 4000;
+  const RATE_POINTS = 90, MAX_CORRECTIONS = 50, CATCHING_UP_MS = 10000, CATCHING_UP_EVENTS = 20;
+  const ADHOC_WINDOWS = ['tumbling:10s', 'tumbling:1m', 'tumbling:5m'];
+
+  const params = new URLSearchParams(location.search);
+  const state = {
+    metric: params.get('metric') || 'temp',
+    metricChosen: params.has('metric'),
+    window: params.get('window') || '', // '' = the hub's first configured window
+    windowName: '',                     // the name the hub answered with
+    agg: params.get('agg') || 'avg',
+    range: Number(params.get('range')) || 900000,
+    windows: new Map(),                 // start_ms -> window JSON (group {})
+    query: '',
+    watermarkMs: 0,
+    configured: new Set(),
+    corrections: [],
+    seenCorrections: new Set(),
+    rate: [],                           // {t, v} events/s
+    lastCounter: null,
+    metricsKnown: new Set(),
+    discovered: false,
+    es: null,
+  };
+
+  // ---- helpers --------------------------------------------------------
+  async function getJSON(path) {
+    const r = await fetch(path, { cache: 'no-store' });
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error(body.error || (r.status + ' ' + r.statusText));
+    return body;
+  }
+  function el(tag, attrs, text) {
+    const e = document.createElement(tag);
+    for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function svg(tag, attrs) {
+    const e = document.createElementNS(SVGNS, tag);
+    for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
+    return e;
+  }
+  function fmtNum(n) {
+    if (n === undefined || n === null || Number.isNaN(n)) return '–';
+    if (Math.abs(n) >= 1e6) return (n / 1e6).toFixed(2) + 'M';
+    if (Math.abs(n) >= 1e4) return (n / 1e3).toFixed(1) + 'k';
+    if (Number.isInteger(n)) return String(n);
+    return n.toFixed(Math.abs(n) >= 100 ? 0 : 2);
+  }
+  function fmtDur(ms) {
+    const a = Math.abs(ms), s = ms < 0 ? '-' : '';
+    if (a < 1) return s + (a * 1000).toFixed(0) + 'µs';
+    if (a < 1000) return s + a.toFixed(a < 10 ? 1 : 0) + 'ms';
+    if (a < 60e3) return s + (a / 1000).toFixed(a < 10e3 ? 2 : 1) + 's';
+    if (a < 3600e3) return s + (a / 60e3).toFixed(1) + 'm';
+    if (a < 86400e3) return s + (a / 3600e3).toFixed(1) + 'h';
+    return s + (a / 86400e3).toFixed(1) + 'd';
+  }
+  function ago(iso) {
+    const t = Date.parse(iso);
+    if (!t || t < 86400e3) return '–'; // the zero time: never seen
+    return fmtDur(Math.max(0, Date.now() - t)) + ' ago';
+  }
+  function hhmmss(ms) {
+    return new Date(ms).toLocaleTimeString([], { hour12: false });
+  }
+  function emptyRow(tbody, cols, text) {
+    const tr = el('tr');
+    tr.append(el('td', { colspan: cols, class: 'muted' }, text));
+    tbody.append(tr);
+  }
+  function setText(id, text) { const e = $(id); if (e.textContent !== text) e.textContent = text; }
+
+  // ---- fleet ----------------------------------------------------------
+  async function loadDevices() {
+    let body;
+    try { body = await getJSON('v1/devices'); } catch (e) { setText('fleet-note', 'error: ' + e.message); return; }
+    const devs = body.devices || [];
+    const tbody = el('tbody');
+    let online = 0, backlog = 0;
+    for (const d of devs) {
+      const events = (d.streams || []).reduce((s, x) => s + (x.events || 0), 0);
+      const gaps = (d.streams || []).reduce((s, x) => s + (x.gap_events || 0), 0);
+      const reasons = {};
+      for (const x of d.streams || []) for (const k in x.gap_reasons || {}) reasons[k] = (reasons[k] || 0) + x.gap_reasons[k];
+      const bl = (d.backlog && d.backlog.events) || 0;
+      // A few events are always in flight; more than CATCHING_UP_EVENTS
+      // whose oldest is older than CATCHING_UP_MS means the device is
+      // catching up after an outage. oldest_ns is device time: corrected
+      // by the device's clock offset, as the hub's metrics do.
+      const offMs = d.clock && d.clock.source !== 'none' ? d.clock.offset_ns / 1e6 : 0;
+      const behind = bl > 0 && d.backlog.oldest_ns ? Date.now() - (d.backlog.oldest_ns / 1e6 + offMs) : 0;
+      const catchingUp = bl > CATCHING_UP_EVENTS && behind > CATCHING_UP_MS;
+      if (d.status === 'online') online++;
+      backlog += bl;
+      const tr = el('tr', { 'data-device': d.id, 'data-status': d.status, 'data-events': events, 'data-backlog': bl, 'data-gaps': gaps });
+      if (catchingUp && d.status === 'online') tr.className = 'catching-up';
+      tr.append(el('td', {}, d.id));
+      tr.append(el('td', { class: 'st-' + d.status, 'data-field': 'status' }, d.status));
+      tr.append(el('td', { 'data-field': 'last-seen', title: d.last_seen }, ago(d.last_seen)));
+      tr.append(el('td', { class: 'num', 'data-field': 'events' }, fmtNum(events)));
+      const oldest = behind ? ' (oldest ' + fmtDur(behind) + ' old)' : '';
+      tr.append(el('td', { class: 'num' + (catchingUp ? ' warn' : ''), 'data-field': 'backlog', title: (d.backlog ? d.backlog.bytes : 0) + ' bytes' + oldest }, fmtNum(bl)));
+      const c = d.clock || {};
+      const off = c.source === 'none' ? '–' : fmtDur(c.offset_ns / 1e6) + ' ± ' + fmtDur(c.uncertainty_ns / 1e6);
+      tr.append(el('td', { 'data-field': 'offset', title: 'true time − device clock; drift ' + (c.drift_ppm || 0).toFixed(1) + ' ppm' }, off));
+      tr.append(el('td', { 'data-field': 'method', class: c.method === 'UNTRUSTED' ? 'warn' : '' }, (c.method || '') + (c.source && c.source !== 'none' ? ' (' + c.source + ')' : '')));
+      tr.append(el('td', { class: 'num' + (gaps > 0 ? ' warn' : ''), 'data-field': 'gaps', title: JSON.stringify(reasons) }, fmtNum(gaps)));
+      tbody.append(tr);
+    }
+    if (!devs.length) emptyRow(tbody, 8, 'no device has reported yet');
+    $('devices').replaceChild(tbody, $('devices').tBodies[0]);
+    $('devices').setAttribute('data-count', devs.length);
+    setText('sum-devices', String(devs.length));
+    setText('sum-online', online + ' online');
+    setText('sum-backlog', fmtNum(backlog));
+    setText('fleet-note', 'updated ' + hhmmss(Date.now()));
+    if (!state.discovered && devs.length) discoverMetrics(devs);
+  }
+
+  // discoverMetrics reads a minute of one device's events to fill the
+  // metric list (the API has no list of metrics).
+  async function discoverMetrics(devs) {
+    state.discovered = true;
+    const d = devs.find((x) => x.status === 'online') || devs[0];
+    const to = Date.now(), from = to - 60000;
+    try {
+      const body = await getJSON('v1/events?device=' + encodeURIComponent(d.id) + '&from=' + from + '&to=' + to + '&limit=500');
+      for (const e of body.events || []) addMetric(e.metric);
+    } catch (e) { state.discovered = false; return; }
+    if (!state.metricChosen && state.metricsKnown.size && !state.metricsKnown.has(state.metric)) {
+      state.metric = [...state.metricsKnown].sort()[0];
+      $('metric').value = state.metric;
+      restartChart();
+    }
+  }
+  function addMetric(name) {
+    if (!name || state.metricsKnown.has(name)) return;
+    state.metricsKnown.add(name);
+    $('metrics').append(el('option', { value: name }));
+  }
+
+  // ---- chart ----------------------------------------------------------
+  function chartQuery() {
+    const to = Math.ceil(Date.now() / 1000) * 1000 + 10000;
+    const from = to - state.range;
+    let q = 'v1/aggregates?metric=' + encodeURIComponent(state.metric) + '&from=' + from + '&to=' + to + '&aggs=count,avg,min,max,p99';
+    if (state.window) q += '&window=' + encodeURIComponent(state.window);
+    return q;
+  }
+
+  async function loadChart() {
+    const q = chartQuery();
+    let body;
+    try { body = await getJSON(q); } catch (e) { setText('chart-status', e.message); return; }
+    if (body.metric !== state.metric) return; // the metric changed meanwhile
+    state.query = q;
+    state.windowName = body.window;
+    if (!state.window || !body.window.includes(':')) addConfigured(body.window);
+    const next = new Map();
+    const first = state.windows.size === 0;
+    for (const w of body.windows || []) {
+      const prev = state.windows.get(w.start_ms);
+      if (prev && w.revision > prev.revision) noteCorrection(body.window, w, prev);
+      else if (first && w.revision > 0) noteCorrection(body.window, w, undefined, true);
+      next.set(w.start_ms, w);
+    }
+    state.windows = next;
+    setText('chart-status', (body.windows || []).length + ' windows of ' + body.window);
+    drawChart();
+  }
+
+  function addConfigured(name) {
+    if (!name || name.includes(':') || state.configured.has(name)) return;
+    state.configured.add(name);
+    fillWindowSelect();
+  }
+  function fillWindowSelect() {
+    const s = $('window');
+    const want = state.window || state.windowName;
+    s.textContent = '';
+    const names = [...state.configured].concat(ADHOC_WINDOWS.filter((w) => !state.configured.has(w)));
+    if (!names.length) names.push('');
+    for (const n of names) s.append(el('option', { value: n }, n || 'configured'));
+    if (want && !names.includes(want)) s.append(el('option', { value: want }, want));
+    s.value = want;
+  }
+
+  // noteCorrection records a window's revision; earlier ones (found on the
+  // first load, before the page watched) go after the live ones.
+  function noteCorrection(window, w, prev, earlier) {
+    const key = window + '@' + w.start_ms + '#' + w.revision;
+    if (state.seenCorrections.has(key)) return;
+    state.seenCorrections.add(key);
+    const before = prev ? prev.count : undefined;
+    const c = { at: earlier ? 0 : Date.now(), window, start: w.start_ms, end: w.end_ms, revision: w.revision, late: w.late, count: w.count, before };
+    if (earlier) state.corrections.push(c); else state.corrections.unshift(c);
+    state.corrections.length = Math.min(state.corrections.length, MAX_CORRECTIONS);
+    if (!earlier) flash.set(w.start_ms, Date.now());
+    drawCorrections();
+  }
+  const flash = new Map(); // start_ms -> when it was corrected
+
+  function drawCorrections() {
+    const ol = $('corrections');
+    ol.textContent = '';
+    if (!state.corrections.length) { ol.append(el('li', { class: 'muted empty' }, 'none yet')); return; }
+    for (const c of state.corrections) {
+      const delta = c.before !== undefined ? ' (count ' + c.before + ' → ' + c.count + ')' : ' (count ' + c.count + ')';
+      ol.append(el('li', { 'data-start-ms': c.start, 'data-revision': c.revision },
+        (c.at ? hhmmss(c.at) : 'before this page') + ' — window ' + hhmmss(c.start) + '–' + hhmmss(c.end) + ' revised to r' + c.revision + ': ' + c.late + ' late events in total' + delta));
+    }
+  }
+
+  let drawPending = false;
+  function drawChart() {
+    if (drawPending) return;
+    drawPending = true;
+    requestAnimationFrame(() => { drawPending = false; renderChart(); });
+  }
+
+  function renderChart() {
+    const root = $('chart');
+    const W = root.clientWidth || 600, H = root.clientHeight || 240;
+    const pad = { l: 44, r: 8, t: 8, b: 20 };
+    root.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+    root.setAttribute('data-query', state.query);
+    root.setAttribute('data-window', state.windowName);
+    root.textContent = '';
+    const ws = [...state.windows.values()].sort((a, b) => a.start_ms - b.start_ms);
+    const val = (w) => state.agg === 'count' ? w.count : w[state.agg];
+    const vals = ws.map(val).filter((v) => typeof v === 'number');
+    if (!ws.length) {
+      const t = svg('text', { x: W / 2, y: H / 2, 'text-anchor': 'middle' });
+      t.textContent = 'no windows of ' + state.metric + ' in this range yet';
+      root.append(t);
+      return;
+    }
+    let lo = Math.min(0, ...vals), hi = Math.max(...vals, 1e-9);
+    if (state.agg !== 'count' && vals.length) { lo = Math.min(...vals); hi = Math.max(...vals); const m = (hi - lo) * 0.1 || 1; lo -= m; hi += m; }
+    const t1 = state.query ? Number(/to=(\d+)/.exec(state.query)[1]) : Date.now();
+    const t0 = t1 - state.range;
+    const x = (t) => pad.l + (t - t0) / (t1 - t0) * (W - pad.l - pad.r);
+    const y = (v) => H - pad.b - (v - lo) / (hi - lo || 1) * (H - pad.t - pad.b);
+    // axes and labels
+    root.append(svg('line', { class: 'axis', x1: pad.l, x2: W - pad.r, y1: H - pad.b, y2: H - pad.b }));
+    for (const v of [lo, (lo + hi) / 2, hi]) {
+      const t = svg('text', { x: pad.l - 4, y: y(v) + 3, 'text-anchor': 'end' });
+      t.textContent = fmtNum(v);
+      root.append(t);
+      root.append(svg('line', { class: 'axis', x1: pad.l, x2: W - pad.r, y1: y(v), y2: y(v) }));
+    }
+    const ticks = W < 500 ? 2 : 4;
+    for (let i = 0; i <= ticks; i++) {
+      const tm = t0 + (t1 - t0) * i / ticks;
+      const t = svg('text', { x: x(tm), y: H - 5, 'text-anchor': i === 0 ? 'start' : i === ticks ? 'end' : 'middle' });
+      t.textContent = hhmmss(tm);
+      root.append(t);
+    }
+    const now = Date.now();
+    for (const w of ws) {
+      const v = val(w);
+      if (typeof v !== 'number') continue;
+      const x0 = Math.max(pad.l, x(w.start_ms)), x1 = Math.min(W - pad.r, x(w.end_ms));
+      if (x1 <= x0) continue;
+      const base = state.agg === 'count' ? 0 : lo;
+      const kind = !w.final ? 'provisional' : w.revision > 0 ? 'revised' : 'final';
+      const f = flash.get(w.start_ms);
+      const r = svg('rect', {
+        class: kind + (f && now - f < 3000 ? ' flash' : ''),
+        x: x0 + 0.5, width: Math.max(1, x1 - x0 - 1), y: Math.min(y(v), y(base)), height: Math.max(1, Math.abs(y(base) - y(v))),
+        'data-start-ms': w.start_ms, 'data-end-ms': w.end_ms, 'data-count': w.count, 'data-value': v,
+        'data-final': w.final, 'data-revision': w.revision, 'data-late': w.late, 'data-behind': w.behind,
+      });
+      const title = svg('title');
+      title.textContent = hhmmss(w.start_ms) + '–' + hhmmss(w.end_ms) + ': ' + state.agg + ' ' + fmtNum(v) + ', count ' + w.count +
+        (w.final ? ', final' : ', provisional (' + w.behind + ' streams behind)') + (w.revision ? ', revision ' + w.revision + ' (' + w.late + ' late)' : '');
+      r.append(title);
+      root.append(r);
+    }
+    if (state.watermarkMs >= t0 && state.watermarkMs <= t1) {
+      const xm = x(state.watermarkMs);
+      root.append(svg('line', { class: 'wm', x1: xm, x2: xm, y1: pad.t, y2: H - pad.b, 'data-watermark-ms': state.watermarkMs }));
+    }
+  }
+
+  // ---- live stream ----------------------------------------------------
+  let refreshTimer = 0;
+  function refreshSoon() {
+    clearTimeout(refreshTimer);
+    refreshTimer = setTimeout(loadChart, 400);
+  }
+
+  function openStream() {
+    if (state.es) state.es.close();
+    const es = new EventSource('v1/stream?metric=' + encodeURIComponent(state.metric) + '&aggs=count,avg,min,max,p99');
+    state.es = es;
+    const conn = $('conn');
+    es.onopen = () => { conn.textContent = 'live'; conn.className = 'pill live'; };
+    es.onerror = () => { conn.textContent = 'reconnecting'; conn.className = 'pill down'; };
+    es.addEventListener('watermark', (ev) => {
+      const u = JSON.parse(ev.data);
+      state.watermarkMs = u.watermark_ms;
+      setText('watermark', 'watermark ' + hhmmss(u.watermark_ms) + ' (' + fmtDur(Date.now() - u.watermark_ms) + ' behind)');
+      drawChart();
+    });
+    const onWindow = (kind) => (ev) => {
+      const u = JSON.parse(ev.data);
+      addConfigured(u.window);
+      if (u.window !== state.windowName || u.metric !== state.metric) {
+        if (kind === 'revised') refreshSoon(); // another window of this metric changed: ours may have too
+        return;
+      }
+      for (const w of u.windows || []) {
+        if (w.group && Object.keys(w.group).length) continue;
+        const prev = state.windows.get(w.start_ms);
+        if (kind === 'revised') noteCorrection(u.window, w, prev);
+        state.windows.set(w.start_ms, w);
+      }
+      drawChart();
+    };
+    es.addEventListener('final', onWindow('final'));
+    es.addEventListener('revised', onWindow('revised'));
+    es.addEventListener('dropped', () => { es.close(); setTimeout(openStream, 1000); });
+  }
+
+  function restartChart() {
+    state.windows = new Map();
+    state.corrections = [];
+    state.seenCorrections.clear();
+    drawCorrections();
+    openStream();
+    loadChart();
+  }
+
+  // ---- ingest (Prometheus text) ----------------------------------------
+  function sumMetric(text, name) {
+    let sum = 0, found = false;
+    const re = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)/;
+    for (const line of text.split('\n')) {
+      if (!line || line[0] === '#') continue;
+      const m = re.exec(line);
+      if (m && m[1] === name) { sum += Number(m[3]); found = true; }
+    }
+    return found ? sum : undefined;
+  }
+
+  async function loadMetrics() {
+    let text;
+    try {
+      const r = await fetch('metrics', { cache: 'no-store' });
+      if (!r.ok) throw new Error(r.status + ' ' + r.statusText);
+      text = await r.text();
+    } catch (e) { setText('ingest-note', 'metrics: ' + e.message); return; }
+    const now = Date.now();
+    const events = sumMetric(text, 'edgeflow_hub_events_applied_total');
+    if (events !== undefined) {
+      if (state.lastCounter && now > state.lastCounter.t) {
+        const v = Math.max(0, (events - state.lastCounter.v) / ((now - state.lastCounter.t) / 1000));
+        state.rate.push({ t: now, v });
+        if (state.rate.length > RATE_POINTS) state.rate.shift();
+        setText('sum-rate', fmtNum(Math.round(v)));
+      }
+      state.lastCounter = { t: now, v: events };
+      setText('ingest-note', fmtNum(events) + ' events applied in total');
+    }
+    const rejected = sumMetric(text, 'edgeflow_hub_rejected_batches_total');
+    const dropped = sumMetric(text, 'edgeflow_hub_dropped_messages_total');
+    setText('sum-rejected', fmtNum(rejected || 0));
+    setText('sum-dropped', 'batches; ' + fmtNum(dropped || 0) + ' messages dropped');
+    drawRate();
+  }
+
+  function drawRate() {
+    const root = $('throughput');
+    const W = root.clientWidth || 600, H = root.clientHeight || 140;
+    root.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+    root.textContent = '';
+    const pts = state.rate;
+    const hi = Math.max(1, ...pts.map((p) => p.v)) * 1.1;
+    const pad = { l: 44, r: 8, t: 6, b: 6 };
+    root.append(svg('line', { class: 'axis', x1: pad.l, x2: W - pad.r, y1: H - pad.b, y2: H - pad.b }));
+    for (const v of [0, hi / 2, hi]) {
+      const t = svg('text', { x: pad.l - 4, y: H - pad.b - v / hi * (H - pad.t - pad.b) + 3, 'text-anchor': 'end' });
+      t.textContent = fmtNum(hi >= 10 ? Math.round(v) : Number(v.toFixed(1)));
+      root.append(t);
+    }
+    if (pts.length < 2) return;
+    const step = (W - pad.l - pad.r) / (RATE_POINTS - 1);
+    const off = RATE_POINTS - pts.length;
+    const coords = pts.map((p, i) => (pad.l + (off + i) * step).toFixed(1) + ',' + (H - pad.b - p.v / hi * (H - pad.t - pad.b)).toFixed(1));
+    root.append(svg('polyline', { points: coords.join(' '), 'data-last': pts[pts.length - 1].v }));
+  }
+
+  // ---- late log -------------------------------------------------------
+  async function loadLate() {
+    let body;
+    try { body = await getJSON('v1/late?limit=50'); } catch (e) { return; }
+    setText('sum-late', fmtNum(body.total));
+    const tbody = el('tbody');
+    const evs = (body.events || []).slice().reverse();
+    for (const e of evs) {
+      addMetric(e.metric);
+      const tr = el('tr', { 'data-offset': e.offset });
+      tr.append(el('td', { title: e.arrived }, hhmmss(Date.parse(e.arrived))));
+      tr.append(el('td', {}, e.device));
+      tr.append(el('td', {}, e.metric));
+      tr.append(el('td', { class: 'num' }, fmtNum(e.value)));
+      tr.append(el('td', { title: e.time }, hhmmss(e.time_ms)));
+      tr.append(el('td', { class: 'num' }, fmtDur(e.watermark_ms - e.time_ms)));
+      tbody.append(tr);
+    }
+    if (!evs.length) emptyRow(tbody, 6, 'none: every event so far fell within late_horizon');
+    $('late').replaceChild(tbody, $('late').tBodies[0]);
+    $('late').setAttribute('data-total', body.total);
+  }
+
+  // ---- wiring ---------------------------------------------------------
+  function every(ms, fn) { fn(); setInterval(fn, ms); }
+
+  $('agg').value = state.agg;
+  $('range').value = String(state.range);
+  if (!$('range').value) $('range').value = '900000';
+  $('metric').value = state.metric;
+  fillWindowSelect();
+  $('chart-form').addEventListener('submit', (e) => e.preventDefault());
+  $('metric').addEventListener('change', () => {
+    const m = $('metric').value.trim();
+    if (!m || m === state.metric) return;
+    state.metric = m;
+    state.metricChosen = true;
+    restartChart();
+  });
+  $('window').addEventListener('change', () => { state.window = $('window').value; state.windows = new Map(); loadChart(); });
+  $('agg').addEventListener('change', () => { state.agg = $('agg').value; drawChart(); });
+  $('range').addEventListener('change', () => { state.range = Number($('range').value); loadChart(); });
+  window.addEventListener('resize', () => { drawChart(); drawRate(); });
+
+  openStream();
+  every(POLL_DEVICES, loadDevices);
+  every(POLL_CHART, loadChart);
+  every(POLL_METRICS, loadMetrics);
+  every(POLL_LATE, loadLate);
+  setInterval(drawChart, 1000); // let correction flashes fade
+})();

@@ -1,0 +1,206 @@
+package hub
+
+import (
+	"bytes"
+	"crypto/rand"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
+)
+
+// rawBatch frames b's header with its events re-encoded by edit, so a test
+// can send what proto.Marshal refuses to write (invalid UTF-8) or would
+// take long to build (a million tags).
+func rawBatch(t testing.TB, b *wirepb.Batch, edit func(i int, ev []byte) []byte) []byte {
+	t.Helper()
+	h := proto.Clone(b).(*wirepb.Batch)
+	h.Events = nil
+	var evs [][]byte
+	for i, e := range b.Events {
+		raw, err := proto.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, edit(i, raw))
+	}
+	body, err := wire.AppendRawEvents(h, evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wire.Frame(wire.MsgBatch, body)
+}
+
+// TestBatchesThatLie sends, through the embedded broker, batches that lie
+// in every way the threat model lists. Each gets a clear answer with a
+// reason, is counted, and the next good batch of the same stream is
+// applied.
+func TestBatchesThatLie(t *testing.T) {
+	s := startHub(t, testOptions(t, t.TempDir()))
+	url := "tcp://" + s.BrokerAddr()
+	d := newDevice(t, url, "liar")
+	next := uint64(1)
+	good := func() {
+		t.Helper()
+		if ack := d.send(makeBatch("liar", d.stream, next, 20)); ack.Status != wirepb.AckStatus_ACK_STATUS_OK {
+			t.Fatalf("good batch at %d after a bad one: %v", next, ack)
+		}
+		next += 20
+	}
+	good()
+	year := func(y int) int64 { return time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano() }
+	cases := []struct {
+		name   string
+		make   func() (first uint64, payload []byte)
+		status wirepb.AckStatus
+		reason Reason
+	}{
+		{"device in topic differs from payload", func() (uint64, []byte) {
+			return next, encodeBatch(t, makeBatch("someone-else", d.stream, next, 5))
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonDeviceMismatch},
+		{"sequence goes back (already applied)", func() (uint64, []byte) {
+			return 1, encodeBatch(t, makeBatch("liar", d.stream, 1, 5))
+		}, wirepb.AckStatus_ACK_STATUS_DUPLICATE, ""},
+		{"sequence jumps by 2^63", func() (uint64, []byte) {
+			return next + 1<<63, encodeBatch(t, makeBatch("liar", d.stream, next+1<<63, 5))
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonSeqAhead},
+		{"sequence overflows uint64", func() (uint64, []byte) {
+			return math.MaxUint64 - 1, encodeBatch(t, makeBatch("liar", d.stream, math.MaxUint64-1, 5))
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonSeqOverflow},
+		{"first_seq 0", func() (uint64, []byte) {
+			return 0, encodeBatch(t, makeBatch("liar", d.stream, 0, 5))
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonFirstSeq},
+		{"timestamp in year 1", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 5)
+			b.Events[2].DeviceTimeNs = math.MinInt64 // year 1 is before int64 nanoseconds reach
+			return next, encodeBatch(t, b)
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTime},
+		{"timestamp in year 9999", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 5)
+			b.Events[2].DeviceTimeNs = math.MaxInt64 // year 2262, the largest; 9999 cannot be written
+			b.Events[3].OffsetNs = year(2200) - baseTimeNs + 1
+			return next, encodeBatch(t, b)
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTime},
+		{"send time in year 1970", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 5)
+			b.SendTimeNs = 1
+			return next, encodeBatch(t, b)
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTime},
+		{"NaN value", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 5)
+			b.Events[4].Value = math.NaN()
+			return next, encodeBatch(t, b)
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonValue},
+		{"+Inf value", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 5)
+			b.Events[0].Value = math.Inf(1)
+			return next, encodeBatch(t, b)
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonValue},
+		{"-Inf value", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 5)
+			b.Events[0].Value = math.Inf(-1)
+			return next, encodeBatch(t, b)
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonValue},
+		{"invalid UTF-8 metric name", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 5)
+			b.Events[1].Metric = "BADNAME1"
+			return next, rawBatch(t, b, func(_ int, ev []byte) []byte {
+				return bytes.Replace(ev, []byte("BADNAME1"), []byte("BAD\xff\xfeME1"), 1)
+			})
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMalformed},
+		{"invalid UTF-8 tag key", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 5)
+			b.Events[1].Tags[0].Key = "BADKEY12"
+			return next, rawBatch(t, b, func(_ int, ev []byte) []byte {
+				return bytes.Replace(ev, []byte("BADKEY12"), []byte("BAD\xc3\x28EY12"), 1)
+			})
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMalformed},
+		{"invalid UTF-8 tag value", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 5)
+			b.Events[1].Tags[0].Value = "BADVAL12"
+			return next, rawBatch(t, b, func(_ int, ev []byte) []byte {
+				return bytes.Replace(ev, []byte("BADVAL12"), []byte("BAD\xed\xa0\x80L12"), 1) // a surrogate
+			})
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMalformed},
+		{"empty metric name", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 5)
+			b.Events[1].Metric = ""
+			return next, encodeBatch(t, b)
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMetric},
+		{"a million tags", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 5)
+			tag, _ := proto.Marshal(&wirepb.Event{Tags: []*wirepb.Tag{{Key: "k", Value: "v"}}})
+			return next, rawBatch(t, b, func(i int, ev []byte) []byte {
+				if i != 0 {
+					return ev
+				}
+				return append(ev, bytes.Repeat(tag, 1_000_000)...)
+			})
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTooLarge},
+		{"more events than the limit", func() (uint64, []byte) {
+			b := makeBatch("liar", d.stream, next, 1)
+			ev, _ := proto.Marshal(&wirepb.Event{Metric: "m", DeviceTimeNs: baseTimeNs, Method: wirepb.TimeMethod_TIME_METHOD_NTP})
+			h := proto.Clone(b).(*wirepb.Batch)
+			h.Events = nil
+			evs := make([][]byte, wire.DefaultLimits.MaxEvents+1)
+			for i := range evs {
+				evs[i] = ev
+			}
+			body, _ := wire.AppendRawEvents(h, evs)
+			return next, wire.Frame(wire.MsgBatch, body)
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTooLarge},
+		{"garbage after a valid header", func() (uint64, []byte) {
+			p := encodeBatch(t, makeBatch("liar", d.stream, next, 5))
+			return next, append(p[:len(p)-3], 0xff, 0xff, 0xff)
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMalformed},
+	}
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			d.t = t
+			defer func() { d.t = nil }()
+			first, payload := c.make()
+			before := counterValue(t, s.m.rejected.WithLabelValues(string(c.reason)))
+			d.forget(first)
+			d.publish("", payload)
+			ack := d.waitAck(first, 20*time.Second)
+			if ack.Status != c.status || c.reason != "" && !strings.HasPrefix(ack.Reason, string(c.reason)+": ") {
+				t.Fatalf("ack %v %q, want %v %s", ack.Status, ack.Reason, c.status, c.reason)
+			}
+			if c.reason != "" {
+				if after := counterValue(t, s.m.rejected.WithLabelValues(string(c.reason))); after != before+1 {
+					t.Fatalf("rejected{reason=%s} went %v -> %v", c.reason, before, after)
+				}
+			}
+			good()
+		})
+	}
+
+	// A 10 MB payload: beyond the broker's packet limit, so the broker
+	// drops the connection that sent it (counted); the device's other
+	// connection, and its stream, carry on.
+	t.Run("10_MB_payload", func(t *testing.T) {
+		d.t = t
+		big := make([]byte, 10<<20)
+		_, _ = rand.Read(big)
+		c, err := mqttClient(t, url, "liar-2", "", "", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Publish(wire.BatchTopic("liar"), 1, false, big).WaitTimeout(5 * time.Second)
+		m := brokerMetricsOf(s)
+		waitFor(t, func() bool { return counterValue(t, m.disconnects.WithLabelValues("packet_too_large")) == 1 })
+		good()
+	})
+	if n := counterValue(t, s.m.panics); n != 0 {
+		t.Fatalf("%v recovered panics", n)
+	}
+	info, _ := s.Device("liar")
+	if len(info.Streams) != 1 || info.Streams[0].Events != next-1 {
+		t.Fatalf("stream %+v, want %d events applied", info.Streams, next-1)
+	}
+}

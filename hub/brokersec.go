@@ -1,0 +1,335 @@
+package hub
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"edgeflow/wire"
+)
+
+// BrokerSecurity configures who may connect to the embedded broker and
+// what each device may do there. The zero value is the quick start: every
+// client is accepted and unrestricted.
+//
+// A client that presents credentials (a username, or a TLS client
+// certificate when ClientCAFile is set) is verified and gets an identity,
+// its device id: the certificate's CN, or the username. A verified device
+// may publish only to edge/v1/{id}/batch, .../status and .../time/req, set
+// its last will only on .../status, and subscribe only to edge/v1/{id}/ack
+// and .../time/resp. A client without credentials is refused when
+// DenyAnonymous is set, and otherwise accepted without restrictions (set
+// DenyAnonymous in production). The hub's own inline client is exempt.
+type BrokerSecurity struct {
+	// Credentials verify usernames and passwords. Nil: a client that sends
+	// a username is refused.
+	Credentials *Credentials
+	// TLS, when set, makes the listener TLS. Build it with BrokerTLSConfig.
+	TLS *tls.Config
+	// DenyAnonymous refuses clients that present no credentials.
+	DenyAnonymous bool
+	// MaxConnsPerDevice bounds the connections (distinct client ids) of one
+	// verified device; a reconnect with the same client id takes over its
+	// old session and is always allowed. 0: unlimited.
+	MaxConnsPerDevice int
+}
+
+// enabled reports whether clients are verified (the connection bound
+// applies to verified devices only).
+func (b BrokerSecurity) enabled() bool {
+	return b.Credentials != nil || b.TLS != nil || b.DenyAnonymous
+}
+
+// BrokerTLSConfig loads the broker's certificate and key and, when
+// clientCAFile is set, the CAs that sign device certificates; a client
+// that presents a certificate must then present a valid one, and its CN is
+// its device id.
+func BrokerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("broker tls cert/key: %w", err)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if clientCAFile != "" {
+		pem, err := os.ReadFile(clientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("broker tls client ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("broker tls client ca %s: no PEM certificate in it", clientCAFile)
+		}
+		c.ClientCAs, c.ClientAuth = pool, tls.VerifyClientCertIfGiven
+	}
+	return c, nil
+}
+
+// brokerMetrics count what the embedded broker refused.
+type brokerMetrics struct {
+	refused     *prometheus.CounterVec // connections refused, by why
+	denied      *prometheus.CounterVec // publishes and subscriptions denied, by action
+	disconnects *prometheus.CounterVec // clients dropped for a protocol error, by why
+	conns       prometheus.GaugeFunc
+}
+
+// Why a connection was refused.
+const (
+	refusedBadCredentials = "bad_credentials"
+	refusedNoCredentials  = "no_credentials"
+	refusedBadIdentity    = "bad_identity"
+	refusedTooMany        = "too_many_connections"
+	refusedClientID       = "client_id_in_use"
+	refusedWill           = "will_not_allowed"
+)
+
+func newBrokerMetrics(reg prometheus.Registerer, conns func() float64) (*brokerMetrics, error) {
+	f := func(name, help string) prometheus.CounterOpts {
+		return prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub_broker", Name: name, Help: help}
+	}
+	m := &brokerMetrics{
+		refused:     prometheus.NewCounterVec(f("refused_connections_total", "Connections the embedded broker refused, by why."), []string{"why"}),
+		denied:      prometheus.NewCounterVec(f("acl_denied_total", "Publishes and subscriptions outside the client's device topics, by action."), []string{"action"}),
+		disconnects: prometheus.NewCounterVec(f("protocol_disconnects_total", "Clients disconnected for a protocol violation, by why."), []string{"why"}),
+		conns: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub_broker", Name: "device_connections",
+			Help: "Open connections of verified devices."}, conns),
+	}
+	for _, w := range []string{refusedBadCredentials, refusedNoCredentials, refusedBadIdentity, refusedTooMany, refusedClientID, refusedWill} {
+		m.refused.WithLabelValues(w)
+	}
+	m.denied.WithLabelValues("publish")
+	m.denied.WithLabelValues("subscribe")
+	m.disconnects.WithLabelValues("packet_too_large")
+	m.disconnects.WithLabelValues("not_authorized")
+	for _, c := range []prometheus.Collector{m.refused, m.denied, m.disconnects, m.conns} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// deviceAuth is the embedded broker's authentication and ACL hook.
+type deviceAuth struct {
+	mqtt.HookBase
+	sec BrokerSecurity
+	srv *mqtt.Server
+	m   *brokerMetrics // nil: not counted
+
+	mu    sync.Mutex
+	ids   map[*mqtt.Client]string   // verified identity of each connected client
+	pend  map[*mqtt.Client]string   // verified at CONNECT, session not yet established
+	conns map[string]map[string]int // identity -> client id -> open connections
+}
+
+func newDeviceAuth(sec BrokerSecurity, m *brokerMetrics) *deviceAuth {
+	return &deviceAuth{sec: sec, m: m, ids: map[*mqtt.Client]string{}, conns: map[string]map[string]int{},
+		pend: map[*mqtt.Client]string{}}
+}
+
+// ID names the hook.
+func (a *deviceAuth) ID() string { return "edgeflow-device-auth" }
+
+// Provides lists the hook methods used.
+func (a *deviceAuth) Provides(b byte) bool {
+	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnSessionEstablished, mqtt.OnDisconnect}, []byte{b})
+}
+
+// OnConnectAuthenticate verifies the client's certificate or password,
+// its will topic, its client id and its device's connection count.
+func (a *deviceAuth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	if !a.sec.enabled() {
+		return true
+	}
+	id, why := a.identify(cl, pk)
+	if why == "" && id != "" {
+		why = a.admit(cl, pk, id)
+	}
+	if why != "" {
+		a.count("refused", why)
+		a.Log.Warn("broker refused a connection", "why", why, "client", cl.ID, "remote", cl.Net.Remote)
+		return false
+	}
+	if id != "" {
+		cl.Properties.Username = []byte(id)
+		a.mu.Lock()
+		a.pend[cl] = id
+		a.mu.Unlock()
+	}
+	return true
+}
+
+// identify returns the client's verified identity ("" for an anonymous
+// client that is allowed) or why it is refused.
+func (a *deviceAuth) identify(cl *mqtt.Client, pk packets.Packet) (id, why string) {
+	user := string(pk.Connect.Username)
+	if cn, ok := peerCN(cl); ok {
+		if err := wire.ValidateDeviceID(cn); err != nil {
+			return "", refusedBadIdentity
+		}
+		if user != "" && user != cn {
+			return "", refusedBadIdentity
+		}
+		return cn, ""
+	}
+	if user == "" && !pk.Connect.PasswordFlag {
+		if a.sec.DenyAnonymous {
+			return "", refusedNoCredentials
+		}
+		return "", ""
+	}
+	if a.sec.Credentials == nil || wire.ValidateDeviceID(user) != nil || !a.sec.Credentials.Verify(user, pk.Connect.Password) {
+		return "", refusedBadCredentials
+	}
+	return user, ""
+}
+
+// peerCN is the CN of the client's verified TLS certificate.
+func peerCN(cl *mqtt.Client) (string, bool) {
+	tc, ok := cl.Net.Conn.(*tls.Conn)
+	if !ok {
+		return "", false
+	}
+	st := tc.ConnectionState()
+	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
+		return "", false
+	}
+	return st.PeerCertificates[0].Subject.CommonName, true
+}
+
+// admit checks what a verified device asks for at CONNECT.
+func (a *deviceAuth) admit(cl *mqtt.Client, pk packets.Packet, id string) string {
+	if pk.Connect.WillFlag && !mayPublish(id, pk.Connect.WillTopic) {
+		return refusedWill
+	}
+	if a.srv != nil {
+		if old, ok := a.srv.Clients.Get(cl.ID); ok && string(old.Properties.Username) != id {
+			return refusedClientID // taking over another device's session
+		}
+	}
+	if a.sec.MaxConnsPerDevice > 0 {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		held := a.conns[id]
+		if _, takeover := held[cl.ID]; !takeover && len(held) >= a.sec.MaxConnsPerDevice {
+			return refusedTooMany
+		}
+	}
+	return ""
+}
+
+// OnSessionEstablished records a verified client's connection.
+func (a *deviceAuth) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id, ok := a.pend[cl]
+	if !ok {
+		return
+	}
+	delete(a.pend, cl)
+	a.ids[cl] = id
+	if a.conns[id] == nil {
+		a.conns[id] = map[string]int{}
+	}
+	a.conns[id][cl.ID]++
+}
+
+// OnDisconnect forgets the client's connection and counts protocol
+// violations.
+func (a *deviceAuth) OnDisconnect(cl *mqtt.Client, err error, _ bool) {
+	switch {
+	case errors.Is(err, packets.ErrPacketTooLarge):
+		a.count("disconnects", "packet_too_large")
+	case errors.Is(err, packets.ErrNotAuthorized):
+		a.count("disconnects", "not_authorized")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.pend, cl)
+	id, ok := a.ids[cl]
+	if !ok {
+		return
+	}
+	delete(a.ids, cl)
+	if held := a.conns[id]; held != nil {
+		if held[cl.ID]--; held[cl.ID] <= 0 {
+			delete(held, cl.ID)
+		}
+		if len(held) == 0 {
+			delete(a.conns, id)
+		}
+	}
+}
+
+// OnACLCheck allows a verified device its own topics only.
+func (a *deviceAuth) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	id, ok := a.identity(cl)
+	if !ok {
+		return true // anonymous (allowed) or security off
+	}
+	if write && mayPublish(id, topic) || !write && maySubscribe(id, topic) {
+		return true
+	}
+	action := "subscribe"
+	if write {
+		action = "publish"
+	}
+	a.count("denied", action)
+	return false
+}
+
+// identity is the verified identity of a connected client.
+func (a *deviceAuth) identity(cl *mqtt.Client) (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id, ok := a.ids[cl]
+	return id, ok
+}
+
+// identityOf is the verified identity of the connected client with this
+// client id ("" if anonymous or unknown).
+func (a *deviceAuth) identityOf(clientID string) string {
+	if a.srv == nil || clientID == "" {
+		return ""
+	}
+	cl, ok := a.srv.Clients.Get(clientID)
+	if !ok {
+		return ""
+	}
+	id, _ := a.identity(cl)
+	return id
+}
+
+// connections is the number of open connections of verified devices.
+func (a *deviceAuth) connections() float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return float64(len(a.ids))
+}
+
+// count increments one of the broker's counters (none without metrics).
+func (a *deviceAuth) count(counter, label string) {
+	if a.m == nil {
+		return
+	}
+	c := map[string]*prometheus.CounterVec{"refused": a.m.refused, "denied": a.m.denied, "disconnects": a.m.disconnects}[counter]
+	c.WithLabelValues(label).Inc()
+}
+
+// mayPublish reports whether device id may publish to topic.
+func mayPublish(id, topic string) bool {
+	return topic == wire.BatchTopic(id) || topic == wire.StatusTopic(id) || topic == wire.TimeReqTopic(id)
+}
+
+// maySubscribe reports whether device id may subscribe to filter (exactly
+// its own ack or time response topic: no wildcards, no shared groups).
+func maySubscribe(id, filter string) bool {
+	return filter == wire.AckTopic(id) || filter == wire.TimeRespTopic(id)
+}

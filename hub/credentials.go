@@ -1,0 +1,157 @@
+package hub
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"edgeflow/wire"
+)
+
+// ErrBadCredentialsFile is wrapped by every error about the contents of a
+// credentials file; it names the line, never the hash or a password.
+var ErrBadCredentialsFile = errors.New("bad credentials file")
+
+// Credentials are the devices allowed on the embedded broker with their
+// bcrypt password hashes, read from a file of "device-id:hash" lines (the
+// same shape as a Mosquitto password file; `hubd passwd` writes them).
+// Blank lines and lines starting with '#' are ignored.
+type Credentials struct {
+	hashes map[string][]byte
+
+	// ok caches a SHA-256 of the last password that verified per device,
+	// so a reconnecting agent does not cost a bcrypt comparison each time.
+	mu sync.Mutex
+	ok map[string][32]byte
+}
+
+// LoadCredentials reads a credentials file.
+func LoadCredentials(path string) (*Credentials, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("credentials file: %w", err)
+	}
+	defer f.Close()
+	c, err := ParseCredentials(f)
+	if err != nil {
+		return nil, fmt.Errorf("credentials file %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseCredentials reads "device-id:bcrypt-hash" lines from r.
+func ParseCredentials(r io.Reader) (*Credentials, error) {
+	c := &Credentials{hashes: map[string][]byte{}, ok: map[string][32]byte{}}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		dev, hash, found := strings.Cut(line, ":")
+		if !found {
+			return nil, fmt.Errorf("%w: line %d: want device-id:bcrypt-hash", ErrBadCredentialsFile, n)
+		}
+		if err := wire.ValidateDeviceID(dev); err != nil {
+			return nil, fmt.Errorf("%w: line %d: %v", ErrBadCredentialsFile, n, err)
+		}
+		if _, err := bcrypt.Cost([]byte(hash)); err != nil {
+			return nil, fmt.Errorf("%w: line %d (device %s): not a bcrypt hash (make one with `hubd passwd`)", ErrBadCredentialsFile, n, dev)
+		}
+		if _, dup := c.hashes[dev]; dup {
+			return nil, fmt.Errorf("%w: line %d: device %s listed twice", ErrBadCredentialsFile, n, dev)
+		}
+		c.hashes[dev] = []byte(hash)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Len is the number of devices listed.
+func (c *Credentials) Len() int { return len(c.hashes) }
+
+// Verify reports whether password is device's.
+func (c *Credentials) Verify(device string, password []byte) bool {
+	hash, ok := c.hashes[device]
+	if !ok {
+		// Spend the same time as a wrong password, so probing for device
+		// names is no faster than guessing passwords.
+		_ = bcrypt.CompareHashAndPassword(dummyHash(), password)
+		return false
+	}
+	sum := sha256.Sum256(password)
+	c.mu.Lock()
+	last, cached := c.ok[device]
+	c.mu.Unlock()
+	if cached && subtle.ConstantTimeCompare(last[:], sum[:]) == 1 {
+		return true
+	}
+	if bcrypt.CompareHashAndPassword(hash, password) != nil {
+		return false
+	}
+	c.mu.Lock()
+	c.ok[device] = sum
+	c.mu.Unlock()
+	return true
+}
+
+// dummyHash is compared against when a device is unknown.
+var dummyHash = sync.OnceValue(func() []byte {
+	h, _ := bcrypt.GenerateFromPassword([]byte("edgeflow-no-such-device"), bcrypt.DefaultCost)
+	return h
+})
+
+// HashPassword returns a credentials file line for device: "device:hash".
+// cost 0 takes bcrypt.DefaultCost.
+func HashPassword(device string, password []byte, cost int) (string, error) {
+	if err := wire.ValidateDeviceID(device); err != nil {
+		return "", err
+	}
+	if len(password) == 0 {
+		return "", errors.New("empty password")
+	}
+	if cost == 0 {
+		cost = bcrypt.DefaultCost
+	}
+	h, err := bcrypt.GenerateFromPassword(password, cost)
+	if err != nil {
+		return "", err
+	}
+	return device + ":" + string(h), nil
+}
+
+// SetCredentialLine replaces device's line in the credentials text old, or
+// appends line if the device is not listed, and returns the new text.
+func SetCredentialLine(old []byte, device, line string) []byte {
+	var out bytes.Buffer
+	replaced := false
+	for _, l := range strings.SplitAfter(string(old), "\n") {
+		if l == "" {
+			continue
+		}
+		if dev, _, ok := strings.Cut(strings.TrimSpace(l), ":"); ok && dev == device && !replaced {
+			out.WriteString(line + "\n")
+			replaced = true
+			continue
+		}
+		out.WriteString(l)
+		if !strings.HasSuffix(l, "\n") {
+			out.WriteByte('\n')
+		}
+	}
+	if !replaced {
+		out.WriteString(line + "\n")
+	}
+	return out.Bytes()
+}
