@@ -100,7 +100,7 @@ func TestAppendReadAckReopen(t *testing.T) {
 }
 
 func TestReadLimits(t *testing.T) {
-	s := openTest(t, t.TempDir(), Options{})
+	s := openTest(t, t.TempDir(), Options{Durability: DurabilityNone})
 	st, _ := s.Stream("d", StreamOptions{})
 	for i := 0; i < 10; i++ {
 		if _, err := st.Append(context.Background(), recs(i*10+1, 10)); err != nil {
@@ -176,7 +176,7 @@ func TestFullPolicies(t *testing.T) {
 		}
 	})
 	t.Run("drop_oldest", func(t *testing.T) {
-		s := openTest(t, t.TempDir(), Options{})
+		s := openTest(t, t.TempDir(), Options{Durability: DurabilityNone})
 		st, _ := s.Stream("d", StreamOptions{MaxBytes: 4096})
 		for i := 0; i < 10; i++ {
 			if _, err := st.Append(ctx, big); err != nil {
@@ -271,4 +271,35 @@ func TestManyStreamsShareOneStore(t *testing.T) {
 			t.Fatalf("stream %d depth %d", i, d)
 		}
 	}
+}
+
+// TestReadsOnlyDurable: readers (the uplink) see records only once they are
+// durable per the mode, so a hub can never hold records that a power loss
+// then takes from the buffer and whose sequence numbers would be reused.
+func TestReadsOnlyDurable(t *testing.T) {
+	ctx := context.Background()
+	t.Run("interval", func(t *testing.T) {
+		s := openTest(t, t.TempDir(), Options{Durability: DurabilityInterval, SyncInterval: time.Minute})
+		st, _ := s.Stream("d", StreamOptions{})
+		if _, err := st.Append(ctx, recs(1, 5)); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := st.ReadFrom(1, 100, 1<<20); len(got) != 0 {
+			t.Fatalf("read %d records that are not yet synced", len(got))
+		}
+		if _, err := st.Append(ctx, recs(6, 5), AppendOptions{WaitDurable: true}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := st.ReadFrom(1, 100, 1<<20); len(got) != 10 {
+			t.Fatalf("after a sync: read %d records, want 10", len(got))
+		}
+	})
+	t.Run("sync", func(t *testing.T) {
+		s := openTest(t, t.TempDir(), Options{Durability: DurabilitySync})
+		st, _ := s.Stream("d", StreamOptions{})
+		st.Append(ctx, recs(1, 5))
+		if got, _ := st.ReadFrom(1, 100, 1<<20); len(got) != 5 {
+			t.Fatalf("sync mode: read %d records after Append returned, want 5", len(got))
+		}
+	})
 }

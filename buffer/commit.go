@@ -58,12 +58,18 @@ func (s *Store) commitLoop() {
 		tick = t.C
 	}
 	var awaiting []*op // interval-mode appends waiting for the next sync
+	unsynced := map[*Stream]uint64{} // interval mode: next positions written, not yet synced
 	dirty := false
 	group := make([]*op, 0, maxGroup)
 	syncNow := func() {
 		err := s.db.Sync()
 		if err != nil {
 			s.opts.Logger.Error("buffer: sync failed", "dir", s.dir, "err", err)
+		} else {
+			for st, next := range unsynced {
+				st.publish(next)
+			}
+			clear(unsynced)
 		}
 		for _, o := range awaiting {
 			if err != nil {
@@ -86,7 +92,7 @@ func (s *Store) commitLoop() {
 					break drain
 				}
 			}
-			s.commit(group)
+			s.commit(group, unsynced)
 			dirty = true
 			for _, o := range group {
 				if o.wait && o.err == nil && s.opts.Durability == DurabilityInterval {
@@ -104,7 +110,7 @@ func (s *Store) commitLoop() {
 			for {
 				select {
 				case o := <-s.ops:
-					s.commit([]*op{o})
+					s.commit([]*op{o}, unsynced)
 					close(o.done)
 					continue
 				default:
@@ -120,7 +126,9 @@ func (s *Store) commitLoop() {
 // commit writes a group of ops as one Badger write batch. Metadata changes
 // are set before the deletes they justify, so a crash in between leaves
 // only garbage below a stream's head, never a silent hole.
-func (s *Store) commit(group []*op) {
+// In DurabilityInterval the new positions go to unsynced and become
+// readable at the next sync; in the other modes they are readable at once.
+func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	nowMs := s.opts.Now().UnixMilli()
@@ -206,6 +214,11 @@ func (s *Store) commit(group []*op) {
 		st.mu.Lock()
 		freed := c.bytes < st.bytes
 		st.m, st.bytes = c.m, c.bytes
+		if s.opts.Durability == DurabilityInterval {
+			unsynced[st] = c.m.next
+		} else {
+			st.readable = c.m.next
+		}
 		if oldest >= 0 {
 			st.oldest = oldest
 		}

@@ -257,7 +257,7 @@ func TestCorruptDirectory(t *testing.T) {
 // TestCorruptBlockBecomesGap writes a damaged block and checks that reading
 // skips it, reports it as a gap and goes on.
 func TestCorruptBlockBecomesGap(t *testing.T) {
-	s := openTest(t, t.TempDir(), Options{})
+	s := openTest(t, t.TempDir(), Options{Durability: DurabilityNone})
 	st, _ := s.Stream("d", StreamOptions{})
 	ctx := context.Background()
 	st.Append(ctx, recs(1, 5))

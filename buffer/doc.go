@@ -33,4 +33,10 @@
 //     WaitDurable waits for the next sync and then loses nothing.
 //   - DurabilityNone: whatever the OS had not written back, typically up to
 //     30 s; a process crash alone loses nothing.
+//
+// ReadFrom and Scan return records only once they are durable per the mode
+// (in DurabilityInterval, after the next sync), so the uplink never sends
+// the hub records that a power loss could take back: their sequence numbers
+// would be reused for new events, which the hub would then discard as
+// duplicates. In DurabilityNone that protection is the OS's write-back.
 package buffer

@@ -40,6 +40,11 @@ type Stream struct {
 	bytes   int64 // record block bytes between head and next
 	pending int64 // bytes submitted but not yet committed
 	oldest  int64 // append time (Unix ms) of the first held block, 0 when empty
+	// readable bounds what readers see: one past the last record that is
+	// durable per the store's mode. Until records are durable the uplink
+	// must not send them: a hub that applied records a power loss then took
+	// from the buffer would see their reused sequence numbers as duplicates.
+	readable uint64
 	space   chan struct{}
 
 	appended, acked, dropped atomic.Uint64
@@ -85,6 +90,7 @@ func (s *Store) loadStream(name string, opts StreamOptions) (*Stream, error) {
 	if err := st.removeGarbage(); err != nil {
 		return nil, fmt.Errorf("buffer %s: stream %q: remove blocks below head: %w", s.dir, name, err)
 	}
+	st.readable = st.m.next
 	return st, nil
 }
 
@@ -107,6 +113,7 @@ func (s *Store) createStream(st *Stream) error {
 	st.num = s.nextNum
 	s.nextNum++
 	st.m = meta{id: wire.NewStreamID(), head: 1, next: 1, created: s.opts.Now().UnixMilli()}
+	st.readable = 1
 	err := s.db.Update(func(txn *badger.Txn) error {
 		if err := txn.Set(nameKey(st.name), binary.BigEndian.AppendUint32(nil, st.num)); err != nil {
 			return err
@@ -218,6 +225,14 @@ func (st *Stream) reserve(ctx context.Context, size int64) error {
 	return nil
 }
 
+// publish makes records up to next (exclusive) visible to readers once
+// they are durable.
+func (st *Stream) publish(next uint64) {
+	st.mu.Lock()
+	st.readable = max(st.readable, next)
+	st.mu.Unlock()
+}
+
 // freed wakes appenders blocked for space; st.mu is held.
 func (st *Stream) freed() {
 	close(st.space)
@@ -305,7 +320,7 @@ func (st *Stream) visitBlocks(seq uint64, copyValue bool, fn func(br *blockReade
 	}
 	defer st.s.closeMu.RUnlock()
 	st.mu.Lock()
-	head, next := st.m.head, st.m.next
+	head, next := st.m.head, st.readable
 	st.mu.Unlock()
 	seq = max(seq, head)
 	if seq >= next {
@@ -323,6 +338,11 @@ func (st *Stream) visitBlocks(seq uint64, copyValue bool, fn func(br *blockReade
 			b, ok := parseBlockKey(it.Item().Key())
 			if !ok {
 				return fmt.Errorf("%w: block key %x has the wrong shape", ErrCorrupt, it.Item().Key())
+			}
+			if b.lastSeq >= next {
+				// Written but not yet durable (or not yet published by the
+				// committer): blocks are whole, so nothing here is readable.
+				return nil
 			}
 			done := false
 			err := it.Item().Value(func(v []byte) error {
