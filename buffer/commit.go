@@ -57,7 +57,7 @@ func (s *Store) commitLoop() {
 		defer t.Stop()
 		tick = t.C
 	}
-	var awaiting []*op // interval-mode appends waiting for the next sync
+	var awaiting []*op               // interval-mode appends waiting for the next sync
 	unsynced := map[*Stream]uint64{} // interval mode: next positions written, not yet synced
 	dirty := false
 	group := make([]*op, 0, maxGroup)

@@ -45,7 +45,7 @@ type Stream struct {
 	// must not send them: a hub that applied records a power loss then took
 	// from the buffer would see their reused sequence numbers as duplicates.
 	readable uint64
-	space   chan struct{}
+	space    chan struct{}
 
 	appended, acked, dropped atomic.Uint64
 }
