@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,8 +33,9 @@ import (
 )
 
 // The delivery benchmarks: 4 agents (publishers), batches of 1000 events of
-// about 40 bytes, 16 batches in flight per agent, QoS 1, one Mosquitto on
-// loopback. b.N is events per agent.
+// about 40 bytes, 32 batches in flight per agent, QoS 1, one Mosquitto on
+// loopback, once with each compressing codec (zstd, the default, and s2).
+// b.N is events per agent.
 //
 //	go test ./e2e -run '^$' -bench BenchmarkEndToEnd -benchtime 500000x -count 6
 //
@@ -48,7 +50,7 @@ import (
 const (
 	benchAgents      = 4
 	benchBatchEvents = 1000
-	benchWindow      = 16
+	benchWindow      = 32
 )
 
 // benchRecords returns n encoded events of about 40 bytes, shaped like one
@@ -73,12 +75,12 @@ func benchRecords(n int, seed uint64, now time.Time) [][]byte {
 
 // benchFrame is the batch frame an uplink would send for recs as the first
 // batch of a stream.
-func benchFrame(device string, recs [][]byte) []byte {
+func benchFrame(device string, codec wire.Codec, recs [][]byte) []byte {
 	id := wire.NewStreamID()
 	hdr := &wirepb.Batch{DeviceId: device, StreamId: id[:], FirstSeq: 1, SendTimeNs: time.Now().UnixNano(),
 		Backlog: &wirepb.Backlog{Events: 1 << 20, Bytes: 40 << 20, OldestNs: time.Now().UnixNano()}}
 	body, _ := wire.AppendRawEvents(hdr, recs)
-	return wire.Frame(wire.MsgBatch, body)
+	return wire.FrameWith(wire.MsgBatch, codec, body)
 }
 
 // BenchmarkEndToEnd measures events/s from agents' buffers to the hub's
@@ -86,6 +88,12 @@ func benchFrame(device string, recs [][]byte) []byte {
 // Mosquitto, and the broker's pass-through of the same frames in the same
 // run. b.N is events per agent.
 func BenchmarkEndToEnd(b *testing.B) {
+	for _, codec := range []wire.Codec{wire.CodecZstd, wire.CodecS2} {
+		b.Run(codec.String(), func(b *testing.B) { endToEnd(b, codec) })
+	}
+}
+
+func endToEnd(b *testing.B, codec wire.Codec) {
 	mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{})
 	brokerPID := childPID("mosquitto")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -112,7 +120,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 			}
 		}
 		streams = append(streams, st)
-		frames[i] = benchFrame(st.Name(), recs)
+		frames[i] = benchFrame(st.Name(), codec, recs)
 	}
 	reg := prometheus.NewRegistry()
 	srv, err := hub.New(hub.Options{DataDir: b.TempDir(), HTTPAddr: "off", MQTTURL: mosq.URL(), ClientID: "bench-hub", Logger: quiet, Registerer: reg})
@@ -129,12 +137,14 @@ func BenchmarkEndToEnd(b *testing.B) {
 	pt := passThrough(b, mosq.URL(), frames, n/benchBatchEvents)
 
 	um, _ := uplink.NewMetrics(nil)
+	stopProfile := profileE2E(b)
 	cpu0 := sampleCPU(brokerPID)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, st := range streams {
 		up, err := uplink.New(st, uplink.Options{DeviceID: st.Name(), Brokers: []string{mosq.URL()}, Logger: quiet,
-			Window: benchWindow, MaxBatchEvents: benchBatchEvents, Linger: uplink.NoLinger, PollInterval: 5 * time.Millisecond, Metrics: um})
+			Window: benchWindow, MaxBatchEvents: benchBatchEvents, Linger: uplink.NoLinger, PollInterval: 5 * time.Millisecond, Metrics: um,
+			Compression: codec.String()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -154,6 +164,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	}
 	elapsed := time.Since(start)
 	cpu := sampleCPU(brokerPID).sub(cpu0)
+	stopProfile()
 	b.StopTimer()
 	cancel()
 	wg.Wait()
@@ -177,6 +188,24 @@ func BenchmarkEndToEnd(b *testing.B) {
 		}
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// profileE2E starts a CPU profile of the end-to-end part alone when
+// E2E_CPUPROFILE names a file (go test's -cpuprofile would also cover the
+// setup and the pass-through), and returns the function that stops it.
+func profileE2E(b *testing.B) func() {
+	path := os.Getenv("E2E_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
 // metricFamily is a gathered metric family, for histMean.
@@ -219,7 +248,7 @@ func BenchmarkBrokerPassThrough(b *testing.B) {
 	brokerPID := childPID("mosquitto")
 	frames := make([][]byte, benchAgents)
 	for i := range frames {
-		frames[i] = benchFrame(fmt.Sprintf("bench-%d", i), benchRecords(benchBatchEvents, uint64(i), time.Now()))
+		frames[i] = benchFrame(fmt.Sprintf("bench-%d", i), wire.CodecZstd, benchRecords(benchBatchEvents, uint64(i), time.Now()))
 	}
 	b.ResetTimer()
 	cpu0 := sampleCPU(brokerPID)

@@ -28,6 +28,7 @@ type batchView struct {
 	gaps       []gapView
 	events     []eventView
 	tags       []tagView
+	fastErr    error // the rejection eventFieldFast found
 }
 
 // clockView is the agent's ClockEstimate.
@@ -136,13 +137,18 @@ func (f field) str(what string, maxLen int) ([]byte, error) {
 	if err := f.expect(protowire.BytesType, what); err != nil {
 		return nil, err
 	}
-	if len(f.b) > maxLen {
-		return nil, reject(ReasonTooLarge, "%s is %d bytes, limit %d", what, len(f.b), maxLen)
+	return checkStr(f.b, what, maxLen)
+}
+
+// checkStr checks a string's length and UTF-8.
+func checkStr(b []byte, what string, maxLen int) ([]byte, error) {
+	if len(b) > maxLen {
+		return nil, reject(ReasonTooLarge, "%s is %d bytes, limit %d", what, len(b), maxLen)
 	}
-	if !utf8.Valid(f.b) {
+	if !utf8.Valid(b) {
 		return nil, malformed("%s is not valid UTF-8", what)
 	}
-	return f.b, nil
+	return b, nil
 }
 
 // parseBatchView fills v from a decompressed batch body, bounding counts
@@ -206,6 +212,16 @@ func (v *batchView) addEvent(b []byte, lim wire.Limits) error {
 	}
 	e := eventView{tagLo: int32(len(v.tags))}
 	for len(b) > 0 {
+		// Fast path for the fields every event has, in the shape the agent
+		// writes them (one-byte tags, short strings); anything else takes
+		// the general path below. A call to nextField per field was most
+		// of the hub's parsing cost.
+		if n := v.eventFieldFast(&e, b, lim); n > 0 {
+			b = b[n:]
+			continue
+		} else if n < 0 {
+			return fmt.Errorf("event %d: %w", len(v.events), v.fastErr)
+		}
 		f, rest, err := nextField(b)
 		if err != nil {
 			return fmt.Errorf("event %d: %w", len(v.events), err)
@@ -218,6 +234,81 @@ func (v *batchView) addEvent(b []byte, lim wire.Limits) error {
 	e.tagHi = int32(len(v.tags))
 	v.events = append(v.events, e)
 	return nil
+}
+
+// eventFieldFast decodes the Event field at the start of b if it is a
+// fixed64 value, a varint of a known number, or a string or tag shorter
+// than 128 bytes, and returns the bytes it took; 0 means "take the general
+// path", -1 a rejected field (the error is in v.fastErr).
+func (v *batchView) eventFieldFast(e *eventView, b []byte, lim wire.Limits) int {
+	if len(b) < 2 {
+		return 0
+	}
+	switch t := b[0]; t {
+	case 2<<3 | 1: // value, fixed64
+		if len(b) < 9 {
+			return 0
+		}
+		e.value = math.Float64frombits(binary.LittleEndian.Uint64(b[1:]))
+		return 9
+	case 4 << 3, 5 << 3, 7 << 3, 8 << 3, 9 << 3: // varints
+		x, m := uvarint(b[1:])
+		if m <= 0 {
+			return 0
+		}
+		switch t >> 3 {
+		case 4:
+			e.deviceTimeNs = int64(x)
+		case 5:
+			e.monoNs = int64(x)
+		case 7:
+			e.offsetNs = int64(x)
+		case 8:
+			e.uncertaintyNs = int64(x)
+		case 9:
+			e.method = wirepb.TimeMethod(int32(x))
+		}
+		return 1 + m
+	case 1<<3 | 2, 3<<3 | 2, 6<<3 | 2: // metric, tag, boot id
+		l := int(b[1])
+		if l >= 0x80 || l > len(b)-2 {
+			return 0
+		}
+		val := b[2 : 2+l : 2+l]
+		var err error
+		switch t >> 3 {
+		case 1:
+			e.metric, err = checkStr(val, "metric name", lim.MaxStringBytes)
+		case 3:
+			err = v.addTag(e, val, lim)
+		case 6:
+			e.bootID, err = checkStr(val, "boot id", lim.MaxStringBytes)
+		}
+		if err != nil {
+			v.fastErr = err
+			return -1
+		}
+		return 2 + l
+	}
+	return 0
+}
+
+// uvarint decodes a varint of at most 10 bytes; m <= 0 means malformed
+// or truncated (the general path then names the problem).
+func uvarint(b []byte) (x uint64, m int) {
+	for i, c := range b {
+		if i == 10 {
+			return 0, -1
+		}
+		if c < 0x80 {
+			if i == 9 && c > 1 {
+				return 0, -1
+			}
+			return x | uint64(c)<<(7*i), i + 1
+		}
+		x |= uint64(c&0x7f) << (7 * i)
+	}
+	return 0, 0
 }
 
 // eventField stores one Event field.
@@ -261,6 +352,21 @@ func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
 	}
 	var t tagView
 	for len(b) > 0 {
+		// Fast path: key or value shorter than 128 bytes.
+		if len(b) >= 2 && (b[0] == 1<<3|2 || b[0] == 2<<3|2) && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
+			l := int(b[1])
+			val, err := checkStr(b[2:2+l:2+l], [...]string{"tag key", "tag value"}[b[0]>>3-1], lim.MaxStringBytes)
+			if err != nil {
+				return err
+			}
+			if b[0]>>3 == 1 {
+				t.key = val
+			} else {
+				t.value = val
+			}
+			b = b[2+l:]
+			continue
+		}
 		f, rest, err := nextField(b)
 		if err != nil {
 			return err

@@ -4,10 +4,12 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
 
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -54,6 +56,39 @@ func TestBatchViewMatchesWire(t *testing.T) {
 		}
 		compareView(t, &v, want)
 	}
+}
+
+// FuzzBatchViewMatchesWire feeds arbitrary batch bodies to both parsers:
+// whatever wire.DecodeBatch accepts the zero-copy parser (with its fast
+// paths) must accept too, with the same content, unless a field has the
+// wrong wire type.
+func FuzzBatchViewMatchesWire(f *testing.F) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 4 {
+		body, err := proto.Marshal(randomBatch(rng))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(body)
+	}
+	lim := limitsWithDefaults(wire.Limits{})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		want, werr := wire.DecodeBatch(wire.FrameWith(wire.MsgBatch, wire.CodecNone, body), lim)
+		var v batchView
+		verr := parseBatchView(&v, body, lim)
+		if werr != nil {
+			return
+		}
+		if verr != nil {
+			// Go's protobuf keeps a known field with the wrong wire type as
+			// an unknown field; the view rejects it, deliberately.
+			if strings.Contains(verr.Error(), "has wire type") {
+				return
+			}
+			t.Fatalf("wire accepts the body, the view says %v", verr)
+		}
+		compareView(t, &v, want)
+	})
 }
 
 func compareView(t *testing.T, v *batchView, w *wirepb.Batch) {

@@ -33,7 +33,7 @@ func (u *Uplink) pump(now time.Time) error {
 		}
 	}
 	for u.win.len() < u.opts.Window {
-		f, err := u.readBatch(now)
+		fs, err := u.readBatches(now, u.opts.Window-u.win.len())
 		if err != nil {
 			if errClosed(err) {
 				return wrapStream(err)
@@ -41,13 +41,17 @@ func (u *Uplink) pump(now time.Time) error {
 			u.warn(&u.warnLog, "uplink: read buffer", "from", u.next, "err", err)
 			return nil
 		}
-		if f == nil {
+		if len(fs) == 0 {
 			return nil
 		}
-		u.win.push(f)
-		u.m.InFlight.Inc()
-		if !u.publish(f, now) {
-			return nil
+		for _, f := range fs {
+			u.win.push(f)
+			u.m.InFlight.Inc()
+		}
+		for _, f := range fs {
+			if !u.publish(f, now) {
+				return nil
+			}
 		}
 	}
 	return nil
@@ -76,20 +80,46 @@ func (u *Uplink) ready(now time.Time) bool {
 }
 
 // readBatch reads the next batch from the buffer and encodes it, or
-// returns nil if there is nothing to send yet.
+// returns nil if there is none to send yet.
 func (u *Uplink) readBatch(now time.Time) (*flight, error) {
-	if !u.ready(now) {
+	fs, err := u.readBatches(now, 1)
+	if len(fs) == 0 {
+		return nil, err
+	}
+	return fs[0], err
+}
+
+// readBatches reads up to n batches from the buffer in one pass and
+// encodes them, or returns none if there is nothing to send yet. One pass
+// rather than one read per batch matters because the buffer's blocks hold
+// up to 256 KiB of records: a read per batch would fetch (and Badger
+// copy) the same block once for every batch cut from it. The linger
+// applies to the first batch only, as it did when a backlog behind a
+// batch made the next one go at once.
+func (u *Uplink) readBatches(now time.Time, n int) ([]*flight, error) {
+	if n <= 0 || !u.ready(now) {
 		return nil, nil
 	}
-	a := assemblies.Get().(*assembly)
-	defer assemblies.Put(a)
-	a.reset()
-	_, err := u.st.Scan(u.next, u.opts.MaxBatchEvents, u.opts.MaxBatchBytes, func(seq uint64, rec []byte) bool {
+	maxEvents, maxBytes := u.opts.MaxBatchEvents, u.opts.MaxBatchBytes
+	as := make([]*assembly, 0, n)
+	defer func() {
+		for _, a := range as {
+			assemblies.Put(a)
+		}
+	}()
+	var a *assembly
+	_, err := u.st.Scan(u.next, n*maxEvents, n*maxBytes, func(seq uint64, rec []byte) bool {
 		// A batch is consecutive events; the buffer's records jump across
 		// a range it dropped, and the rest goes in the next batch.
-		if a.n > 0 && seq != a.last+1 {
-			return false
+		if a == nil || seq != a.last+1 || a.n == maxEvents || a.size+len(rec) > maxBytes {
+			if len(as) == n {
+				return false
+			}
+			a = assemblies.Get().(*assembly)
+			a.reset()
+			as = append(as, a)
 		}
+		a.size += len(rec)
 		a.add(seq, u.retime(seq, rec))
 		return true
 	})
@@ -97,17 +127,24 @@ func (u *Uplink) readBatch(now time.Time) (*flight, error) {
 		return nil, err
 	}
 	u.lingerSince = time.Time{}
-	if a.n == 0 {
+	if len(as) == 0 {
 		u.draining = false
 		return nil, nil
 	}
-	payload, stats, err := u.encode(a)
-	if err != nil {
-		return nil, err
+	fs := make([]*flight, 0, len(as))
+	for _, a := range as {
+		payload, stats, err := u.encode(a)
+		if err != nil {
+			if len(fs) > 0 {
+				return fs, nil // the rest is read again next time
+			}
+			return nil, err
+		}
+		u.next = a.last + 1
+		u.draining = stats.Next > u.next
+		fs = append(fs, &flight{first: a.first, last: a.last, payload: payload, queued: true})
 	}
-	u.next = a.last + 1
-	u.draining = stats.Next > u.next
-	return &flight{first: a.first, last: a.last, payload: payload, queued: true}, nil
+	return fs, nil
 }
 
 // assembly collects the events of the batch being built, already in their
@@ -119,13 +156,14 @@ func (u *Uplink) readBatch(now time.Time) (*flight, error) {
 type assembly struct {
 	first, last uint64
 	n           int
+	size        int    // stored record bytes, for MaxBatchBytes
 	events      []byte // the batch's events fields (wire.AppendEvent)
 	body        []byte // header and events, before framing
 }
 
 var assemblies = sync.Pool{New: func() any { return new(assembly) }}
 
-func (a *assembly) reset() { a.first, a.last, a.n, a.events = 0, 0, 0, a.events[:0] }
+func (a *assembly) reset() { a.first, a.last, a.n, a.size, a.events = 0, 0, 0, 0, a.events[:0] }
 
 func (a *assembly) add(seq uint64, rec []byte) {
 	if a.n == 0 {
@@ -173,7 +211,7 @@ func (u *Uplink) encode(a *assembly) ([]byte, buffer.Stats, error) {
 		return nil, stats, fmt.Errorf("uplink: encode batch from %d: %w", a.first, err)
 	}
 	a.body = append(body, a.events...)
-	return wire.Frame(wire.MsgBatch, a.body), stats, nil
+	return wire.FrameWith(wire.MsgBatch, u.codec, a.body), stats, nil
 }
 
 // ackTimeout is the wait for an answer after the n-th publish of a batch:

@@ -38,6 +38,7 @@ type Uplink struct {
 	opts     Options
 	st       Stream
 	sid      wire.StreamID
+	codec    wire.Codec
 	m        *Metrics
 	log      *slog.Logger
 	tlsConf  *tls.Config
@@ -82,7 +83,7 @@ func New(st Stream, o Options) (*Uplink, error) {
 		return nil, err
 	}
 	u := &Uplink{
-		opts: o, st: st, sid: st.ID(), log: o.Logger.With("device", o.DeviceID),
+		opts: o, st: st, sid: st.ID(), codec: o.codec(), log: o.Logger.With("device", o.DeviceID),
 		ackTopic: wire.AckTopic(o.DeviceID),
 		acks:     make(chan []byte, 4*o.Window+16),
 		notify:   make(chan struct{}, 1),

@@ -19,8 +19,10 @@ import (
 // checks that every event arrives intact and the buffer ends acked through
 // the last one.
 func TestDeliversEverything(t *testing.T) {
-	for _, b := range brokers {
-		t.Run(b.name, func(t *testing.T) {
+	for i, b := range brokers {
+		// Each codec the responder must read, one per broker.
+		codec := []string{"s2", "zstd", "none"}[i%3]
+		t.Run(b.name+"/"+codec, func(t *testing.T) {
 			url := b.start(t)
 			_, st := openStream(t, "dev-all")
 			r := newResponder(t, url, func(b *wirepb.Batch, arrival int) verdict {
@@ -34,7 +36,7 @@ func TestDeliversEverything(t *testing.T) {
 			})
 			r.reorder = true
 			appendEvents(t, st, 2500, 1000)
-			u := newUplink(t, st, url, nil)
+			u := newUplink(t, st, url, func(o *Options) { o.Compression = codec })
 			runUplink(t, u)
 			for range 10 {
 				appendEvents(t, st, 750, 250)

@@ -3,6 +3,8 @@ package wire
 import (
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"edgeflow/wire/wirepb"
 )
 
@@ -17,7 +19,8 @@ func seedFrames(f *testing.F, frames ...[]byte) {
 func FuzzDecodeBatch(f *testing.F) {
 	small, _ := EncodeBatch(sampleBatch(2))
 	big, _ := EncodeBatch(sampleBatch(300))
-	seedFrames(f, small, big)
+	body, _ := proto.Marshal(sampleBatch(300))
+	seedFrames(f, small, big, FrameWith(MsgBatch, CodecS2, body))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		lim := Limits{MaxEvents: 1000, MaxBodyBytes: 1 << 20}
 		batch, err := DecodeBatch(b, lim)

@@ -46,6 +46,42 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 }
 
+// TestCodecs checks that a batch framed with each codec decodes to the
+// same batch, that each compressing codec compresses a large one, and that
+// codec names round-trip through ParseCodec.
+func TestCodecs(t *testing.T) {
+	in := sampleBatch(1000)
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Codec{CodecNone, CodecZstd, CodecS2} {
+		frame := FrameWith(MsgBatch, c, body)
+		if Codec(frame[2]) != c {
+			t.Fatalf("%v: frame says codec %v", c, Codec(frame[2]))
+		}
+		if c != CodecNone && len(frame) > len(body)/2 {
+			t.Fatalf("%v: %d bytes framed to %d", c, len(body), len(frame))
+		}
+		out, err := DecodeBatch(frame, Limits{})
+		if err != nil {
+			t.Fatalf("%v: %v", c, err)
+		}
+		if !proto.Equal(in, out) {
+			t.Fatalf("%v: round trip differs", c)
+		}
+		if p, err := ParseCodec(c.String()); err != nil || p != c {
+			t.Fatalf("ParseCodec(%q) = %v, %v", c.String(), p, err)
+		}
+	}
+	if _, err := ParseCodec("gzip"); err == nil || !strings.Contains(err.Error(), "gzip") {
+		t.Fatalf("ParseCodec(gzip): %v", err)
+	}
+	if f := FrameWith(MsgBatch, CodecS2, body[:100]); Codec(f[2]) != CodecNone {
+		t.Fatal("a tiny body was compressed")
+	}
+}
+
 // TestRawEventsMatchEncoded checks that a batch built from stored event
 // records decodes to the same batch as one marshalled whole.
 func TestRawEventsMatchEncoded(t *testing.T) {
@@ -89,6 +125,9 @@ func TestDecodeRejects(t *testing.T) {
 	bomb := append([]byte{frameMagic, SchemaVersion, byte(CodecZstd), byte(MsgBatch)}, 0xff, 0xff, 0xff, 0xff, 0x7f)
 	lied := Frame(MsgBatch, bytes.Repeat([]byte{0}, 4096))
 	lied[4] = 0x01 // declared length 1, real 4096
+	s2Bomb := append([]byte{frameMagic, SchemaVersion, byte(CodecS2), byte(MsgBatch)}, 0xff, 0xff, 0xff, 0xff, 0x0f)
+	s2Lied := FrameWith(MsgBatch, CodecS2, bytes.Repeat([]byte{0}, 4096))
+	s2Lied[4] = 0x01
 	cases := []struct {
 		name    string
 		payload []byte
@@ -106,6 +145,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"long metric", longFrame, Limits{}, ErrTooLarge},
 		{"decompression bomb header", bomb, Limits{}, ErrTooLarge},
 		{"length lie", lied, Limits{}, ErrMalformed},
+		{"s2 bomb header", s2Bomb, Limits{}, ErrTooLarge},
+		{"s2 length lie", s2Lied, Limits{}, ErrMalformed},
 		{"truncated body", good[:len(good)-3], Limits{}, ErrMalformed},
 	}
 	for _, c := range cases {

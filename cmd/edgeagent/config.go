@@ -67,6 +67,8 @@ func newFlags() *pflag.FlagSet {
 	fs.String("http-tls-key", "", "PEM key of http-tls-cert")
 	fs.Int("batch-max-events", 1000, "events per uploaded batch")
 	fs.String("batch-linger", "100ms", "how long a partial batch waits for more events")
+	fs.Int("batch-window", 8, "batches awaiting the hub's ack at once")
+	fs.String("compression", "zstd", "batch compression: zstd (smallest), s2 (least CPU) or none")
 	fs.String("drain-timeout", "5s", "on shutdown, how long a connected uplink may send what is buffered")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Bool("version", false, "print the version and exit")
@@ -243,6 +245,12 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 	}
 	u.MaxBatchEvents = n
 	u.Linger = p.dur("batch-linger", true)
+	w, err := cast.ToIntE(v.Get("batch-window"))
+	if err != nil || w < 1 {
+		p.fail("batch-window", "%q is not a positive integer", p.str("batch-window"))
+	}
+	u.Window = w
+	u.Compression = p.str("compression")
 	if u.Linger == 0 {
 		u.Linger = uplink.NoLinger
 	}
@@ -325,6 +333,7 @@ var errorKeys = []struct{ prefix, key string }{
 	{"uplink: brokers", "mqtt-url"}, {"uplink: tls ca file", "tls-ca-file"}, {"agent: tls ca file", "tls-ca-file"},
 	{"uplink: tls client certificate", "tls-cert-file"}, {"agent: tls client certificate", "tls-cert-file"},
 	{"uplink: tls", "tls-cert-file"}, {"uplink: max batch events", "batch-max-events"}, {"uplink: linger", "batch-linger"},
+	{"uplink: window", "batch-window"}, {"uplink: compression", "compression"},
 }
 
 // explain prefixes an options error with the config key it is about.
