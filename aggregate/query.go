@@ -22,6 +22,10 @@ type Query struct {
 	// GroupBy lists the dimensions to group by: "device", "metric" or a
 	// tag key (one of Options.TagKeys when set). Empty: one group.
 	GroupBy []string
+	// Device, if set, restricts the query to that device's series: a
+	// dashboard (or a load test's probe) following one device does not
+	// pay for the whole fleet.
+	Device string
 	// Aggs selects aggregates; zero means all. Quantiles cost the most.
 	Aggs Aggs
 	// Limit caps the windows returned; 0 means max_query_results, more is
@@ -183,6 +187,9 @@ func (r *queryRun) collect(ids []uint32) error {
 	var kb strings.Builder
 	for _, id := range ids {
 		s := &r.e.series.list[id]
+		if r.p.Device != "" && s.device != r.p.Device {
+			continue
+		}
 		g := r.groupOf(s, &kb)
 		parts, err := r.seriesParts(id, s)
 		if err != nil {

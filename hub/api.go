@@ -95,6 +95,7 @@ func (s *Server) aggregateQuery(p params, needRange bool) (q aggregate.Query, na
 		}
 	}
 	q.GroupBy = p.list("group_by")
+	q.Device = p.str("device")
 	if q.Aggs, err = aggregate.ParseAggs(p.list("aggs")); err != nil {
 		return q, "", err
 	}
@@ -102,7 +103,7 @@ func (s *Server) aggregateQuery(p params, needRange bool) (q aggregate.Query, na
 }
 
 func (s *Server) serveAggregates(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "metric", "window", "from", "to", "group_by", "aggs", "limit")
+	p, err := newParams(r, "metric", "window", "from", "to", "group_by", "aggs", "limit", "device")
 	if err != nil {
 		writeAPIError(w, err)
 		return

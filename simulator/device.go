@@ -32,7 +32,9 @@ type device struct {
 	st    *buffer.Stream
 	ws    *watchedStream
 
-	linkUp atomic.Bool // read by the time sources' goroutines
+	linkUp   atomic.Bool   // read by the time sources' and link's goroutines
+	bootAt   time.Duration // when the device boots (ramp-up), since the start
+	linkSeed uint64        // seeds the link model's jitter
 
 	powered  bool
 	agentUp  bool
@@ -77,6 +79,8 @@ func newDevice(f *Fleet, idx int, class *DeviceClass, rng *rand.Rand) (*device, 
 		d.gens = append(d.gens, newValueGen(&class.Metrics[i], rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())), start))
 	}
 	d.bootID = fmt.Sprintf("%s-boot%d-%x", name, 0, rng.Uint32())
+	d.linkSeed = rng.Uint64()
+	d.bootAt = time.Duration(int64(f.sc.scaled(f.sc.RampUp)) * int64(idx) / int64(f.sc.Devices))
 	return d, nil
 }
 
@@ -84,6 +88,12 @@ func newDevice(f *Fleet, idx int, class *DeviceClass, rng *rand.Rand) (*device, 
 // run; producing is false once the run's duration is over (drain phase:
 // no more events, no more faults).
 func (d *device) tick(now time.Time, el time.Duration, producing bool) {
+	if el < d.bootAt {
+		for _, g := range d.gens {
+			g.skip(now)
+		}
+		return
+	}
 	for producing && d.stepIdx < len(d.tl.Steps) && d.tl.Steps[d.stepIdx].At <= el {
 		d.clock.Step(d.tl.Steps[d.stepIdx].By)
 		d.stepIdx++
@@ -108,7 +118,9 @@ func (d *device) tick(now time.Time, el time.Duration, producing bool) {
 	}
 	d.agentUp = agentUp
 
-	wantLink := agentUp && linkUp
+	// A silent outage leaves the uplink running on a link that carries
+	// nothing: it must find out by itself.
+	wantLink := agentUp && (linkUp || d.class.Link.Silent)
 	if d.up != nil && !wantLink {
 		d.stopUplink()
 	}
@@ -179,6 +191,9 @@ func (d *device) startUplink() {
 	sc := d.sync
 	o := d.f.uplinkOptions(d.name)
 	o.Now = d.clock.Wall
+	if l := d.class.Link; l.Latency > 0 || l.Jitter > 0 || l.Silent {
+		o.Dial = linkDialer(l.Latency, l.Jitter, l.Silent, d.linkUp.Load, d.linkSeed)
+	}
 	if sc != nil {
 		o.Clock = func() *wirepb.ClockEstimate { return sc.Estimate().Proto() }
 		o.Retime = func(rec []byte) ([]byte, error) { return retime(sc, rec) }
@@ -298,6 +313,10 @@ func (d *device) produce() {
 		seq := r.First + uint64(i)
 		if trusted && !ambiguous {
 			d.truth.add(e.metric, trueNow.UnixNano(), e.v, res)
+			if i == len(evs)-1 {
+				k := BucketKey{e.metric, floorDiv(trueNow.UnixNano(), int64(res))}
+				d.f.prober.offer(d.name, e.metric, k.Bucket, d.truth.Buckets[k].Count, time.Now())
+			}
 		} else {
 			d.truth.Uncertain++
 		}
@@ -487,6 +506,9 @@ func (w *watchedStream) Ack(upTo uint64) error {
 		r := &w.q[0]
 		last := min(r.last, upTo)
 		f.latency.Observe(now.Sub(r.at), last-r.first+1)
+		if r.at.UnixNano() >= f.steadyFrom.Load() {
+			f.steady.Observe(now.Sub(r.at), last-r.first+1)
+		}
 		if last == r.last {
 			w.q = w.q[1:]
 		} else {

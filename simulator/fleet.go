@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/url"
 	"sync"
@@ -44,6 +45,16 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives the simulator's messages. Default slog.Default().
 	Logger *slog.Logger
+	// HubURL, if set (http://host:port), is the hub's HTTP API: the fleet
+	// then probes how long events take to become visible in its
+	// aggregates (Report.Visible). The hub must hold the devices' data
+	// under the scenario's resolution.
+	HubURL string
+	// ProbeEvery is the period of visibility probes. Default 1s.
+	ProbeEvery time.Duration
+	// ProbeTimeout is how long a probe waits for its event before it
+	// counts as timed out. Default 1m.
+	ProbeTimeout time.Duration
 	// AgentLogLevel is the least level of the agent parts' (uplink,
 	// clocksync) messages that reach Logger: thousands of agents repeat
 	// themselves. Default slog.LevelError.
@@ -57,6 +68,8 @@ func (o *Options) EnsureDefaults() {
 	def(&o.Workers, min(o.Scenario.Devices, 64))
 	def(&o.Tick, 20*time.Millisecond)
 	def(&o.ReportEvery, time.Second)
+	def(&o.ProbeEvery, time.Second)
+	def(&o.ProbeTimeout, time.Minute)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -88,6 +101,14 @@ func (o *Options) Validate() error {
 	if o.Tick < time.Millisecond || (o.Scenario.BoundaryGuard > 0 && o.Tick >= o.Scenario.BoundaryGuard) {
 		return fmt.Errorf("simulator: Tick %v: want 1ms..boundary_guard (%v)", o.Tick, o.Scenario.BoundaryGuard)
 	}
+	if o.HubURL != "" {
+		if u, err := url.Parse(o.HubURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return fmt.Errorf("simulator: HubURL %q: want http://host:port", o.HubURL)
+		}
+	}
+	if o.ProbeEvery < 10*time.Millisecond || o.ProbeTimeout < time.Second {
+		return fmt.Errorf("simulator: ProbeEvery %v / ProbeTimeout %v: want at least 10ms / 1s", o.ProbeEvery, o.ProbeTimeout)
+	}
 	if o.ReportEvery < 10*time.Millisecond {
 		return fmt.Errorf("simulator: ReportEvery %v: want at least 10ms", o.ReportEvery)
 	}
@@ -116,6 +137,9 @@ type Fleet struct {
 	preloadAcked              atomic.Uint64
 	preloadDone               atomic.Int64 // Unix ns when the preload was all acked
 	latency, stampErr         Histogram
+	steady, visible           Histogram    // steady-state ack latency; probed visibility latency
+	steadyFrom                atomic.Int64 // Unix ns from which appends count as steady state
+	prober                    *prober      // nil without Options.HubURL
 
 	mu       sync.Mutex
 	start    time.Time
@@ -141,6 +165,10 @@ func New(o Options) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{opts: o, sc: o.Scenario, log: o.Logger, quiet: discardLogger(o.AgentLogLevel, o.Logger), store: store, reg: reg, metrics: m, runCtx: context.Background()}
+	f.steadyFrom.Store(math.MaxInt64)
+	if o.HubURL != "" {
+		f.prober = newProber(f, o.HubURL, o.ProbeEvery, o.ProbeTimeout)
+	}
 	classes := assignClasses(&f.sc)
 	for i := range f.sc.Devices {
 		d, err := newDevice(f, i, &f.sc.Classes[classes[i]], rand.New(rand.NewPCG(o.Scenario.Seed, uint64(i)+1)))
@@ -202,6 +230,14 @@ func (f *Fleet) Run(ctx context.Context) (Report, error) {
 	f.mu.Lock()
 	f.start, f.uplinkAt = f.opts.Now(), time.Now()
 	f.mu.Unlock()
+	steadyFrom := f.uplinkAt.Add(f.sc.scaled(f.sc.RampUp + f.sc.Warmup))
+	f.steadyFrom.Store(steadyFrom.UnixNano())
+	probeDone := make(chan struct{})
+	if f.prober != nil {
+		go func() { defer close(probeDone); f.prober.run(runCtx, steadyFrom) }()
+	} else {
+		close(probeDone)
+	}
 
 	duration := f.sc.scaled(f.sc.Duration)
 	var producing atomic.Bool
@@ -237,6 +273,7 @@ func (f *Fleet) Run(ctx context.Context) (Report, error) {
 	}
 	cancel()
 	wg.Wait()
+	<-probeDone
 	var swg sync.WaitGroup
 	for _, d := range f.devices {
 		swg.Add(1)

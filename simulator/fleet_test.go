@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"edgeflow/aggregate"
 	"edgeflow/hub"
 )
 
@@ -23,7 +24,8 @@ func startHub(t *testing.T) *hub.Server {
 	addr := ln.Addr().String()
 	ln.Close()
 	srv, err := hub.New(hub.Options{DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", MQTTListen: addr,
-		Logger: quietLogger(), Registerer: prometheus.NewRegistry(), Gatherer: prometheus.NewRegistry()})
+		Logger: quietLogger(), Registerer: prometheus.NewRegistry(), Gatherer: prometheus.NewRegistry(),
+		Aggregate: &aggregate.Options{Resolution: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,5 +121,60 @@ func TestFleetAgainstHub(t *testing.T) {
 		if w.Available && w.Differ+w.Missing+w.Unexpected > 0 {
 			t.Errorf("window %s %s: %+v", w.Window, w.Metric, w)
 		}
+	}
+}
+
+// TestFleetLinkModelAndProbes runs devices on slow links (latency and
+// jitter), devices whose outages are silent (found only by keep-alive),
+// booted over a ramp-up, with visibility probes against the hub: nothing
+// is lost, the injected delay shows in the steady-state ack latency (a
+// batch and its ack each cross the link once), silent outages cost
+// reconnects, and probes see events counted in the hub's aggregates.
+func TestFleetLinkModelAndProbes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	srv := startHub(t)
+	sc := Scenario{
+		Name: "links", Devices: 12, Duration: 8 * time.Second, RampUp: time.Second, Warmup: time.Second,
+		Resolution: time.Second, BoundaryGuard: 100 * time.Millisecond, DrainTimeout: 30 * time.Second,
+		Classes: []DeviceClass{
+			{Name: "far", Metrics: []MetricSpec{{Name: "temp", Rate: 10}},
+				Link: LinkSpec{Latency: 60 * time.Millisecond, Jitter: 30 * time.Millisecond}},
+			{Name: "cellular", Metrics: []MetricSpec{{Name: "temp", Rate: 10}},
+				Link: LinkSpec{Latency: 60 * time.Millisecond, Silent: true, Outages: []Outage{{At: 3 * time.Second, For: 2 * time.Second}}}},
+		},
+		Uplink: UplinkTuning{BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, AckTimeout: 2 * time.Second,
+			KeepAlive: time.Second, Linger: 10 * time.Millisecond},
+	}
+	f, err := New(Options{Scenario: sc, Brokers: []string{"tcp://" + srv.BrokerAddr()}, DataDir: t.TempDir(),
+		Logger: quietLogger(), HubURL: "http://" + srv.HTTPAddr(), ProbeEvery: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := f.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report: %+v visible %+v", rep, rep.Visible)
+	if rep.Phase != "drained" || rep.Acked != rep.Appended || rep.Appended == 0 {
+		t.Fatalf("phase %s appended %d acked %d", rep.Phase, rep.Appended, rep.Acked)
+	}
+	if s := rep.AckLatencySteady; s.Count == 0 || s.P50Ms < 120 {
+		t.Fatalf("steady ack latency %+v: want observations, none under 2 x 60 ms", s)
+	}
+	if rep.Reconnects == 0 {
+		t.Fatalf("silent outages caused no reconnect")
+	}
+	if v := rep.Visible; v == nil || v.Latency.Count == 0 || v.Failed != 0 {
+		t.Fatalf("visibility probes: %+v", v)
+	}
+	vr, err := Verify(context.Background(), f.Truth(), VerifyOptions{HubURL: "http://" + srv.HTTPAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vr.Lost != 0 || vr.Duplicated != 0 || vr.Applied != vr.Events {
+		t.Fatalf("lost %d duplicated %d applied %d of %d", vr.Lost, vr.Duplicated, vr.Applied, vr.Events)
 	}
 }

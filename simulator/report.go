@@ -39,6 +39,12 @@ type Report struct {
 	PowerLosses     uint64 `json:"power_losses"`
 	// AckLatency is append to hub ack, per event.
 	AckLatency Quantiles `json:"ack_latency"`
+	// AckLatencySteady is AckLatency for the events appended after the
+	// ramp-up and warm-up: the fleet's steady state.
+	AckLatencySteady Quantiles `json:"ack_latency_steady"`
+	// Visible is append to counted in the hub's aggregate, from sampled
+	// probes in the steady state (with Options.HubURL).
+	Visible *Visibility `json:"visible,omitempty"`
 	// Catchup, for preloaded runs: the preloaded events and how fast
 	// they were acknowledged after the uplinks started.
 	Catchup *Catchup `json:"catchup,omitempty"`
@@ -79,7 +85,8 @@ func (f *Fleet) snapshot(phase string) Report {
 	now := time.Now()
 	r := Report{Scenario: f.sc.Name, Phase: phase, Elapsed: now.Sub(f.uplinkAt).Seconds(), Devices: len(f.devices),
 		Appended: f.appended.Load(), Acked: f.acked.Load(), Backlog: f.backlog(),
-		AgentStarts: f.agentStarts.Load(), PowerLosses: f.powerLosses.Load(), AckLatency: f.latency.Summary()}
+		AgentStarts: f.agentStarts.Load(), PowerLosses: f.powerLosses.Load(), AckLatency: f.latency.Summary(),
+		AckLatencySteady: f.steady.Summary(), Visible: f.prober.summary()}
 	counters := map[string]float64{}
 	if fams, err := f.reg.Gather(); err == nil {
 		for _, mf := range fams {

@@ -20,6 +20,15 @@ type Scenario struct {
 	Name string `mapstructure:"name"`
 	// Devices is the fleet size. Default 100.
 	Devices int `mapstructure:"devices"`
+	// RampUp boots the devices one after another, evenly over this long
+	// (scenario time), as a fleet installed over a day comes online, rather
+	// than all in the first tick. A device produces nothing before it
+	// boots. Default 0: all at once.
+	RampUp time.Duration `mapstructure:"ramp_up"`
+	// Warmup is how long after the ramp-up the report's steady-state
+	// figures (ack_latency_steady, visible_latency) start counting.
+	// Default 0.
+	Warmup time.Duration `mapstructure:"warmup"`
 	// DevicePrefix names devices DevicePrefix-00000, ... Default "sim".
 	DevicePrefix string `mapstructure:"device_prefix"`
 	// Duration is how long devices produce events (scenario time). Default 1m.
@@ -162,6 +171,18 @@ type LinkSpec struct {
 	// Random outages: on average one every Every per device, lasting
 	// uniformly MinFor..MaxFor. Every 0: none.
 	Random RandomOutages `mapstructure:"random"`
+	// Latency is the one-way delay added to every chunk of bytes in each
+	// direction between the device and the broker (real time, not
+	// scaled). Default 0; at most 1m.
+	Latency time.Duration `mapstructure:"latency"`
+	// Jitter adds a uniformly random 0..Jitter to each chunk's delay,
+	// order kept. Default 0; at most 1m.
+	Jitter time.Duration `mapstructure:"jitter"`
+	// Silent makes outages drop the link without closing it, as a
+	// cellular modem losing its bearer does: bytes stop flowing both ways
+	// and the agent notices only through its MQTT keep-alive. False: an
+	// outage closes the connection at once.
+	Silent bool `mapstructure:"silent"`
 }
 
 // RandomOutages configure a Poisson process of outages.
@@ -280,6 +301,12 @@ func (s *Scenario) Validate() error {
 	if s.DrainTimeout <= 0 {
 		bad("drain_timeout", "%v: want positive", s.DrainTimeout)
 	}
+	if s.RampUp < 0 || s.RampUp >= s.Duration {
+		bad("ramp_up", "%v: want 0..duration", s.RampUp)
+	}
+	if s.Warmup < 0 || s.RampUp+s.Warmup >= s.Duration {
+		bad("warmup", "%v: want 0..duration-ramp_up", s.Warmup)
+	}
 	if s.FleetOutage.At < 0 || s.FleetOutage.For < 0 {
 		bad("fleet_outage", "negative at or for")
 	}
@@ -353,6 +380,12 @@ func (c *DeviceClass) validate(at string) error {
 	}
 	if r := c.Link.Random; r.Every < 0 || (r.Every > 0 && (r.MinFor <= 0 || r.MaxFor < r.MinFor)) {
 		bad("link.random", "every %v min_for %v max_for %v: want 0 < min_for <= max_for", r.Every, r.MinFor, r.MaxFor)
+	}
+	if c.Link.Latency < 0 || c.Link.Latency > time.Minute {
+		bad("link.latency", "%v: want 0..1m", c.Link.Latency)
+	}
+	if c.Link.Jitter < 0 || c.Link.Jitter > time.Minute {
+		bad("link.jitter", "%v: want 0..1m", c.Link.Jitter)
 	}
 	if c.Crash.Every < 0 || (c.Crash.Every > 0 && c.Crash.Down <= 0) {
 		bad("crash", "every %v down %v: want down > 0 when every is set", c.Crash.Every, c.Crash.Down)

@@ -2,8 +2,11 @@ package uplink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -162,7 +165,38 @@ func (u *Uplink) clientOptions() *mqtt.ClientOptions {
 	if u.tlsConf != nil {
 		o.SetTLSConfig(u.tlsConf.Clone())
 	}
+	if u.opts.Dial != nil {
+		o.SetCustomOpenConnectionFn(u.openConn)
+	}
 	return o
+}
+
+// openConn opens the broker connection through Options.Dial, with TLS on
+// top for TLS URLs. Paho calls it in place of its own dialer.
+func (u *Uplink) openConn(uri *url.URL, co mqtt.ClientOptions) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), u.opts.ConnectTimeout)
+	defer cancel()
+	c, err := u.opts.Dial(ctx, "tcp", uri.Host)
+	if err != nil {
+		return nil, err
+	}
+	switch uri.Scheme {
+	case "ssl", "tls", "mqtts":
+		conf := &tls.Config{MinVersion: tls.VersionTLS12}
+		if co.TLSConfig != nil {
+			conf = co.TLSConfig.Clone()
+		}
+		if conf.ServerName == "" {
+			conf.ServerName = uri.Hostname()
+		}
+		tc := tls.Client(c, conf)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
+	return c, nil
 }
 
 // onMessage is paho's handler for the ack topic (and the default handler,

@@ -1,11 +1,13 @@
 package uplink
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"time"
@@ -140,6 +142,13 @@ type Options struct {
 	// Version is the agent version reported in status messages.
 	Version string
 
+	// Dial, if set, opens the TCP connection to the broker in place of
+	// the default dialer, for tcp, mqtt and TLS broker URLs (TLS runs on
+	// top of the returned connection); websocket URLs refuse it. It is how
+	// a simulator puts latency, jitter or a silently dead link between a
+	// device and its broker. Nil dials directly.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+
 	// Now is the device wall clock stamped into batches (send_time) and
 	// status messages. Default time.Now. Internal timeouts use the
 	// runtime's monotonic timers, not Now.
@@ -208,7 +217,11 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("uplink: brokers: %q is not a URL like tcp://host:1883", b)
 		}
 		switch u.Scheme {
-		case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss":
+		case "tcp", "mqtt", "ssl", "tls", "mqtts":
+		case "ws", "wss":
+			if o.Dial != nil {
+				return fmt.Errorf("uplink: brokers: %q: a custom Dial does not carry websockets", b)
+			}
 		default:
 			return fmt.Errorf("uplink: brokers: %q has scheme %q (want tcp, mqtt, ssl, tls, mqtts, ws or wss)", b, u.Scheme)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -16,14 +17,16 @@ import (
 type config struct {
 	scenario simulator.Scenario
 	hub      string // hub HTTP API, e.g. http://127.0.0.1:8080 ("" skips verify)
-	mqttURL  string
-	dataDir  string
-	json     bool
-	verify   bool
-	truthOut string
-	truthIn  string
-	workers  int
-	logLevel slog.Level
+	// probeEvery is the period of visibility probes (0: none).
+	probeEvery time.Duration
+	mqttURL    string
+	dataDir    string
+	json       bool
+	verify     bool
+	truthOut   string
+	truthIn    string
+	workers    int
+	logLevel   slog.Level
 }
 
 // newFlags declares the flags. --scenario names a YAML file whose keys are
@@ -40,6 +43,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("data-dir", "", "shared buffer directory (default: a new temporary directory, removed at exit)")
 	fs.Bool("json", false, "print progress and the final report as JSON lines")
 	fs.Bool("verify", true, "query the hub and verify its answers after the run")
+	fs.String("probe-every", "1s", "period of the probes of event-to-visible-in-aggregate latency (\"0\" or --hub \"\" disables them)")
 	fs.String("truth-out", "", "write the ground truth to this file (for `fleetsim verify`)")
 	fs.String("truth", "", "ground truth file to verify (the verify subcommand)")
 	fs.Int("workers", 0, "goroutines driving the devices (0: min(devices, 64))")
@@ -104,6 +108,13 @@ func fromViper(vs, vm *viper.Viper) (*config, error) {
 	c.truthOut, c.truthIn = vm.GetString("truth-out"), vm.GetString("truth")
 	c.workers = vm.GetInt("workers")
 	var errs []error
+	if pe := vm.GetString("probe-every"); pe != "0" {
+		d, err := time.ParseDuration(pe)
+		if err != nil || d < 10*time.Millisecond {
+			errs = append(errs, fmt.Errorf("flag --probe-every: %q is not a duration of at least 10ms (or 0)", pe))
+		}
+		c.probeEvery = d
+	}
 	if err := c.logLevel.UnmarshalText([]byte(vm.GetString("log-level"))); err != nil {
 		errs = append(errs, fmt.Errorf("flag --log-level: %q is not debug, info, warn or error", vm.GetString("log-level")))
 	}

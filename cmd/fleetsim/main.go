@@ -86,10 +86,14 @@ func runFleet(ctx context.Context, c *config, log *slog.Logger, out *output) int
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	f, err := simulator.New(simulator.Options{
+	o := simulator.Options{
 		Scenario: sc, Brokers: []string{c.mqttURL}, DataDir: dir, Workers: c.workers,
 		Logger: log, OnReport: out.progress,
-	})
+	}
+	if c.hub != "" && c.probeEvery > 0 {
+		o.HubURL, o.ProbeEvery = c.hub, c.probeEvery
+	}
+	f, err := simulator.New(o)
 	if err != nil {
 		fmt.Fprintln(out.errw, "fleetsim:", err)
 		return 2
@@ -198,12 +202,26 @@ func (o *output) final(r simulator.Report, stamp simulator.Quantiles, dropped ui
 	fmt.Fprintf(o.w, "  events: appended %d, published %d, acked %d, backlog %d, dropped by agents %d\n", r.Appended, r.Published, r.Acked, r.Backlog, dropped)
 	fmt.Fprintf(o.w, "  peak ack rate %.0f events/s; ack latency p50 %.1fms p99 %.1fms max %.1fms (%d events)\n",
 		r.PeakAckRate, r.AckLatency.P50Ms, r.AckLatency.P99Ms, r.AckLatency.MaxMs, r.AckLatency.Count)
+	fmt.Fprintf(o.w, "  steady state (appended after ramp-up and warm-up): ack latency p50 %.1fms p99 %.1fms max %.1fms (%d events)\n",
+		r.AckLatencySteady.P50Ms, r.AckLatencySteady.P99Ms, r.AckLatencySteady.MaxMs, r.AckLatencySteady.Count)
+	if v := r.Visible; v != nil {
+		fmt.Fprintf(o.w, "  visible in the hub's aggregate (sampled probes): p50 %.1fms p99 %.1fms max %.1fms (%d probes, %d timed out, %d failed%s)\n",
+			v.Latency.P50Ms, v.Latency.P99Ms, v.Latency.MaxMs, v.Latency.Count, v.TimedOut, v.Failed, lastErr(v.LastErr))
+	}
 	fmt.Fprintf(o.w, "  reconnects %d, connect failures %d, batches resent %d, duplicate acks %d, rejected %d, agent starts %d, power losses %d\n",
 		r.Reconnects, r.ConnectFailures, r.Resent, r.DuplicateAcks, r.Rejected, r.AgentStarts, r.PowerLosses)
 	fmt.Fprintf(o.w, "  agent stamp error (trusted at capture): p50 %.3fms p99 %.3fms max %.3fms\n", stamp.P50Ms, stamp.P99Ms, stamp.MaxMs)
 	if c := r.Catchup; c != nil {
 		fmt.Fprintf(o.w, "  catch-up: %d preloaded events, %d acked, in %.1fs = %.0f events/s\n", c.Events, c.Acked, c.Seconds, c.Rate)
 	}
+}
+
+// lastErr formats a probe error for the report line.
+func lastErr(e string) string {
+	if e == "" {
+		return ""
+	}
+	return "; last error: " + e
 }
 
 func (o *output) verify(v *simulator.VerifyReport) {
