@@ -60,6 +60,20 @@ func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= m.min && m.Handler.Enabled(ctx, l)
 }
 
+// Handle drops the broker's packet dumps (attribute "pk"): a dump of a
+// CONNECT holds the device's password, and any dump may hold a payload.
+func (m minLevel) Handle(ctx context.Context, r slog.Record) error {
+	clean := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "pk" {
+			a = slog.String("pk", "(not logged)")
+		}
+		clean.AddAttrs(a)
+		return true
+	})
+	return m.Handler.Handle(ctx, clean)
+}
+
 // WithAttrs keeps the minimum.
 func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
 	return minLevel{m.Handler.WithAttrs(a), m.min}
