@@ -216,8 +216,9 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 		st.m, st.bytes = c.m, c.bytes
 		if s.opts.Durability == DurabilityInterval {
 			unsynced[st] = c.m.next
-		} else {
+		} else if c.m.next > st.readable {
 			st.readable = c.m.next
+			st.signalMore()
 		}
 		if oldest >= 0 {
 			st.oldest = oldest

@@ -46,13 +46,15 @@ type Stream struct {
 	// from the buffer would see their reused sequence numbers as duplicates.
 	readable uint64
 	space    chan struct{}
+	// more gets a value (never blocking) each time readable advances.
+	more chan struct{}
 
 	appended, acked, dropped atomic.Uint64
 }
 
 // loadStream reads or creates a stream's metadata and measures its blocks.
 func (s *Store) loadStream(name string, opts StreamOptions) (*Stream, error) {
-	st := &Stream{s: s, name: name, opts: opts, space: make(chan struct{})}
+	st := &Stream{s: s, name: name, opts: opts, space: make(chan struct{}), more: make(chan struct{}, 1)}
 	err := s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(nameKey(name))
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -229,9 +231,27 @@ func (st *Stream) reserve(ctx context.Context, size int64) error {
 // they are durable.
 func (st *Stream) publish(next uint64) {
 	st.mu.Lock()
+	advanced := next > st.readable
 	st.readable = max(st.readable, next)
 	st.mu.Unlock()
+	if advanced {
+		st.signalMore()
+	}
 }
+
+// signalMore tells a reader waiting on Readable that there is more.
+func (st *Stream) signalMore() {
+	select {
+	case st.more <- struct{}{}:
+	default:
+	}
+}
+
+// Readable gets a value whenever records become readable (committed, and
+// synced in the interval mode), so a reader such as the uplink can wait
+// for them instead of polling. One value may stand for several advances;
+// the channel is for one reader.
+func (st *Stream) Readable() <-chan struct{} { return st.more }
 
 // freed wakes appenders blocked for space; st.mu is held.
 func (st *Stream) freed() {

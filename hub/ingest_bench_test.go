@@ -48,6 +48,13 @@ func BenchmarkIngest(b *testing.B) {
 	}
 }
 
+// BenchmarkIngestFleet is the fleet's shape instead: 2000 devices each
+// sending batches of one event (a device reporting once a second with a
+// short linger). It measures the hub's cost per batch; b.N is batches.
+//
+//	go test ./hub/ -run '^$' -bench BenchmarkIngestFleet -benchtime 40000x
+func BenchmarkIngestFleet(b *testing.B) { benchIngest(b, 2000, 1, false) }
+
 func benchIngest(b *testing.B, devices, size int, noSync bool) {
 	o := testOptions(b, b.TempDir())
 	o.HTTPAddr, o.NoSync = HTTPOff, noSync

@@ -201,7 +201,8 @@ type CrashSpec struct {
 
 // UplinkTuning is the subset of uplink.Options a scenario may set. Zero
 // values keep the uplink's defaults, except BackoffMin/BackoffMax whose
-// defaults here (200ms, 10s) suit compressed time.
+// defaults here (200ms, 10s) suit compressed time and PollInterval (1s:
+// the buffer wakes the uplink when there is something to send).
 type UplinkTuning struct {
 	MaxBatchEvents int           `mapstructure:"max_batch_events"`
 	Linger         time.Duration `mapstructure:"linger"`
@@ -258,6 +259,10 @@ func (s *Scenario) EnsureDefaults() {
 			def(&m.Period, 10*time.Minute)
 		}
 	}
+	// The buffer wakes an uplink when records become readable, so the
+	// poll is only a fallback; at the uplink's 100 ms, 10,000 send loops
+	// would wake 100,000 times a second for nothing.
+	def(&s.Uplink.PollInterval, time.Second)
 	def(&s.Uplink.BackoffMin, 200*time.Millisecond)
 	def(&s.Uplink.BackoffMax, 10*time.Second)
 	if len(s.Verify.Windows) == 0 {

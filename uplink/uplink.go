@@ -39,6 +39,7 @@ type Uplink struct {
 	st       Stream
 	sid      wire.StreamID
 	codec    wire.Codec
+	readable <-chan struct{} // nil unless st is a readableStream
 	m        *Metrics
 	log      *slog.Logger
 	tlsConf  *tls.Config
@@ -91,6 +92,9 @@ func New(st Stream, o Options) (*Uplink, error) {
 		rnd:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		rejLog:   limiter{every: o.LogEvery},
 		warnLog:  limiter{every: o.LogEvery},
+	}
+	if r, ok := st.(readableStream); ok {
+		u.readable = r.Readable()
 	}
 	if o.TLS.enabled() {
 		c, err := o.TLS.config()
@@ -217,9 +221,18 @@ func (u *Uplink) loop(ctx context.Context, acks chan uint64) error {
 				}
 			}
 		case <-u.notify:
+		case <-u.readable:
 		case <-timer.C:
 		}
 	}
+}
+
+// readableStream is a Stream that says when records become readable
+// (buffer.Stream does): the send loop then wakes for them instead of
+// finding them at its next poll, which matters in the buffer's interval
+// mode, where an append becomes readable only at the next sync.
+type readableStream interface {
+	Readable() <-chan struct{}
 }
 
 // nextWake is when the send loop must look again without being poked.
