@@ -54,10 +54,11 @@ func New(o Options) (a *Agent, err error) {
 		return nil, err
 	}
 	a = &Agent{opts: o, log: o.Logger.With("component", "agent")}
+	// The returns below set a to nil, so the cleanup holds its own pointer.
+	opened := a
 	defer func() {
 		if err != nil {
-			a.Close()
-			a = nil
+			opened.Close()
 		}
 	}()
 	if err := a.m.register(o.Registerer); err != nil {

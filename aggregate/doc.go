@@ -19,6 +19,17 @@
 // resolution is a roll-up of partials at query time, so queries need no
 // configuration change and partials from several hubs merge.
 //
+// Partials evicted to the store are read back (and decoded) by queries
+// through a bounded cache, Options.QueryCachePartials, so repeated queries
+// over evicted ranges cost what live ones do.
+//
+// # Several hubs
+//
+// A hub owns a partition of the fleet. ExportPartials returns a hub's
+// partials of one metric as a PartialSet (versioned binary encoding), and
+// QueryPartials answers a query from several hubs' sets as if one hub had
+// seen every event: counts, sums and sketch bins add exactly.
+//
 // # Time
 //
 // A stream's watermark is the largest event time it has sent, capped at
@@ -31,6 +42,10 @@
 // AllowedLateness. An event for a final window within LateHorizon still
 // merges in and counts as late; an event beyond the horizon goes to the
 // late-events log.
+//
+// The merged stream keeps pending events as per-stream sorted runs (a
+// stream's events arrive almost in order) and releases them with a k-way
+// merge, in (event time, stream, sequence) order.
 //
 // # Determinism
 //

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,6 +27,10 @@ type Engine struct {
 	lateLog  ring[lateRec]
 	notes    notifier
 	subs     subscribers
+	cache    *partCache
+	// queryStoreErrors counts corrupt stored partials queries met (they
+	// run under the read lock, so it cannot live in stats).
+	queryStoreErrors atomic.Uint64
 }
 
 // counters are the engine's monotonic counts (see Stats).
@@ -51,6 +56,7 @@ func New(opt Options) (*Engine, error) {
 		streamIx: map[streamKey]uint32{},
 		clk:      newClockState(),
 		lateLog:  newRing[lateRec](opt.LateLogSize),
+		cache:    newPartCache(opt.QueryCachePartials),
 	}
 	e.windows = configuredWindows(opt)
 	if !opt.DisableMergedStream {

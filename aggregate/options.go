@@ -58,8 +58,14 @@ type Options struct {
 	MaxQueryResults int `yaml:"max_query_results" mapstructure:"max_query_results"`
 	// MaxQueryPartials caps the partials one query reads. Default 20,000,000.
 	MaxQueryPartials int `yaml:"max_query_partials" mapstructure:"max_query_partials"`
+	// QueryCachePartials bounds the decoded stored partials kept for
+	// queries (least recently used blocks of 360 buckets leave first), so
+	// repeated queries over evicted ranges read and decode them once. A
+	// partial with its sketch takes about 0.2 to 16 KB. Default 20,000.
+	QueryCachePartials int `yaml:"query_cache_partials" mapstructure:"query_cache_partials"`
 	// DisableMergedStream turns the merged event stream off (it costs
-	// about 40 bytes per pending event and a sort per release).
+	// about 40 bytes per pending event and a merge of per-stream runs per
+	// release).
 	DisableMergedStream bool `yaml:"disable_merged_stream" mapstructure:"disable_merged_stream"`
 	// StreamBuffer is how many released events of the merged stream are
 	// kept for consumers to read or resume from. Default 65,536.
@@ -123,6 +129,7 @@ func (o *Options) EnsureDefaults() {
 	defInt(&o.SketchMaxBins, 2048)
 	defInt(&o.MaxQueryResults, 100_000)
 	defInt(&o.MaxQueryPartials, 20_000_000)
+	defInt(&o.QueryCachePartials, 20_000)
 	defInt(&o.StreamBuffer, 1<<16)
 	defInt(&o.MaxPending, 1<<20)
 	defInt(&o.LateLogSize, 10_000)
@@ -172,7 +179,8 @@ func (o *Options) validateLimits() error {
 	}{
 		{"max_series", o.MaxSeries}, {"max_tags_per_event", o.MaxTagsPerEvent},
 		{"sketch_max_bins", o.SketchMaxBins}, {"max_query_results", o.MaxQueryResults},
-		{"max_query_partials", o.MaxQueryPartials}, {"stream_buffer", o.StreamBuffer},
+		{"max_query_partials", o.MaxQueryPartials}, {"query_cache_partials", o.QueryCachePartials},
+		{"stream_buffer", o.StreamBuffer},
 		{"max_pending", o.MaxPending}, {"late_log_size", o.LateLogSize},
 	}
 	for _, p := range ints {

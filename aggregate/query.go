@@ -244,20 +244,78 @@ func (r *queryRun) seriesParts(id uint32, s *series) ([]partial, error) {
 	if !s.stored || s.storedMax < r.p.b0 {
 		return live, nil
 	}
-	var stored []partial
-	err := r.e.opt.Store.Scan(id, r.p.b0, min(r.p.b1, s.storedMax+1), func(bk int64, data []byte) bool {
-		var p partial
-		d := decoder{b: data}
-		decodePartial(&d, r.e.sks, &p, r.p.sketch)
-		if d.err == nil {
-			stored = append(stored, p)
-		}
-		return d.err == nil
-	})
+	stored, err := r.e.storedParts(id, r.p.b0, min(r.p.b1, s.storedMax+1), r.p.sketch)
 	if err != nil {
 		return nil, err
 	}
 	return mergeSorted(stored, live), nil
+}
+
+// storedParts returns the decoded stored partials of a series with from
+// <= bucket < to: cached blocks from the cache, each run of missing blocks
+// with one store scan (then cached).
+func (e *Engine) storedParts(id uint32, from, to int64, sketch bool) ([]partial, error) {
+	out := make([]partial, 0, min(to-from, 1<<16))
+	last := floorDiv(to-1, cacheBlockBuckets)
+	for blk := floorDiv(from, cacheBlockBuckets); blk <= last; {
+		if parts, ok := e.cache.get(blockKey{id, blk}, sketch); ok {
+			out = appendBuckets(out, parts, from, to)
+			blk++
+			continue
+		}
+		end := blk + 1
+		for end <= last && !e.cache.contains(blockKey{id, end}, sketch) {
+			end++
+		}
+		e.cache.missed(int(end - blk - 1))
+		parts, err := e.readBlocks(id, blk, end, sketch)
+		if err != nil {
+			return nil, err
+		}
+		out = appendBuckets(out, parts, from, to)
+		blk = end
+	}
+	return out, nil
+}
+
+// appendBuckets appends the partials of sorted parts with from <= bucket < to.
+func appendBuckets(out, parts []partial, from, to int64) []partial {
+	i, _ := searchParts(parts, from)
+	j, _ := searchParts(parts, to)
+	return append(out, parts[i:j]...)
+}
+
+// readBlocks reads and decodes the stored partials of blocks [b0, b1) of a
+// series in one scan and caches them block by block. Corrupt entries are
+// counted as store errors and left out (and nothing is cached: the store
+// may be repaired).
+func (e *Engine) readBlocks(id uint32, b0, b1 int64, sketch bool) ([]partial, error) {
+	var parts []partial
+	bad := 0
+	err := e.opt.Store.Scan(id, b0*cacheBlockBuckets, b1*cacheBlockBuckets, func(bk int64, data []byte) bool {
+		var p partial
+		d := decoder{b: data}
+		decodePartial(&d, e.sks, &p, sketch)
+		if d.err != nil {
+			bad++
+			return true
+		}
+		parts = append(parts, p)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if bad > 0 {
+		e.queryStoreErrors.Add(uint64(bad))
+		return parts, nil
+	}
+	for blk := b0; blk < b1; blk++ {
+		i, _ := searchParts(parts, blk*cacheBlockBuckets)
+		j, _ := searchParts(parts, (blk+1)*cacheBlockBuckets)
+		e.cache.add(blockKey{id, blk}, parts[i:j:j], sketch)
+	}
+	return parts, nil
 }
 
 // mergeSorted merges two bucket-sorted lists; b wins on equal buckets.

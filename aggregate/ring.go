@@ -8,15 +8,30 @@ import "fmt"
 type ring[T any] struct {
 	buf  []T
 	n    int    // items held
+	w    int    // slot of the next item: next % len(buf), kept without a division
 	next uint64 // offset of the next item appended
 }
 
 func newRing[T any](capacity int) ring[T] { return ring[T]{buf: make([]T, capacity)} }
 
 func (r *ring[T]) push(v T) {
-	r.buf[r.next%uint64(len(r.buf))] = v
+	r.buf[r.w] = v
+	if r.w++; r.w == len(r.buf) {
+		r.w = 0
+	}
 	r.next++
-	r.n = min(r.n+1, len(r.buf))
+	if r.n < len(r.buf) {
+		r.n++
+	}
+}
+
+// skip advances the ring by k items without writing them, as k pushes
+// would; the caller pushes at least len(buf) items next, so the slots it
+// leaves stale are overwritten before anyone reads them.
+func (r *ring[T]) skip(k int) {
+	r.next += uint64(k)
+	r.w = int((uint64(r.w) + uint64(k)) % uint64(len(r.buf)))
+	r.n = min(r.n+k, len(r.buf))
 }
 
 // oldest is the smallest offset still held.
@@ -49,6 +64,7 @@ func (r *ring[T]) restore(items []T, next uint64) {
 	}
 	r.n = 0
 	r.next = next - uint64(len(items))
+	r.w = int(r.next % uint64(len(r.buf)))
 	for _, v := range items {
 		r.push(v)
 	}

@@ -48,6 +48,7 @@ func (e *Engine) Restore(snapshot []byte) error {
 	if err := restoreStore(e.opt.Store, store); err != nil {
 		return err
 	}
+	e.cache.reset()
 	e.series, e.streams, e.streamIx = n.series, n.streams, n.streamIx
 	e.clk, e.applies, e.stats = n.clk, n.applies, n.stats
 	e.merged, e.lateLog, e.windows = n.merged, n.lateLog, n.windows
@@ -215,7 +216,7 @@ func (e *Engine) encodeMerged(enc *encoder) {
 	enc.bool(m.enabled)
 	enc.varint(m.released)
 	enc.bool(m.hasReleased)
-	encodeEvents(enc, m.pending)
+	encodeEvents(enc, m.sorted()) // canonical: the order they will be released in
 	encodeEvents(enc, m.out.all())
 	enc.uvarint(m.out.next)
 }
@@ -258,7 +259,8 @@ func (e *Engine) decodeMerged(d *decoder) {
 		return
 	}
 	m := &e.merged
-	m.released, m.hasReleased, m.pending = released, has, pending
+	m.released, m.hasReleased = released, has
+	m.reset(pending)
 	m.out.restore(out, next)
 }
 

@@ -31,6 +31,11 @@ type Stats struct {
 	StoreErrors uint64
 	// Evicted and Reloaded count partials moved to and from the store.
 	Evicted, Reloaded uint64
+	// QueryCacheHits and QueryCacheMisses count blocks of stored partials
+	// that queries found decoded in the cache or had to read from the
+	// store; QueryCachePartials is the partials the cache holds.
+	QueryCacheHits, QueryCacheMisses uint64
+	QueryCachePartials               int
 	// SubscribersDropped counts subscriptions dropped for being slow.
 	SubscribersDropped uint64
 	// Series, Streams, ActiveStreams, LivePartials and Pending are gauges.
@@ -51,10 +56,11 @@ func (e *Engine) Stats() Stats {
 	s := Stats{
 		Events: c.events, Untrusted: c.untrusted, Invalid: c.invalid, Late: c.late, TooLate: c.tooLate,
 		FutureStamped: c.future, SeriesDropped: c.seriesDropped, ReplaySkipped: c.replaySkipped,
-		ForcedReleases: c.forced, StoreErrors: c.storeErrors, Evicted: c.evicted, Reloaded: c.reloaded,
-		Series: len(e.series.list), Streams: len(e.streams), Pending: len(e.merged.pending),
+		ForcedReleases: c.forced, StoreErrors: c.storeErrors + e.queryStoreErrors.Load(), Evicted: c.evicted, Reloaded: c.reloaded,
+		Series: len(e.series.list), Streams: len(e.streams), Pending: e.merged.count,
 		StreamNext: e.merged.out.next, LateLogNext: e.lateLog.next,
 	}
+	s.QueryCacheHits, s.QueryCacheMisses, s.QueryCachePartials = e.cache.stats()
 	e.subs.mu.Lock()
 	s.SubscribersDropped = e.subs.dropped
 	e.subs.mu.Unlock()
@@ -139,6 +145,9 @@ func (c *collector) values() []metricVal {
 		{"forced_releases_total", "Merged-stream events released early (max_pending).", ctr, float64(s.ForcedReleases)},
 		{"store_errors_total", "Failed partial store reads and writes.", ctr, float64(s.StoreErrors)},
 		{"evicted_partials_total", "Partials moved to the store.", ctr, float64(s.Evicted)},
+		{"query_cache_hits_total", "Blocks of stored partials queries found decoded in the cache.", ctr, float64(s.QueryCacheHits)},
+		{"query_cache_misses_total", "Blocks of stored partials queries read from the store.", ctr, float64(s.QueryCacheMisses)},
+		{"query_cache_partials", "Decoded stored partials held by the query cache.", g, float64(s.QueryCachePartials)},
 		{"subscribers_dropped_total", "Subscriptions dropped for being slow.", ctr, float64(s.SubscribersDropped)},
 		{"series", "Distinct series.", g, float64(s.Series)},
 		{"streams", "Known streams.", g, float64(s.Streams)},

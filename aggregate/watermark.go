@@ -158,6 +158,7 @@ func (e *Engine) put(id uint32, s *series, p *partial, enc *encoder) bool {
 		e.stats.storeErrors++
 		return false
 	}
+	e.cache.invalidate(id, p.bucket)
 	if !s.stored || p.bucket > s.storedMax {
 		s.storedMax, s.stored = p.bucket, true
 	}

@@ -245,13 +245,13 @@ func (s *Store) writeBlocks(wb *badger.WriteBatch, st *Stream, m *meta, bytes *i
 	start, size := 0, 0
 	flush := func(end int) error {
 		first := m.next
-		v := encodeBlock(first, recs[start:end], size)
+		v, plain := encodeBlock(first, recs[start:end], size, s.opts.BlockCompression == CompressS2, &s.scratch)
 		last := first + uint64(end-start) - 1
-		if err := wb.Set(blockKey(st.num, last, nowMs, len(v)), v); err != nil {
+		if err := wb.Set(blockKey(st.num, last, nowMs, plain), v); err != nil {
 			return err
 		}
 		m.next = last + 1
-		*bytes += int64(len(v))
+		*bytes += int64(plain)
 		start, size = end, 0
 		return nil
 	}

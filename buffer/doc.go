@@ -20,7 +20,21 @@
 //
 //	n<name>                          -> stream number (4 bytes)
 //	m<num:4>                         -> stream metadata
-//	b<num:4><lastSeq:8><appendMs:8><valueLen:4> -> block of records
+//	b<num:4><lastSeq:8><appendMs:8><plainLen:4> -> block of records
+//
+// A block's value is versioned: plain, or s2-compressed when that saves at
+// least an eighth (Options.BlockCompression). Every reader takes both; an
+// unknown version is ErrCorrupt, dropped as a gap like any damaged block.
+// plainLen in the key is the block's uncompressed length (for a plain block,
+// its value length), so byte bounds count events, not how well they compress.
+//
+// # Memory
+//
+// Badger maps its tables and logs into memory, so whatever it writes or
+// reads stays in the process's resident set until the kernel needs the
+// memory. With Options.PageOutInterval (on in ProfileLowMemory) the store
+// hands those pages back with madvise(MADV_PAGEOUT) as soon as they add up
+// to a MiB, which bounds the resident set independently of the backlog.
 //
 // # Durability
 //

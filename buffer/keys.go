@@ -23,15 +23,15 @@ func streamBlockPrefix(num uint32) []byte {
 
 // blockKey orders a stream's blocks by their last sequence number, so Seek to
 // blockSeekKey(num, seq) lands on the block holding seq (or the next one).
-// The append time serves max age and the value length exact byte accounting,
-// both from a key-only scan.
-func blockKey(num uint32, lastSeq uint64, appendMs int64, valueLen int) []byte {
+// The append time serves max age and the block's plain (uncompressed)
+// length exact byte accounting, both from a key-only scan.
+func blockKey(num uint32, lastSeq uint64, appendMs int64, plainLen int) []byte {
 	k := make([]byte, 0, blockKeyLen)
 	k = append(k, prefixBlock)
 	k = binary.BigEndian.AppendUint32(k, num)
 	k = binary.BigEndian.AppendUint64(k, lastSeq)
 	k = binary.BigEndian.AppendUint64(k, uint64(appendMs))
-	return binary.BigEndian.AppendUint32(k, uint32(valueLen))
+	return binary.BigEndian.AppendUint32(k, uint32(plainLen))
 }
 
 func blockSeekKey(num uint32, seq uint64) []byte {

@@ -44,6 +44,19 @@ const (
 	ProfileLowMemory Profile = "low-memory"
 )
 
+// BlockCompression says how blocks are compressed on disk.
+type BlockCompression string
+
+// Block compressions. Every version reads blocks of either kind.
+const (
+	// CompressS2 compresses each block with s2 when that saves at least an
+	// eighth. The default.
+	CompressS2 BlockCompression = "s2"
+	// CompressNone writes blocks as they are: the format an agent before
+	// block compression can read.
+	CompressNone BlockCompression = "none"
+)
+
 // maxBlockBytes keeps the largest block (MaxBlockBytes plus one record of at
 // most MaxBlockBytes) under both profiles' ValueThreshold.
 const maxBlockBytes = 256 << 10
@@ -63,6 +76,19 @@ type Options struct {
 	// MaintenanceInterval is how often expired blocks are dropped, garbage
 	// below the head removed and value-log GC run. Default 10 s.
 	MaintenanceInterval time.Duration
+	// PageOutInterval is how often, on Linux, the store checks the
+	// process's file-backed resident memory and, once it has grown by more
+	// than 1 MiB since the last pass, asks the kernel to page out Badger's
+	// memory-mapped files (madvise MADV_PAGEOUT; Linux 5.4 or later, else
+	// ignored). Badger maps every table and log it writes or reads, so
+	// without this the whole store on disk ends up resident. Clean pages
+	// leave the page cache too, so rereads of them come from disk. Default:
+	// 100 ms in ProfileLowMemory, off in ProfileDefault; negative turns it off.
+	PageOutInterval time.Duration
+	// BlockCompression of newly written blocks. Default CompressS2. Stream
+	// bounds (MaxBytes, Stats.Bytes) count blocks uncompressed, so a bound
+	// holds the same events either way; compression only saves disk.
+	BlockCompression BlockCompression
 	// MaxBlockBytes bounds one block (records of one stream in one commit)
 	// and one record. Default 256 KiB, at most 256 KiB: a block stays under
 	// Badger's ValueThreshold, so it lives in the LSM tree where compaction
@@ -87,6 +113,12 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Profile == "" {
 		o.Profile = ProfileDefault
+	}
+	if o.PageOutInterval == 0 && o.Profile == ProfileLowMemory {
+		o.PageOutInterval = 100 * time.Millisecond
+	}
+	if o.BlockCompression == "" {
+		o.BlockCompression = CompressS2
 	}
 	if o.MaintenanceInterval == 0 {
 		o.MaintenanceInterval = 10 * time.Second
@@ -114,11 +146,19 @@ func (o *Options) Validate() error {
 	default:
 		return fmt.Errorf("buffer: profile %q: want default or low-memory", o.Profile)
 	}
+	switch o.BlockCompression {
+	case CompressS2, CompressNone:
+	default:
+		return fmt.Errorf("buffer: block compression %q: want s2 or none", o.BlockCompression)
+	}
 	if o.SyncInterval < time.Millisecond || o.SyncInterval > time.Minute {
 		return fmt.Errorf("buffer: sync interval %v: want 1ms..1m", o.SyncInterval)
 	}
 	if o.MaintenanceInterval < 10*time.Millisecond {
 		return fmt.Errorf("buffer: maintenance interval %v: want at least 10ms", o.MaintenanceInterval)
+	}
+	if o.PageOutInterval > 0 && o.PageOutInterval < time.Millisecond {
+		return fmt.Errorf("buffer: page-out interval %v: want at least 1ms, or negative for off", o.PageOutInterval)
 	}
 	if o.MaxBlockBytes < 1<<10 || o.MaxBlockBytes > maxBlockBytes {
 		return fmt.Errorf("buffer: max block bytes %d: want 1 KiB..256 KiB", o.MaxBlockBytes)

@@ -33,6 +33,7 @@ type Store struct {
 	db   *badger.DB
 
 	ops     chan *op
+	scratch []byte // the committer's, for encoding blocks
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	closeMu sync.RWMutex
@@ -82,6 +83,14 @@ func Open(dir string, o Options) (s *Store, err error) {
 	s.wg.Add(2)
 	go s.commitLoop()
 	go s.maintainLoop()
+	if o.PageOutInterval > 0 {
+		if p := newPager(dir, pageOutSlack); p != nil {
+			s.wg.Add(1)
+			go s.pageOutLoop(p)
+		} else {
+			o.Logger.Info("buffer: cannot page out mapped files (Linux 5.4 or later needed); resident memory grows with the store", "dir", dir)
+		}
+	}
 	return s, nil
 }
 
@@ -279,6 +288,27 @@ func (s *Store) Maintain() {
 				s.opts.Logger.Warn("buffer: value-log GC", "dir", s.dir, "err", err)
 			}
 			break
+		}
+	}
+}
+
+// pageOutSlack is the growth of file-backed resident memory that makes
+// pageOutLoop run a pass: small next to the low-memory target, and enough
+// that an idle agent does not walk its mappings every tick.
+const pageOutSlack = 1 << 20
+
+// pageOutLoop keeps Badger's mapped files out of the resident set; see
+// Options.PageOutInterval.
+func (s *Store) pageOutLoop(p *pager) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.PageOutInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			p.maybePageOut()
 		}
 	}
 }

@@ -330,8 +330,8 @@ func (st *Stream) Scan(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, 
 
 // visitBlocks calls fn with a reader over each block that holds sequence
 // numbers from seq on (raised to the head), in order, until fn reports that
-// the read is done. from is the first sequence number wanted. The block's
-// bytes are Badger's and valid only during the call, unless copy is set.
+// the read is done. from is the first sequence number wanted. The records
+// may be Badger's bytes, valid only during the call, unless copyValue is set.
 // Corrupt blocks are logged and skipped, then dropped as gaps once the read
 // transaction has ended.
 func (st *Stream) visitBlocks(seq uint64, copyValue bool, fn func(br *blockReader, from uint64) (done bool, err error)) error {
@@ -366,10 +366,7 @@ func (st *Stream) visitBlocks(seq uint64, copyValue bool, fn func(br *blockReade
 			}
 			done := false
 			err := it.Item().Value(func(v []byte) error {
-				if copyValue {
-					v = append([]byte(nil), v...)
-				}
-				br, err := openBlock(v, b.lastSeq)
+				br, err := openBlock(v, b.lastSeq, copyValue)
 				if err != nil {
 					st.s.opts.Logger.Error("buffer: dropping corrupt block", "dir", st.s.dir, "stream", st.name, "first", prevLast+1, "last", b.lastSeq, "err", err)
 					corrupt = append(corrupt, Range{prevLast + 1, b.lastSeq})
@@ -428,7 +425,7 @@ type Stats struct {
 	Head     uint64 // first seq still held
 	Next     uint64 // seq the next Append gets
 	Depth    uint64 // records held (Next - Head)
-	Bytes    int64  // bytes held, as blocks on disk
+	Bytes    int64  // bytes held, as uncompressed blocks
 	OldestMs int64  // append time of the oldest held block, Unix ms (0: empty)
 	Gaps     int    // pending gap ranges
 

@@ -142,6 +142,47 @@ func TestDashboardInBrowser(t *testing.T) {
 	saveScreenshot(t, ctx, "dashboard-phone.png")
 }
 
+// TestDashboardWithReadToken runs the hub with a read token: the page
+// loads without it, says it needs one, and once the token is typed into
+// its field (kept in sessionStorage, sent as a bearer token) shows the
+// fleet, the chart and the live stream.
+func TestDashboardWithReadToken(t *testing.T) {
+	browser := findChromium()
+	if browser == "" {
+		t.Skipf("chromium not found: install Debian's chromium (scripts/browser-test.sh does) or set %s", envChromium)
+	}
+	if testing.Short() {
+		t.Skip("runs a simulated fleet and a browser")
+	}
+	const token = "dashboard-test-token-42"
+	d := startDemoWith(t, token)
+	base := "http://" + d.Hub.HTTPAddr()
+	if _, err := d.Report(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	ctx = newBrowser(t, ctx, browser)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900), chromedp.Navigate(base+"/?range=300000")); err != nil {
+		t.Fatalf("load the dashboard: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('token-note').textContent.includes('needs a read token')`,
+		chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		t.Fatalf("the page did not ask for the token: %v", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.SendKeys("#token", token), chromedp.Click("#token-form button")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('#devices tbody tr[data-device]').length >= 6 &&
+		document.querySelectorAll('#chart rect[data-start-ms]').length > 0 &&
+		document.getElementById('conn').textContent === 'live' &&
+		sessionStorage.getItem('edgeflow-read-token') !== null && !location.href.includes('dashboard-test-token')`,
+		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("with the token the dashboard did not show the fleet, the chart and the live stream: %v", err)
+	}
+	saveScreenshot(t, ctx, "dashboard-token.png")
+}
+
 // TestDashboardScreenshot takes the screenshots of a running hub's
 // dashboard (EDGEFLOW_DASHBOARD_URL), e.g. docs/dashboard.png from
 // `hubd --demo` a few minutes in, with EDGEFLOW_UPDATE_DOCS_SCREENSHOT=1.
@@ -212,7 +253,10 @@ func comparePage(ctx context.Context, base string) (shown, error) {
 
 // startDemo runs the hub and a 6-device fleet for 12 s on free ports,
 // one device (of the demo's flaky class) offline for 5 s of it.
-func startDemo(t *testing.T) *demo.Demo {
+func startDemo(t *testing.T) *demo.Demo { return startDemoWith(t, "") }
+
+// startDemoWith is startDemo with a hub that requires readToken (if set).
+func startDemoWith(t *testing.T, readToken string) *demo.Demo {
 	t.Helper()
 	sc := demo.Scenario(6, 12*time.Second)
 	outage := simulator.Outage{At: 2 * time.Second, For: 5 * time.Second}
@@ -221,7 +265,8 @@ func startDemo(t *testing.T) *demo.Demo {
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
 	d, err := demo.Start(context.Background(), demo.Options{
-		Hub:      hub.Options{DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0", Logger: log, Registerer: reg, Gatherer: reg},
+		Hub: hub.Options{DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0", Logger: log, Registerer: reg, Gatherer: reg,
+			HTTPReadToken: readToken},
 		Scenario: &sc, FleetDir: t.TempDir(), Logger: log,
 	})
 	if err != nil {

@@ -70,9 +70,8 @@ func runAgent(args []string) int {
 		recs := make([][]byte, n)
 		for i := range recs {
 			seq := next + uint64(i)
-			now := time.Now()
 			recs[i], _ = proto.Marshal(&wirepb.Event{Metric: "e2e.value", Value: float64(seq),
-				DeviceTimeNs: now.UnixNano() + ex.clockStep(seq), MonoNs: int64(seq), BootId: "e2e", Method: wirepb.TimeMethod_TIME_METHOD_DEVICE,
+				DeviceTimeNs: ex.deviceTime(seq), MonoNs: int64(seq), BootId: "e2e", Method: wirepb.TimeMethod_TIME_METHOD_DEVICE,
 				Tags: []*wirepb.Tag{{Key: "device", Value: device}}})
 		}
 		if _, err := st.Append(ctx, recs); err != nil {
@@ -160,11 +159,13 @@ var _ io.Writer = (*prefixWriter)(nil)
 // "key=value,...": pause (between appends of 50 events, default 10ms),
 // maxbytes (a drop_oldest buffer bound instead of block), clockstep (the
 // device clock steps by an hour, forwards then back, every this many
-// events).
+// events), t0 and spacing (event seq is stamped t0 + seq*spacing, Unix
+// ns, instead of the wall clock: the chaos suite's ground truth).
 type agentExtras struct {
-	pause     time.Duration
-	maxBytes  int64
-	stepEvery uint64
+	pause       time.Duration
+	maxBytes    int64
+	stepEvery   uint64
+	t0, spacing int64
 }
 
 func parseAgentExtras(args []string) agentExtras {
@@ -181,6 +182,10 @@ func parseAgentExtras(args []string) agentExtras {
 			ex.maxBytes, _ = strconv.ParseInt(v, 10, 64)
 		case "clockstep":
 			ex.stepEvery, _ = strconv.ParseUint(v, 10, 64)
+		case "t0":
+			ex.t0, _ = strconv.ParseInt(v, 10, 64)
+		case "spacing":
+			ex.spacing, _ = strconv.ParseInt(v, 10, 64)
 		}
 	}
 	return ex
@@ -193,4 +198,13 @@ func (ex agentExtras) clockStep(seq uint64) int64 {
 		return 0
 	}
 	return int64(time.Hour)
+}
+
+// deviceTime is the device clock's reading for event seq: the wall clock,
+// or t0 + seq*spacing when t0 is set, plus the clock step.
+func (ex agentExtras) deviceTime(seq uint64) int64 {
+	if ex.t0 == 0 {
+		return time.Now().UnixNano() + ex.clockStep(seq)
+	}
+	return ex.t0 + int64(seq)*ex.spacing + ex.clockStep(seq)
 }

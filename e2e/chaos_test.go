@@ -42,15 +42,21 @@ func TestChaos(t *testing.T) {
 	proxy := newChaosProxy(t, mosq.Addr())
 	dataDir, diskCapped := hubDisk(t)
 	hub := startHub(t, dataDir, mosq.URL())
+	// Agents stamp event seq at t0 + seq*2ms (+1h while the clock agent's
+	// clock is stepped): at most the 500 events/s they append, so never
+	// ahead of the wall clock, and the ground truth of every window.
+	timing := fmt.Sprintf(",t0=%d,spacing=%d", time.Now().UnixNano(), 2*time.Millisecond)
 	agents := []struct{ name, extras string }{
-		{"chaos-plain-0", "pause=100ms"},
-		{"chaos-plain-1", "pause=100ms"},
-		{"chaos-bounded", "pause=100ms,maxbytes=131072"},
-		{"chaos-clock", "pause=100ms,clockstep=2500"},
+		{"chaos-plain-0", "pause=100ms" + timing},
+		{"chaos-plain-1", "pause=100ms" + timing},
+		{"chaos-bounded", "pause=100ms,maxbytes=131072" + timing},
+		{"chaos-clock", "pause=100ms,clockstep=2500" + timing},
 	}
 	var procs []*agentProc
+	var devs []chaosDevice
 	for _, a := range agents {
 		procs = append(procs, startAgentWith(t, filepath.Join(t.TempDir(), a.name), a.name, count, "tcp://"+proxy.addr(), a.extras))
+		devs = append(devs, chaosDevice{device: a.name, count: count, ex: parseAgentExtras([]string{"", "", "", "", a.extras})})
 	}
 	faults := map[string]int{}
 	rng := rand.New(rand.NewPCG(8, 8))
@@ -109,11 +115,19 @@ func TestChaos(t *testing.T) {
 			bad = true
 		}
 	}
-	table := chaosTable(faults, rows, chaosTook)
+	verdict := verifyChaosWindows(ctx, t, hub, devs)
+	for i := range rows {
+		c := verdict.perDevice[rows[i].device]
+		rows[i].windows, rows[i].mismatching = c[0], c[1]
+	}
+	table := chaosTable(faults, rows, chaosTook, verdict)
 	t.Log("\n" + table)
 	fmt.Println(table)
 	if bad {
 		t.Fatal("events lost or counted twice (table above)")
+	}
+	if verdict.mismatching != 0 || verdict.simMismatch != 0 || verdict.windows == 0 {
+		t.Fatalf("windows differ from the ground truth (table above): %s", strings.Join(verdict.examples, "; "))
 	}
 	if rows[2].dropped == 0 {
 		t.Error("the bounded agent dropped nothing: the buffer bound was not exercised")
@@ -125,6 +139,8 @@ type chaosRow struct {
 	device                                              string
 	streams                                             int
 	sent, applied, dropped, lost, duplicates, engineCnt uint64
+	// windows compared with the ground truth, and those that differ.
+	windows, mismatching int
 }
 
 // chaosRow reads what the hub holds for device: applied ranges, gaps and
@@ -219,21 +235,24 @@ func (h *hubProc) getJSON(ctx context.Context, path string, dst any) error {
 }
 
 // chaosTable renders the result as Markdown.
-func chaosTable(faults map[string]int, rows []chaosRow, took time.Duration) string {
+func chaosTable(faults map[string]int, rows []chaosRow, took time.Duration, v chaosVerdict) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| fault | injected |\n|---|---|\n")
 	for _, k := range []string{"hubd SIGKILL", "agent SIGKILL", "broker restart", "link cut mid-batch", "link stalled 2s, then cut",
 		"hub away 6s (agent buffer bound)", "hub disk full", "device clock steps (+1h/-1h)"} {
 		fmt.Fprintf(&b, "| %s | %d |\n", k, faults[k])
 	}
-	fmt.Fprintf(&b, "\nchaos phase %v\n\n| agent | events sent | applied | dropped and reported | lost | duplicates | engine count |\n|---|---|---|---|---|---|---|\n", took.Round(time.Second))
+	fmt.Fprintf(&b, "\nchaos phase %v\n\n| agent | events sent | applied | dropped and reported | lost | duplicates | engine count | windows compared | mismatching windows |\n|---|---|---|---|---|---|---|---|---|\n", took.Round(time.Second))
 	var tot chaosRow
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d |\n", r.device, r.sent, r.applied, r.dropped, r.lost, r.duplicates, r.engineCnt)
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %d | %d | %d |\n", r.device, r.sent, r.applied, r.dropped, r.lost, r.duplicates, r.engineCnt, r.windows, r.mismatching)
 		tot.sent, tot.applied, tot.dropped, tot.lost, tot.duplicates, tot.engineCnt = tot.sent+r.sent, tot.applied+r.applied,
 			tot.dropped+r.dropped, tot.lost+r.lost, tot.duplicates+r.duplicates, tot.engineCnt+r.engineCnt
+		tot.windows, tot.mismatching = tot.windows+r.windows, tot.mismatching+r.mismatching
 	}
-	fmt.Fprintf(&b, "| total | %d | %d | %d | %d | %d | %d |\n", tot.sent, tot.applied, tot.dropped, tot.lost, tot.duplicates, tot.engineCnt)
+	fmt.Fprintf(&b, "| total | %d | %d | %d | %d | %d | %d | %d | %d |\n", tot.sent, tot.applied, tot.dropped, tot.lost, tot.duplicates, tot.engineCnt, tot.windows, tot.mismatching)
+	fmt.Fprintf(&b, "\nwindows %s of e2e.value by device, compared on count, sum, min, max, last and p50/p95/p99 (within %g relative); simulator.Verify on the same ground truth (count, sum, min, max): %d match, %d differ\n",
+		strings.Join(chaosWindowSpecs, ", "), chaosSketchAccuracy, v.simMatch, v.simMismatch)
 	return b.String()
 }
 

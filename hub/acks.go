@@ -73,6 +73,12 @@ func (s *Server) appendAcks(msgs []Message, g []*pending) []Message {
 func (s *Server) ackMessage(p *pending) (Message, bool) {
 	a := &wirepb.Ack{StreamId: p.stream[:], FirstSeq: p.first, LastSeq: p.last, ServerTimeNs: s.opts.Now().UnixNano()}
 	switch {
+	case p.rej != nil && p.rej.Retry():
+		a.Status, a.Reason = wirepb.AckStatus_ACK_STATUS_RETRY_LATER, p.rej.AckReason()
+		a.RetryAfterNs = int64(s.limiter.retryAfter(p.device, a.ServerTimeNs))
+		s.m.batches.WithLabelValues("retry_later").Inc()
+		s.m.rejected.WithLabelValues(string(p.rej.Reason)).Inc()
+		s.rejLog.log(s.log, "batch", p.device, "batch refused for now; the agent resends it", p.rej)
 	case p.rej != nil:
 		a.Status, a.Reason = wirepb.AckStatus_ACK_STATUS_REJECTED, p.rej.AckReason()
 		s.m.batches.WithLabelValues("rejected").Inc()

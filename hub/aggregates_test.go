@@ -539,3 +539,80 @@ func TestQueryAPIParamErrors(t *testing.T) {
 		t.Fatalf("over the limit: %d %s", code, body)
 	}
 }
+
+// TestQueryHubsMerge: two hubs, each fed the batches of half the devices,
+// answer through GET /v1/partials and QueryHubs exactly what one hub fed
+// every batch answers through its engine: every aggregate (quantiles
+// included), Final and Behind, for tumbling, hopping and session windows
+// and several groupings. Bad parameters of /v1/partials are 400s naming
+// the parameter.
+func TestQueryHubsMerge(t *testing.T) {
+	day := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
+	var hubs [3]*Server
+	var urls [3]string
+	for i := range hubs {
+		o := aggTestOptions(t, t.TempDir())
+		o.TickInterval = time.Hour
+		hubs[i] = startHub(t, o)
+		srv := httptest.NewServer(hubs[i].Handler())
+		t.Cleanup(srv.Close)
+		urls[i] = srv.URL
+	}
+	rooms := []string{"r1", "r2", "r3"}
+	for round := 0; round < 30; round++ {
+		for d := 0; d < 4; d++ {
+			dev := fmt.Sprint("dev-", d)
+			b := aggregate.Batch{Seq: uint64(round*4 + d + 1), Device: dev, Stream: aggregate.StreamID{byte(d)},
+				ServerTime: day.Add(time.Duration(round+1) * time.Minute).UnixNano()}
+			for j := 0; j < 20; j++ {
+				n := round*20 + j
+				b.Events = append(b.Events, aggregate.Event{Seq: uint64(n + 1), Metric: "temp",
+					Tags:  []aggregate.Tag{{Key: "room", Value: rooms[(n*7+d)%3]}},
+					Value: float64((n*37+d*11)%400-150) / 8, Time: day.Add(time.Duration(round)*time.Minute + time.Duration(j*3+d)*time.Second).UnixNano()})
+			}
+			for _, h := range []*Server{hubs[2], hubs[d%2]} {
+				if err := h.Engine().Apply(&b); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, w := range []aggregate.WindowSpec{
+		{Kind: aggregate.Tumbling, Size: time.Minute},
+		{Kind: aggregate.Hopping, Size: 5 * time.Minute, Slide: time.Minute},
+		{Kind: aggregate.Session, Gap: 20 * time.Second},
+	} {
+		for _, groupBy := range [][]string{nil, {"device"}, {"room"}, {"device", "room"}} {
+			q := aggregate.Query{Metric: "temp", Window: w, From: day, To: day.Add(30 * time.Minute), GroupBy: groupBy}
+			want, err := hubs[2].Engine().Query(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := QueryHubs(context.Background(), http.DefaultClient, urls[:2], "", q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(want) == 0 || fmt.Sprint(want) != fmt.Sprint(got) {
+				t.Fatalf("%v group_by %v: merged answer differs:\n%v\n%v", w, groupBy, want, got)
+			}
+		}
+	}
+	for query, param := range map[string]string{
+		"from=1&to=2":             "metric",
+		"metric=temp&to=2":        "from",
+		"metric=temp&from=x&to=2": "from",
+		"metric=temp&from=1748736000000&to=1748736000000":                   "to",
+		"metric=temp&from=1748736000000&to=1748739600000&group_by=nope&x=1": "x",
+	} {
+		resp, err := http.Get(urls[0] + "/v1/partials?" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e APIError
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || e.Param != param {
+			t.Errorf("%s: status %d, %+v; want 400 naming %s", query, resp.StatusCode, e, param)
+		}
+	}
+}

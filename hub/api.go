@@ -1,10 +1,16 @@
 package hub
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
 	"math"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"edgeflow/aggregate"
 	"edgeflow/wire"
@@ -19,6 +25,7 @@ func (s *Server) registerQueryAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/late", s.whenRecovered(s.serveLate))
 	mux.HandleFunc("GET /v1/stream", s.whenRecovered(s.serveStream))
 	mux.HandleFunc("GET /v1/events", s.whenRecovered(s.serveEvents))
+	mux.HandleFunc("GET /v1/partials", s.whenRecovered(s.servePartials))
 }
 
 // whenRecovered answers 503 until recovery (checkpoint and replay) is
@@ -244,3 +251,113 @@ func tagMap(tags []aggregate.Tag) map[string]string {
 }
 
 func streamHex(id aggregate.StreamID) string { return wire.StreamID(id).String() }
+
+// PartialsContentType is the media type of GET /v1/partials: an
+// aggregate.PartialSet in its versioned binary encoding.
+const PartialsContentType = "application/vnd.edgeflow.partials.v1"
+
+// maxPartialsBody bounds a /v1/partials answer a client reads.
+const maxPartialsBody = 1 << 30
+
+// servePartials answers GET /v1/partials?metric=&from=&to=&group_by= with
+// the mergeable partial states of the metric (see aggregate.PartialSet),
+// so a client can merge several hubs' answers exactly (QueryHubs).
+func (s *Server) servePartials(w http.ResponseWriter, r *http.Request) {
+	p, err := newParams(r, "metric", "from", "to", "group_by")
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	q := aggregate.Query{GroupBy: p.list("group_by")}
+	if q.Metric, err = p.required("metric"); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	if q.From, q.To, err = p.timeRange(); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	ps, err := s.agg.eng.ExportPartials(q)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	body, err := ps.MarshalBinary()
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", PartialsContentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
+}
+
+// FetchPartials gets one hub's partial set of q.Metric over [from, to)
+// grouped by q.GroupBy from GET /v1/partials at baseURL (e.g.
+// http://hub-a:8080). token, when set, is sent as a bearer token.
+func FetchPartials(ctx context.Context, client *http.Client, baseURL, token string, q aggregate.Query, from, to time.Time) (*aggregate.PartialSet, error) {
+	v := url.Values{"metric": {q.Metric}, "from": {strconv.FormatInt(from.UnixMilli(), 10)},
+		"to": {strconv.FormatInt(to.UnixMilli(), 10)}}
+	if len(q.GroupBy) > 0 {
+		v.Set("group_by", strings.Join(q.GroupBy, ","))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(baseURL, "/")+"/v1/partials?"+v.Encode(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPartialsBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("partials from %s: %s: %s", baseURL, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if len(body) > maxPartialsBody {
+		return nil, fmt.Errorf("partials from %s: answer larger than %d bytes: narrow from/to or group_by", baseURL, maxPartialsBody)
+	}
+	ps, err := aggregate.DecodePartialSet(body)
+	if err != nil {
+		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+	}
+	return ps, nil
+}
+
+// maxSessionReach is how far past to QueryHubs fetches partials for
+// session windows (the engine's default max_session_span).
+const maxSessionReach = 24 * time.Hour
+
+// QueryHubs answers q (an explicit q.Window; configured window names are
+// per hub) from several hubs that each own part of the fleet: it fetches
+// every hub's partials over the range the windows need and merges them
+// with aggregate.QueryPartials, so the answer equals that of one hub fed
+// every event (lateness aside: Late and Revision count each hub's late
+// arrivals).
+func QueryHubs(ctx context.Context, client *http.Client, hubs []string, token string, q aggregate.Query) ([]aggregate.WindowResult, error) {
+	if len(hubs) == 0 {
+		return nil, errors.New("query hubs: no hub given")
+	}
+	if q.WindowName != "" {
+		return nil, badParam("window", "give the window as kind:size (e.g. tumbling:1m) when merging hubs, not a configured name")
+	}
+	from, to := q.From, q.To.Add(q.Window.Size)
+	if q.Window.Kind == aggregate.Session {
+		from, to = q.From.Add(-q.Window.Gap), q.To.Add(maxSessionReach)
+	}
+	sets := make([]*aggregate.PartialSet, len(hubs))
+	for i, h := range hubs {
+		ps, err := FetchPartials(ctx, client, h, token, q, from, to)
+		if err != nil {
+			return nil, err
+		}
+		sets[i] = ps
+	}
+	return aggregate.QueryPartials(sets, q)
+}

@@ -72,6 +72,10 @@ func BrokerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error
 	return c, nil
 }
 
+// disconnectRevoked labels clients disconnected because their device's
+// credentials were removed or changed by a reload.
+const disconnectRevoked = "credentials_revoked"
+
 // brokerMetrics count what the embedded broker refused.
 type brokerMetrics struct {
 	refused     *prometheus.CounterVec // connections refused, by why
@@ -108,6 +112,7 @@ func newBrokerMetrics(reg prometheus.Registerer, conns func() float64) (*brokerM
 	m.denied.WithLabelValues("subscribe")
 	m.disconnects.WithLabelValues("packet_too_large")
 	m.disconnects.WithLabelValues("not_authorized")
+	m.disconnects.WithLabelValues(disconnectRevoked)
 	for _, c := range []prometheus.Collector{m.refused, m.denied, m.disconnects, m.conns} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -217,10 +222,27 @@ func (a *deviceAuth) admit(cl *mqtt.Client, pk packets.Packet, id string) string
 	if a.sec.MaxConnsPerDevice > 0 {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		held := a.conns[id]
-		if _, takeover := held[cl.ID]; !takeover && len(held) >= a.sec.MaxConnsPerDevice {
+		// Count the client ids with a session and those admitted whose
+		// session is not yet established (two CONNECTs racing would both
+		// see one session otherwise), and reserve this one under the same
+		// lock. A pending client that closed before its session was
+		// established never reaches OnDisconnect: drop it here.
+		ids := make(map[string]bool, len(a.conns[id])+1)
+		for cid := range a.conns[id] {
+			ids[cid] = true
+		}
+		for c, pid := range a.pend {
+			switch {
+			case c.Closed():
+				delete(a.pend, c)
+			case pid == id && c != cl:
+				ids[c.ID] = true
+			}
+		}
+		if !ids[cl.ID] && len(ids) >= a.sec.MaxConnsPerDevice {
 			return refusedTooMany
 		}
+		a.pend[cl] = id
 	}
 	return ""
 }
@@ -332,4 +354,60 @@ func mayPublish(id, topic string) bool {
 // its own ack or time response topic: no wildcards, no shared groups).
 func maySubscribe(id, filter string) bool {
 	return filter == wire.AckTopic(id) || filter == wire.TimeRespTopic(id)
+}
+
+// revoke disconnects the connected clients that proved a password of one
+// of devices (clients identified by a certificate keep their connection)
+// and returns how many it disconnected. They may reconnect, and are then
+// verified against the current credentials.
+func (a *deviceAuth) revoke(devices []string) int {
+	if a.srv == nil || len(devices) == 0 {
+		return 0
+	}
+	gone := make(map[string]bool, len(devices))
+	for _, d := range devices {
+		gone[d] = true
+	}
+	var drop []*mqtt.Client
+	a.mu.Lock()
+	for cl, id := range a.ids {
+		if _, byCert := peerCN(cl); gone[id] && !byCert {
+			drop = append(drop, cl)
+		}
+	}
+	a.mu.Unlock()
+	for _, cl := range drop {
+		_ = a.srv.DisconnectClient(cl, packets.ErrNotAuthorized)
+		a.count("disconnects", disconnectRevoked)
+		a.Log.Warn("broker disconnected a client whose credentials were revoked", "client", cl.ID, "device", string(cl.Properties.Username))
+	}
+	return len(drop)
+}
+
+// ErrNoCredentialsFile is returned by ReloadCredentials when the hub was
+// started without MQTTAuthFile (there is nothing to reload).
+var ErrNoCredentialsFile = errors.New("hub: no credentials file (MQTTAuthFile) to reload")
+
+// ReloadCredentials reads MQTTAuthFile again (hubd does on SIGHUP). New
+// and changed passwords apply to the next connection; clients connected
+// with a password of a device that was removed or whose password changed
+// are disconnected, and must verify again to reconnect. A file that does
+// not parse leaves the current credentials in force; the error names the
+// line, never a hash. It returns how many devices are listed now and how
+// many clients were disconnected.
+func (s *Server) ReloadCredentials() (devices, disconnected int, err error) {
+	if s.opts.MQTTAuthFile == "" || s.brokerSec.Credentials == nil {
+		return 0, 0, ErrNoCredentialsFile
+	}
+	n, err := LoadCredentials(s.opts.MQTTAuthFile)
+	if err != nil {
+		return s.brokerSec.Credentials.Len(), 0, err
+	}
+	revoked := s.brokerSec.Credentials.Replace(n)
+	if eb, ok := s.tr.(*embeddedBroker); ok {
+		disconnected = eb.auth.revoke(revoked)
+	}
+	devices = s.brokerSec.Credentials.Len()
+	s.log.Info("broker credentials reloaded", "devices", devices, "revoked_devices", len(revoked), "disconnected", disconnected)
+	return devices, disconnected, nil
 }

@@ -396,8 +396,11 @@ func TestRateLimited(t *testing.T) {
 		t.Fatalf("first batch (bucket full): %v", ack)
 	}
 	ack := d.send(makeBatch("dev-r", d.stream, 151, 10))
-	if ack.Status != wirepb.AckStatus_ACK_STATUS_REJECTED || !strings.HasPrefix(ack.Reason, "rate_limited") {
+	if ack.Status != wirepb.AckStatus_ACK_STATUS_RETRY_LATER || !strings.HasPrefix(ack.Reason, "rate_limited") || ack.RetryAfterNs <= 0 {
 		t.Fatalf("batch over the rate: %v", ack)
+	}
+	if n := counterValue(t, s.m.batches.WithLabelValues("retry_later")); n != 1 {
+		t.Fatalf("retry_later batches %v, want 1", n)
 	}
 	if n := counterValue(t, s.m.rejected.WithLabelValues(string(ReasonRateLimited))); n != 1 {
 		t.Fatalf("rate_limited %v, want 1", n)

@@ -25,12 +25,13 @@ var ErrBadCredentialsFile = errors.New("bad credentials file")
 // bcrypt password hashes, read from a file of "device-id:hash" lines (the
 // same shape as a Mosquitto password file; `hubd passwd` writes them).
 // Blank lines and lines starting with '#' are ignored.
+//
+// The set can be replaced while the broker runs (Server.ReloadCredentials).
 type Credentials struct {
+	mu     sync.Mutex
 	hashes map[string][]byte
-
 	// ok caches a SHA-256 of the last password that verified per device,
 	// so a reconnecting agent does not cost a bcrypt comparison each time.
-	mu sync.Mutex
 	ok map[string][32]byte
 }
 
@@ -79,11 +80,18 @@ func ParseCredentials(r io.Reader) (*Credentials, error) {
 }
 
 // Len is the number of devices listed.
-func (c *Credentials) Len() int { return len(c.hashes) }
+func (c *Credentials) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.hashes)
+}
 
 // Verify reports whether password is device's.
 func (c *Credentials) Verify(device string, password []byte) bool {
+	c.mu.Lock()
 	hash, ok := c.hashes[device]
+	last, cached := c.ok[device]
+	c.mu.Unlock()
 	if !ok {
 		// Spend the same time as a wrong password, so probing for device
 		// names is no faster than guessing passwords.
@@ -91,9 +99,6 @@ func (c *Credentials) Verify(device string, password []byte) bool {
 		return false
 	}
 	sum := sha256.Sum256(password)
-	c.mu.Lock()
-	last, cached := c.ok[device]
-	c.mu.Unlock()
 	if cached && subtle.ConstantTimeCompare(last[:], sum[:]) == 1 {
 		return true
 	}
@@ -101,9 +106,30 @@ func (c *Credentials) Verify(device string, password []byte) bool {
 		return false
 	}
 	c.mu.Lock()
-	c.ok[device] = sum
+	if bytes.Equal(c.hashes[device], hash) { // not replaced meanwhile
+		c.ok[device] = sum
+	}
 	c.mu.Unlock()
 	return true
+}
+
+// Replace takes n's devices and hashes in place of c's and returns the
+// devices whose credentials are gone or changed: their connected clients
+// proved a password that may no longer be valid. n must not be used after.
+func (c *Credentials) Replace(n *Credentials) (revoked []string) {
+	n.mu.Lock()
+	hashes := n.hashes
+	n.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for dev, h := range c.hashes {
+		if nh, ok := hashes[dev]; !ok || !bytes.Equal(nh, h) {
+			revoked = append(revoked, dev)
+			delete(c.ok, dev)
+		}
+	}
+	c.hashes = hashes
+	return revoked
 }
 
 // dummyHash is compared against when a device is unknown.

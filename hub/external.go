@@ -1,10 +1,13 @@
 package hub
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,12 +24,75 @@ type ExternalOptions struct {
 	ClientID string
 	// Username and Password authenticate the hub. Default none.
 	Username, Password string
+	// TLS configures TLS to the broker: on when any of its fields is set
+	// (a tcp:// or mqtt:// URL is then dialled as ssl://, ws:// as wss://)
+	// or the URL is ssl://, tls://, mqtts:// or wss://.
+	TLS ExternalTLS
 	// Group subscribes to batches and time requests through $share/Group/.
 	Group string
 	// Timeout bounds connect, subscribe and every publish. Required.
 	Timeout time.Duration
 	// Logger receives connection events. Required.
 	Logger *slog.Logger
+}
+
+// ExternalTLS configures TLS to an external broker, as the agent's
+// uplink.TLSOptions do.
+type ExternalTLS struct {
+	// CAFile is a PEM bundle of the CAs that sign the broker's certificate.
+	// Default: the system roots.
+	CAFile string
+	// CertFile and KeyFile are the hub's PEM client certificate and key for
+	// mutual TLS. Both or neither.
+	CertFile, KeyFile string
+	// ServerName overrides the name checked against the broker's
+	// certificate. Default: the host of the broker URL.
+	ServerName string
+}
+
+func (t ExternalTLS) enabled() bool {
+	return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != ""
+}
+
+// config builds the tls.Config, reading the files; errors name the file,
+// which holds no secret (a key file's content never appears).
+func (t ExternalTLS) config() (*tls.Config, error) {
+	c := &tls.Config{ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		b, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("broker tls ca file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("broker tls ca file %s holds no PEM certificate", t.CAFile)
+		}
+		c.RootCAs = pool
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("broker tls client certificate %s: %w", t.CertFile, err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// tlsURL returns the broker URL with a TLS scheme when TLS is configured
+// on a plain one.
+func tlsURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	switch u.Scheme {
+	case "tcp", "mqtt":
+		u.Scheme = "ssl"
+	case "ws":
+		u.Scheme = "wss"
+	}
+	return u.String()
 }
 
 // externalBroker is the Transport of a hub on an external broker, through
@@ -38,15 +104,23 @@ type ExternalOptions struct {
 type externalBroker struct {
 	opts      ExternalOptions
 	client    paho.Client
+	tlsErr    error // a TLS file that could not be loaded; Start returns it
 	handler   atomic.Pointer[MessageHandler]
 	paused    atomic.Bool
 	subscribe sync.Mutex
 }
 
-// NewExternalBroker prepares a paho client; Start connects it.
+// NewExternalBroker prepares a paho client; Start connects it (and
+// reports a TLS file that could not be loaded).
 func NewExternalBroker(o ExternalOptions) Transport {
 	e := &externalBroker{opts: o}
-	co := paho.NewClientOptions().AddBroker(o.URL).SetClientID(o.ClientID).
+	broker := o.URL
+	var tc *tls.Config
+	if o.TLS.enabled() {
+		tc, e.tlsErr = o.TLS.config()
+		broker = tlsURL(o.URL)
+	}
+	co := paho.NewClientOptions().AddBroker(broker).SetClientID(o.ClientID).
 		SetCleanSession(false).SetOrderMatters(false).SetAutoAckDisabled(true).
 		SetAutoReconnect(true).SetConnectRetry(true).SetMaxReconnectInterval(10 * time.Second).
 		SetConnectTimeout(o.Timeout).SetWriteTimeout(o.Timeout).SetKeepAlive(30 * time.Second).
@@ -57,6 +131,9 @@ func NewExternalBroker(o ExternalOptions) Transport {
 	if o.Username != "" {
 		co.SetUsername(o.Username).SetPassword(o.Password)
 	}
+	if tc != nil {
+		co.SetTLSConfig(tc)
+	}
 	e.client = paho.NewClient(co)
 	return e
 }
@@ -64,6 +141,9 @@ func NewExternalBroker(o ExternalOptions) Transport {
 // Start connects and subscribes. If the broker is not reachable within the
 // timeout, Start returns nil and paho keeps trying; Connected says when.
 func (e *externalBroker) Start(h MessageHandler) error {
+	if e.tlsErr != nil {
+		return e.tlsErr
+	}
 	e.handler.Store(&h)
 	tok := e.client.Connect()
 	if !tok.WaitTimeout(e.opts.Timeout) {
@@ -139,10 +219,12 @@ func (e *externalBroker) Close() error {
 }
 
 // redactURL hides a password in a broker URL (tcp://user:pass@host) for
-// logs and errors.
+// logs and errors. A URL it cannot take apart, or one without // (such as
+// user:pass@host:1883, which parses as scheme "user"), may hold a password
+// anywhere, so it is not shown at all.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil {
+	if err != nil || u.Opaque != "" {
 		return "(unparsable broker url)"
 	}
 	return u.Redacted()

@@ -53,6 +53,15 @@ func (s *Server) newHTTPServer(h http.Handler) (*http.Server, error) {
 // unauthenticatedPaths answer without a token: probes carry none.
 var unauthenticatedPaths = map[string]bool{"/healthz": true, "/readyz": true}
 
+// dashboardAsset reports whether r asks for the dashboard's page or one of
+// its static files (package dashboard: "/" and /dashboard/...). They hold
+// no data, and a browser cannot send a bearer token when it loads a page:
+// the page takes the token from the user and sends it with every API call.
+func dashboardAsset(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		(r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/dashboard/"))
+}
+
 // streamingPaths write for as long as the client listens.
 var streamingPaths = map[string]bool{"/v1/stream": true}
 
@@ -62,7 +71,7 @@ var streamingPaths = map[string]bool{"/v1/stream": true}
 func guardHTTP(h http.Handler, token string, maxBody int64) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if token != "" && !unauthenticatedPaths[r.URL.Path] {
+		if token != "" && !unauthenticatedPaths[r.URL.Path] && !dashboardAsset(r) {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			sum := sha256.Sum256([]byte(got))
 			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {

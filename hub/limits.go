@@ -2,6 +2,7 @@ package hub
 
 import (
 	"sync"
+	"time"
 
 	"edgeflow/wire"
 )
@@ -56,10 +57,32 @@ func (r *rateLimiter) take(device string, n int, nowNs int64) error {
 		b.lastNs = nowNs
 	}
 	if b.tokens < 0 {
-		return reject(ReasonRateLimited, "device %s is over its %.0f events/s (the batch's %d events were not applied)", device, r.rate, n)
+		return reject(ReasonRateLimited, "device %s is over its %.0f events/s (the batch's %d events were not applied; send them again later)", device, r.rate, n)
 	}
 	b.tokens -= float64(n)
 	return nil
+}
+
+// retryAfter is how long until device's bucket is out of debt as of nowNs
+// (0 if it is not in debt): the hint sent with a RETRY_LATER ack.
+func (r *rateLimiter) retryAfter(device string, nowNs int64) time.Duration {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.buckets[device]
+	if b == nil {
+		return 0
+	}
+	tokens := b.tokens
+	if nowNs > b.lastNs {
+		tokens += float64(nowNs-b.lastNs) / 1e9 * r.rate
+	}
+	if tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-tokens / r.rate * 1e9)
 }
 
 // pruneLocked forgets the buckets that are full by now.

@@ -6,7 +6,7 @@ import (
 
 // metrics are the hub's Prometheus series (prefix edgeflow_hub_).
 type metrics struct {
-	batches        *prometheus.CounterVec // by status: ok, duplicate, rejected
+	batches        *prometheus.CounterVec // by status: ok, duplicate, rejected, retry_later
 	rejected       *prometheus.CounterVec // by reason
 	events         prometheus.Counter
 	panics         prometheus.Counter
@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 	for _, r := range allReasons {
 		m.rejected.WithLabelValues(string(r))
 	}
-	for _, s := range []string{"ok", "duplicate", "rejected"} {
+	for _, s := range []string{"ok", "duplicate", "rejected", "retry_later"} {
 		m.batches.WithLabelValues(s)
 	}
 	cs := []prometheus.Collector{m.batches, m.rejected, m.events, m.panics, m.dropped, m.statuses, m.commitSeconds,

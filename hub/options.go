@@ -35,6 +35,16 @@ type Options struct {
 	ClientID string
 	// Username and Password authenticate to an external broker. Default none.
 	Username, Password string
+	// MQTTCAFile is a PEM bundle of the CAs that sign an external broker's
+	// certificate. Setting it (or any MQTT*File or MQTTServerName) turns
+	// TLS on for MQTTURL. Default "" (the system roots, when TLS is on).
+	MQTTCAFile string
+	// MQTTCertFile and MQTTKeyFile are the hub's PEM client certificate and
+	// key for mutual TLS with an external broker. Both or neither.
+	MQTTCertFile, MQTTKeyFile string
+	// MQTTServerName overrides the name checked against an external
+	// broker's certificate. Default "" (the host of MQTTURL).
+	MQTTServerName string
 	// Group, when set, subscribes to batches through the shared subscription
 	// $share/{Group}/... on an external broker. Default "" (plain).
 	Group string
@@ -60,9 +70,10 @@ type Options struct {
 	// bound.
 	MQTTMaxConnsPerDevice int
 	// MaxEventsPerSecond is each device's sustained event rate; a batch
-	// that arrives while the device's token bucket is in debt is rejected
-	// (REJECTED, reason rate_limited; the agent drops it). Default 0: no
-	// limit.
+	// that arrives while the device's token bucket is in debt is not
+	// applied and answered RETRY_LATER (reason rate_limited, with the time
+	// until the bucket is out of debt); the agent keeps it and sends it
+	// again later, so nothing is lost. Default 0: no limit.
 	MaxEventsPerSecond float64
 	// EventsBurst is the bucket's size in events (a device may send this
 	// many at once after being idle). Default MaxEventsPerSecond (one
@@ -237,7 +248,7 @@ func (o *Options) Validate() error {
 	case o.MQTTURL == "" && !validHostPort(o.MQTTListen):
 		return bad("MQTTListen", "%q is not host:port", o.MQTTListen)
 	case o.MQTTURL != "" && !validBrokerURL(o.MQTTURL):
-		return bad("MQTTURL", "%q is not tcp://, ssl://, tls://, mqtt://, mqtts://, ws:// or wss:// host:port", o.MQTTURL)
+		return bad("MQTTURL", "%q is not tcp://, ssl://, tls://, mqtt://, mqtts://, ws:// or wss:// host:port", redactURL(o.MQTTURL))
 	case o.Group != "" && !validGroup(o.Group):
 		return bad("Group", "%q must be non-empty without '/', '+' or '#'", o.Group)
 	case o.Group != "" && o.MQTTURL == "":
@@ -338,6 +349,10 @@ func (o *Options) validateSecurity(bad func(field, format string, args ...any) e
 	embeddedOnly := o.MQTTAuthFile != "" || o.MQTTTLSCertFile != "" || o.MQTTTLSKeyFile != "" ||
 		o.MQTTTLSClientCAFile != "" || o.MQTTDenyAnonymous
 	switch {
+	case o.MQTTURL == "" && (o.MQTTCAFile != "" || o.MQTTCertFile != "" || o.MQTTKeyFile != "" || o.MQTTServerName != ""):
+		return bad("MQTTCAFile", "TLS to a broker (MQTTCAFile, MQTTCertFile, MQTTKeyFile, MQTTServerName) needs an external broker (MQTTURL); the embedded one takes MQTTTLSCertFile")
+	case (o.MQTTCertFile == "") != (o.MQTTKeyFile == ""):
+		return bad("MQTTCertFile", "MQTTCertFile and MQTTKeyFile go together")
 	case o.MQTTURL != "" && embeddedOnly:
 		return bad("MQTTAuthFile", "broker authentication and TLS options are for the embedded broker; an external broker (MQTTURL) does its own (docs/SECURITY.md)")
 	case (o.MQTTTLSCertFile == "") != (o.MQTTTLSKeyFile == ""):

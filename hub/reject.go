@@ -34,7 +34,7 @@ const (
 
 // Rejection reasons of the per-device limits and the broker's identities.
 const (
-	ReasonRateLimited      Reason = "rate_limited"      // the device is over its events per second
+	ReasonRateLimited      Reason = "rate_limited"      // the device is over its events per second (acked RETRY_LATER)
 	ReasonIdentityMismatch Reason = "identity_mismatch" // published by another device than the topic names (not acked)
 )
 
@@ -47,11 +47,17 @@ var allReasons = [...]Reason{
 }
 
 // Rejection is the error for a batch that the hub refuses; the agent gets
-// it as an ack with status REJECTED and AckReason() as the reason.
+// it as an ack with status REJECTED (RETRY_LATER when Retry says so) and
+// AckReason() as the reason.
 type Rejection struct {
 	Reason Reason
 	Detail string
 }
+
+// Retry reports whether the refusal is transient: nothing is wrong with
+// the batch, the agent must keep it and send it again later (status
+// RETRY_LATER), so a device over its rate limit loses nothing.
+func (r *Rejection) Retry() bool { return r.Reason == ReasonRateLimited }
 
 // Error returns the detail, so wrapping it adds context naturally.
 func (r *Rejection) Error() string { return r.Detail }

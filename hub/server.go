@@ -275,6 +275,8 @@ func (s *Server) startTransport() error {
 		} else {
 			s.tr = NewExternalBroker(ExternalOptions{URL: s.opts.MQTTURL, ClientID: s.opts.ClientID,
 				Username: s.opts.Username, Password: s.opts.Password, Group: s.opts.Group,
+				TLS: ExternalTLS{CAFile: s.opts.MQTTCAFile, CertFile: s.opts.MQTTCertFile, KeyFile: s.opts.MQTTKeyFile,
+					ServerName: s.opts.MQTTServerName},
 				Timeout: s.opts.PublishTimeout, Logger: s.log})
 		}
 	}

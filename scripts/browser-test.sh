@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Browser test of hubd's dashboard: installs Debian's chromium if it is
+# Browser tests of hubd's dashboard (also with a read token): installs Debian's chromium if it is
 # missing, then runs TestDashboardInBrowser (a hub fed by a small simulated
 # fleet, loaded in headless Chromium; the table and the chart are checked
 # against the API). Screenshots go to $EDGEFLOW_SCREENSHOT_DIR (default
@@ -19,5 +19,5 @@ fi
 export EDGEFLOW_SCREENSHOT_DIR="${EDGEFLOW_SCREENSHOT_DIR:-$PWD/dist/screenshots}"
 mkdir -p "$EDGEFLOW_SCREENSHOT_DIR"
 # -count=1: a cached pass would not take new screenshots.
-go test ./dashboard -run 'TestDashboardInBrowser' -count=1 -v -timeout 10m
+go test ./dashboard -run 'TestDashboardInBrowser|TestDashboardWithReadToken' -count=1 -v -timeout 10m
 echo "screenshots: $EDGEFLOW_SCREENSHOT_DIR"

@@ -35,6 +35,11 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 		u.m.BatchesAcked.WithLabelValues("ok").Inc()
 	case wirepb.AckStatus_ACK_STATUS_DUPLICATE:
 		u.m.BatchesAcked.WithLabelValues("duplicate").Inc()
+	case wirepb.AckStatus_ACK_STATUS_RETRY_LATER:
+		// Not applied, and not the batch's fault: it stays in flight, is
+		// published again later and never frees its events until then.
+		u.retryLater(f, time.Duration(a.RetryAfterNs), now)
+		return 0, false
 	case wirepb.AckStatus_ACK_STATUS_REJECTED:
 		// The hub records the rejection; the range is done so that one bad
 		// batch never blocks the stream behind it.

@@ -28,6 +28,7 @@ func FuzzAckHandler(f *testing.F) {
 	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 11, LastSeq: 20, Status: wirepb.AckStatus_ACK_STATUS_REJECTED, Reason: "x"}))
 	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 1, LastSeq: 10, Status: 7}))
 	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 1, LastSeq: 10, Status: wirepb.AckStatus_ACK_STATUS_UNSPECIFIED}))
+	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 1, LastSeq: 10, Status: wirepb.AckStatus_ACK_STATUS_RETRY_LATER, RetryAfterNs: 1e9}))
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		u.win = window{}
 		for _, r := range [][2]uint64{{1, 10}, {11, 20}, {21, 40}} {

@@ -22,7 +22,7 @@ type Metrics struct {
 	EventsPublished  prometheus.Counter
 	BytesSent        prometheus.Counter
 	BatchesResent    prometheus.Counter
-	BatchesAcked     *prometheus.CounterVec // by status: ok, duplicate, rejected
+	BatchesAcked     *prometheus.CounterVec // by status: ok, duplicate, rejected, retry_later
 	EventsAcked      prometheus.Counter
 	Rejected         *prometheus.CounterVec // by reason
 	AcksIgnored      *prometheus.CounterVec // by why: malformed, foreign_stream, unmatched, bad_status
@@ -47,9 +47,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		BatchesPublished: c("batches_published_total", "Batches published (first sends)."),
 		EventsPublished:  c("events_published_total", "Events published (first sends)."),
 		BytesSent:        c("bytes_sent_total", "Frame bytes published, resends included."),
-		BatchesResent:    c("batches_resent_total", "Batches published again after an ack timeout or a reconnect."),
+		BatchesResent:    c("batches_resent_total", "Batches published again after an ack timeout, a reconnect or a retry_later answer."),
 		BatchesAcked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "uplink", Name: "batches_acked_total",
-			Help: "Batches answered by the hub, by status (ok, duplicate, rejected)."}, []string{"status"}),
+			Help: "Batches answered by the hub, by status (ok, duplicate, rejected, retry_later)."}, []string{"status"}),
 		EventsAcked: c("events_acked_total", "Events whose batch the hub answered (any status)."),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "uplink", Name: "rejected_batches_total",
 			Help: "Batches the hub rejected, by reason (first word of the hub's reason)."}, []string{"reason"}),

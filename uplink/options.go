@@ -214,16 +214,16 @@ func (o *Options) Validate() error {
 	for _, b := range o.Brokers {
 		u, err := url.Parse(b)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("uplink: brokers: %q is not a URL like tcp://host:1883", b)
+			return fmt.Errorf("uplink: brokers: %q is not a URL like tcp://host:1883", redactBroker(b))
 		}
 		switch u.Scheme {
 		case "tcp", "mqtt", "ssl", "tls", "mqtts":
 		case "ws", "wss":
 			if o.Dial != nil {
-				return fmt.Errorf("uplink: brokers: %q: a custom Dial does not carry websockets", b)
+				return fmt.Errorf("uplink: brokers: %q: a custom Dial does not carry websockets", redactBroker(b))
 			}
 		default:
-			return fmt.Errorf("uplink: brokers: %q has scheme %q (want tcp, mqtt, ssl, tls, mqtts, ws or wss)", b, u.Scheme)
+			return fmt.Errorf("uplink: brokers: %q has scheme %q (want tcp, mqtt, ssl, tls, mqtts, ws or wss)", redactBroker(b), u.Scheme)
 		}
 	}
 	if o.ClientID == "" || len(o.ClientID) > 256 {
@@ -271,4 +271,15 @@ func (o *Options) linger() time.Duration { return max(o.Linger, 0) }
 func (o *Options) codec() wire.Codec {
 	c, _ := wire.ParseCodec(o.Compression)
 	return c
+}
+
+// redactBroker shows a broker URL in an error without its password: a URL
+// that does not parse, or has no // (user:pass@host parses as scheme
+// "user"), is not shown at all.
+func redactBroker(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Opaque != "" {
+		return "(unparsable broker url)"
+	}
+	return u.Redacted()
 }

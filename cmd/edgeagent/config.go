@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -57,6 +58,8 @@ func newFlags() *pflag.FlagSet {
 	fs.String("sync-interval", "100ms", "fsync period of the interval durability")
 	fs.String("profile", "low-memory", "buffer memory profile: default or low-memory")
 	fs.String("memory-limit", "", "Go memory limit, e.g. 32MiB; empty: 32MiB with low-memory unless GOMEMLIMIT is set; \"off\": none")
+	fs.String("page-out", "", "how often to hand Badger's mapped files back to the kernel (Linux); empty: 100ms with low-memory, \"off\": never")
+	fs.String("buffer-compression", "s2", "compression of buffered blocks on disk: s2 or none (readable by agents before s2)")
 	fs.String("buffer-max-bytes", "256MiB", "bound of the buffered events on disk")
 	fs.String("buffer-max-age", "0", "drop buffered events older than this (0: keep until the size bound)")
 	fs.String("buffer-full-policy", "drop_oldest", "at the bound: drop_oldest, reject or block")
@@ -114,6 +117,37 @@ type parser struct {
 
 func (p *parser) fail(key, format string, a ...any) {
 	p.errs = append(p.errs, fmt.Errorf("config key %q: %s", key, fmt.Sprintf(format, a...)))
+}
+
+// liftUserinfo takes credentials out of the broker URLs
+// (tcp://user:pass@host:1883) into the username and password options, so
+// no URL that reaches a log line or an error holds a password. Paho would
+// use them the same way. URLs that carry different credentials, or
+// credentials other than mqtt-username/mqtt-password, are an error that
+// shows neither.
+func (p *parser) liftUserinfo(brokers []string, user, pass string) ([]string, string, string) {
+	out := make([]string, 0, len(brokers))
+	for _, b := range brokers {
+		u, err := url.Parse(b)
+		if err != nil || u.User == nil {
+			out = append(out, b) // validation reports it, redacted
+			continue
+		}
+		uu := u.User.Username()
+		up, hasPass := u.User.Password()
+		switch {
+		case user != "" && uu != user, hasPass && pass != "" && up != pass:
+			p.fail("mqtt-url", "credentials in a broker URL differ from mqtt-username/mqtt-password or another URL's; set them once in mqtt-username and mqtt-password-file")
+			return brokers, user, pass
+		}
+		user = uu
+		if hasPass {
+			pass = up
+		}
+		u.User = nil
+		out = append(out, u.String())
+	}
+	return out, user, pass
 }
 
 func (p *parser) str(key string) string { return strings.TrimSpace(p.v.GetString(key)) }
@@ -203,6 +237,14 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 	o.Buffer.Durability = buffer.Durability(p.oneOf("durability", "sync", "interval", "none"))
 	o.Buffer.SyncInterval = p.dur("sync-interval", false)
 	o.Buffer.Profile = buffer.Profile(p.oneOf("profile", "default", "low-memory"))
+	o.Buffer.BlockCompression = buffer.BlockCompression(p.oneOf("buffer-compression", "s2", "none"))
+	switch s := p.str("page-out"); s {
+	case "":
+	case agent.Off:
+		o.Buffer.PageOutInterval = -1
+	default:
+		o.Buffer.PageOutInterval = p.dur("page-out", false)
+	}
 	o.Stream.MaxBytes = p.size("buffer-max-bytes")
 	o.Stream.MaxAge = p.dur("buffer-max-age", true)
 	o.Stream.Full = buffer.FullPolicy(p.oneOf("buffer-full-policy", "drop_oldest", "reject", "block"))
@@ -230,6 +272,7 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 		}
 		u.Password = strings.TrimRight(string(b), "\r\n")
 	}
+	u.Brokers, u.Username, u.Password = p.liftUserinfo(u.Brokers, u.Username, u.Password)
 	u.TLS = uplink.TLSOptions{CAFile: p.str("tls-ca-file"), CertFile: p.str("tls-cert-file"),
 		KeyFile: p.str("tls-key-file"), ServerName: p.str("tls-server-name")}
 	for _, k := range []string{"tls-ca-file", "tls-cert-file", "tls-key-file"} {
@@ -329,7 +372,8 @@ var errorKeys = []struct{ prefix, key string }{
 	{"agent: drain timeout", "drain-timeout"}, {"agent: http tls", "http-tls-cert"}, {"agent: http token", "http-token"},
 	{"buffer: durability", "durability"}, {"buffer: sync interval", "sync-interval"}, {"buffer: profile", "profile"},
 	{"buffer: stream max bytes", "buffer-max-bytes"}, {"buffer: stream max age", "buffer-max-age"},
-	{"buffer: full policy", "buffer-full-policy"},
+	{"buffer: full policy", "buffer-full-policy"}, {"buffer: page-out", "page-out"},
+	{"buffer: block compression", "buffer-compression"},
 	{"uplink: brokers", "mqtt-url"}, {"uplink: tls ca file", "tls-ca-file"}, {"agent: tls ca file", "tls-ca-file"},
 	{"uplink: tls client certificate", "tls-cert-file"}, {"agent: tls client certificate", "tls-cert-file"},
 	{"uplink: tls", "tls-cert-file"}, {"uplink: max batch events", "batch-max-events"}, {"uplink: linger", "batch-linger"},

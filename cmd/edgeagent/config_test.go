@@ -27,6 +27,8 @@ func TestConfigBadValuesNameTheKey(t *testing.T) {
 		{append(base, "--buffer-max-bytes", "1KiB"), "buffer-max-bytes"},
 		{append(base, "--buffer-max-age", "-1h"), "buffer-max-age"},
 		{append(base, "--buffer-full-policy", "ignore"), "buffer-full-policy"},
+		{append(base, "--buffer-compression", "zstd"), "buffer-compression"},
+		{append(base, "--page-out", "sometimes"), "page-out"},
 		{append(base, "--mqtt-url", "http://hub:1883"), "mqtt-url"},
 		{append(base, "--mqtt-url", ""), "mqtt-url"},
 		{append(base, "--listen", "8181"), "listen"},
@@ -127,6 +129,23 @@ func TestParseSize(t *testing.T) {
 	for _, in := range []string{"", "-1", "1.5MiB", "MiB", "9999999999GiB"} {
 		if _, err := parseSize(in); err == nil {
 			t.Errorf("parseSize(%q) accepted", in)
+		}
+	}
+}
+
+// TestConfigPageOut maps page-out to the buffer's interval: empty leaves the
+// profile's default, off turns it off.
+func TestConfigPageOut(t *testing.T) {
+	for _, c := range []struct {
+		arg  string
+		want time.Duration
+	}{{"", 0}, {"off", -1}, {"250ms", 250 * time.Millisecond}} {
+		cfg, err := loadConfig([]string{"--device-id", "dev-1", "--page-out", c.arg}, noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.agent.Buffer.PageOutInterval; got != c.want {
+			t.Errorf("page-out %q: interval %v, want %v", c.arg, got, c.want)
 		}
 	}
 }

@@ -143,6 +143,7 @@ var optionKeys = map[string]string{
 	"MQTTDenyAnonymous": "mqtt-allow-anonymous", "MQTTMaxConnsPerDevice": "mqtt-max-conns-per-device",
 	"MaxEventsPerSecond": "max-events-per-second", "EventsBurst": "events-burst",
 	"HTTPTLSCertFile": "http-tls-cert", "HTTPReadToken": "http-read-token",
+	"MQTTCAFile": "mqtt-ca-file", "MQTTCertFile": "mqtt-cert-file",
 }
 
 // explainOptionsError rewrites "invalid hub options: Field: ..." to name

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,13 +23,17 @@ import (
 // (docs/SECURITY.md).
 func addSecurityFlags(fs *pflag.FlagSet) {
 	fs.String("mqtt-password-file", "", "file holding the password for the external broker (instead of mqtt-password)")
+	fs.String("mqtt-ca-file", "", "external broker: PEM CA bundle for its certificate; any mqtt-ca/cert/key-file or mqtt-server-name turns TLS on")
+	fs.String("mqtt-cert-file", "", "external broker: PEM client certificate of the hub for mutual TLS (with mqtt-key-file)")
+	fs.String("mqtt-key-file", "", "external broker: PEM client key of the hub")
+	fs.String("mqtt-server-name", "", "external broker: name checked against its certificate (default: the host of mqtt-url)")
 	fs.String("mqtt-auth-file", "", "embedded broker: credentials file of device-id:bcrypt-hash lines (hubd passwd)")
 	fs.String("mqtt-tls-cert", "", "embedded broker: TLS certificate (PEM); with mqtt-tls-key the listener is TLS")
 	fs.String("mqtt-tls-key", "", "embedded broker: TLS private key (PEM)")
 	fs.String("mqtt-tls-client-ca", "", "embedded broker: CA certificates (PEM) of device certificates; CN = device id")
 	fs.Bool("mqtt-allow-anonymous", true, "embedded broker: accept clients without credentials, unrestricted (production: false)")
 	fs.Int("mqtt-max-conns-per-device", 4, "embedded broker: open connections per verified device (-1: no bound)")
-	fs.Float64("max-events-per-second", 0, "per-device sustained event rate; batches beyond it are rejected as rate_limited (0: no limit)")
+	fs.Float64("max-events-per-second", 0, "per-device sustained event rate; batches beyond it are answered retry-later (rate_limited) and resent by the agent (0: no limit)")
 	fs.Float64("events-burst", 0, "per-device burst in events (0: one second of max-events-per-second)")
 	fs.String("http-tls-cert", "", "HTTP API TLS certificate (PEM); with http-tls-key the API is HTTPS")
 	fs.String("http-tls-key", "", "HTTP API TLS private key (PEM)")
@@ -39,6 +45,8 @@ func addSecurityFlags(fs *pflag.FlagSet) {
 func securityFromViper(v *viper.Viper, o *hub.Options) error {
 	var errs []error
 	o.MQTTAuthFile = v.GetString("mqtt-auth-file")
+	o.MQTTCAFile, o.MQTTCertFile = v.GetString("mqtt-ca-file"), v.GetString("mqtt-cert-file")
+	o.MQTTKeyFile, o.MQTTServerName = v.GetString("mqtt-key-file"), v.GetString("mqtt-server-name")
 	o.MQTTTLSCertFile, o.MQTTTLSKeyFile = v.GetString("mqtt-tls-cert"), v.GetString("mqtt-tls-key")
 	o.MQTTTLSClientCAFile = v.GetString("mqtt-tls-client-ca")
 	o.HTTPTLSCertFile, o.HTTPTLSKeyFile = v.GetString("http-tls-cert"), v.GetString("http-tls-key")
@@ -69,6 +77,24 @@ func securityFromViper(v *viper.Viper, o *hub.Options) error {
 		o.Password = pw
 	}
 	return errors.Join(errs...)
+}
+
+// reloadOnHUP reloads the embedded broker's credentials file on every
+// signal from hup until ctx ends (docs/SECURITY.md).
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, srv *hub.Server, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			devices, dropped, err := srv.ReloadCredentials()
+			if err != nil {
+				log.Error("SIGHUP: credentials not reloaded; the previous ones stay in force", "err", err)
+				continue
+			}
+			log.Info("SIGHUP: credentials reloaded", "devices", devices, "disconnected", dropped)
+		}
+	}
 }
 
 // secret reads key, or the file named by key-file. Errors name the key and

@@ -37,9 +37,31 @@
     es: null,
   };
 
+  // ---- read token -----------------------------------------------------
+  // A hub started with a read token (http-read-token) answers 401 without
+  // it. The user pastes it into the header's field; it lives in this tab's
+  // sessionStorage only (never in a URL, a cookie or localStorage) and goes
+  // with every API call as Authorization: Bearer.
+  const TOKEN_KEY = 'edgeflow-read-token';
+  function token() { try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; } }
+  function authHeaders() { const t = token(); return t ? { Authorization: 'Bearer ' + t } : {}; }
+  function apiFetch(path, opts) {
+    const o = Object.assign({ cache: 'no-store' }, opts || {});
+    o.headers = Object.assign({}, o.headers || {}, authHeaders());
+    return fetch(path, o).then((r) => {
+      if (r.status === 401) needToken();
+      return r;
+    });
+  }
+  function needToken() {
+    const f = $('token-form');
+    if (f) { f.hidden = false; f.classList.add('needed'); }
+    setText('token-note', token() ? 'token refused' : 'this hub needs a read token');
+  }
+
   // ---- helpers --------------------------------------------------------
   async function getJSON(path) {
-    const r = await fetch(path, { cache: 'no-store' });
+    const r = await apiFetch(path);
     const body = await r.json().catch(() => ({}));
     if (!r.ok) throw new Error(body.error || (r.status + ' ' + r.statusText));
     return body;
@@ -306,9 +328,48 @@
     refreshTimer = setTimeout(loadChart, 400);
   }
 
+  // EventSource cannot send a header: with a token, the stream is read
+  // with fetch and parsed here (the same events, the same handlers).
+  function fetchEventSource(url) {
+    const ctl = new AbortController();
+    const es = { listeners: {}, onopen: null, onerror: null, closed: false,
+      addEventListener(name, fn) { (this.listeners[name] = this.listeners[name] || []).push(fn); },
+      close() { this.closed = true; ctl.abort(); } };
+    const dispatch = (name, data) => { for (const fn of es.listeners[name] || []) fn({ data }); };
+    (async () => {
+      try {
+        const r = await apiFetch(url, { signal: ctl.signal, headers: { Accept: 'text/event-stream' } });
+        if (!r.ok || !r.body) throw new Error(r.status + ' ' + r.statusText);
+        if (es.onopen) es.onopen();
+        const reader = r.body.getReader(), dec = new TextDecoder();
+        let buf = '', name = 'message', data = [];
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += dec.decode(value, { stream: true });
+          let i;
+          while ((i = buf.indexOf('\n')) >= 0) {
+            const line = buf.slice(0, i).replace(/\r$/, '');
+            buf = buf.slice(i + 1);
+            if (line === '') { if (data.length) dispatch(name, data.join('\n')); name = 'message'; data = []; }
+            else if (line.startsWith('event:')) name = line.slice(6).trim();
+            else if (line.startsWith('data:')) data.push(line.slice(5).replace(/^ /, ''));
+          }
+        }
+        throw new Error('stream ended');
+      } catch (e) {
+        if (es.closed) return;
+        if (es.onerror) es.onerror(e);
+        setTimeout(() => { if (!es.closed && state.es === es) openStream(); }, 2000);
+      }
+    })();
+    return es;
+  }
+
   function openStream() {
     if (state.es) state.es.close();
-    const es = new EventSource('v1/stream?metric=' + encodeURIComponent(state.metric) + '&aggs=count,avg,min,max,p99');
+    const url = 'v1/stream?metric=' + encodeURIComponent(state.metric) + '&aggs=count,avg,min,max,p99';
+    const es = token() ? fetchEventSource(url) : new EventSource(url);
     state.es = es;
     const conn = $('conn');
     es.onopen = () => { conn.textContent = 'live'; conn.className = 'pill live'; };
@@ -363,7 +424,7 @@
   async function loadMetrics() {
     let text;
     try {
-      const r = await fetch('metrics', { cache: 'no-store' });
+      const r = await apiFetch('metrics');
       if (!r.ok) throw new Error(r.status + ' ' + r.statusText);
       text = await r.text();
     } catch (e) { setText('ingest-note', 'metrics: ' + e.message); return; }
@@ -450,6 +511,17 @@
   $('agg').addEventListener('change', () => { state.agg = $('agg').value; drawChart(); });
   $('range').addEventListener('change', () => { state.range = Number($('range').value); loadChart(); });
   window.addEventListener('resize', () => { drawChart(); drawRate(); });
+
+  $('token-form').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const t = $('token').value.trim();
+    try { if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY); } catch (err) { /* storage off */ }
+    $('token').value = '';
+    setText('token-note', t ? 'token set for this tab' : 'token cleared');
+    restartChart();
+    loadDevices(); loadMetrics(); loadLate();
+  });
+  if (token()) setText('token-note', 'token set for this tab');
 
   openStream();
   every(POLL_DEVICES, loadDevices);

@@ -12,7 +12,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: wire.proto
+// source: wirepb/wire.proto
 
 package wirepb
 
@@ -82,11 +82,11 @@ func (x TimeMethod) String() string {
 }
 
 func (TimeMethod) Descriptor() protoreflect.EnumDescriptor {
-	return file_wire_proto_enumTypes[0].Descriptor()
+	return file_wirepb_wire_proto_enumTypes[0].Descriptor()
 }
 
 func (TimeMethod) Type() protoreflect.EnumType {
-	return &file_wire_proto_enumTypes[0]
+	return &file_wirepb_wire_proto_enumTypes[0]
 }
 
 func (x TimeMethod) Number() protoreflect.EnumNumber {
@@ -95,7 +95,7 @@ func (x TimeMethod) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TimeMethod.Descriptor instead.
 func (TimeMethod) EnumDescriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{0}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{0}
 }
 
 // AckStatus is the hub's verdict on a batch.
@@ -110,6 +110,11 @@ const (
 	// Rejected for a reason the agent must log and count; the agent drops the
 	// range and moves on so a bad batch never blocks the stream.
 	AckStatus_ACK_STATUS_REJECTED AckStatus = 3
+	// Not applied now, but nothing is wrong with the batch: the device is
+	// over its rate limit or the hub is overloaded. The agent keeps the
+	// batch (never acking its buffer for it) and publishes it again after
+	// retry_after_ns at the earliest, backing off as it does to reconnect.
+	AckStatus_ACK_STATUS_RETRY_LATER AckStatus = 4
 )
 
 // Enum value maps for AckStatus.
@@ -119,12 +124,14 @@ var (
 		1: "ACK_STATUS_OK",
 		2: "ACK_STATUS_DUPLICATE",
 		3: "ACK_STATUS_REJECTED",
+		4: "ACK_STATUS_RETRY_LATER",
 	}
 	AckStatus_value = map[string]int32{
 		"ACK_STATUS_UNSPECIFIED": 0,
 		"ACK_STATUS_OK":          1,
 		"ACK_STATUS_DUPLICATE":   2,
 		"ACK_STATUS_REJECTED":    3,
+		"ACK_STATUS_RETRY_LATER": 4,
 	}
 )
 
@@ -139,11 +146,11 @@ func (x AckStatus) String() string {
 }
 
 func (AckStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_wire_proto_enumTypes[1].Descriptor()
+	return file_wirepb_wire_proto_enumTypes[1].Descriptor()
 }
 
 func (AckStatus) Type() protoreflect.EnumType {
-	return &file_wire_proto_enumTypes[1]
+	return &file_wirepb_wire_proto_enumTypes[1]
 }
 
 func (x AckStatus) Number() protoreflect.EnumNumber {
@@ -152,7 +159,7 @@ func (x AckStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AckStatus.Descriptor instead.
 func (AckStatus) EnumDescriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{1}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{1}
 }
 
 // Tag is one key=value label of an event. A list, not a map, so encoding is
@@ -167,7 +174,7 @@ type Tag struct {
 
 func (x *Tag) Reset() {
 	*x = Tag{}
-	mi := &file_wire_proto_msgTypes[0]
+	mi := &file_wirepb_wire_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -179,7 +186,7 @@ func (x *Tag) String() string {
 func (*Tag) ProtoMessage() {}
 
 func (x *Tag) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[0]
+	mi := &file_wirepb_wire_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -192,7 +199,7 @@ func (x *Tag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tag.ProtoReflect.Descriptor instead.
 func (*Tag) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{0}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Tag) GetKey() string {
@@ -232,7 +239,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_wire_proto_msgTypes[1]
+	mi := &file_wirepb_wire_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +251,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[1]
+	mi := &file_wirepb_wire_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +264,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{1}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Event) GetMetric() string {
@@ -337,7 +344,7 @@ type Gap struct {
 
 func (x *Gap) Reset() {
 	*x = Gap{}
-	mi := &file_wire_proto_msgTypes[2]
+	mi := &file_wirepb_wire_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +356,7 @@ func (x *Gap) String() string {
 func (*Gap) ProtoMessage() {}
 
 func (x *Gap) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[2]
+	mi := &file_wirepb_wire_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +369,7 @@ func (x *Gap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gap.ProtoReflect.Descriptor instead.
 func (*Gap) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{2}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Gap) GetFirstSeq() uint64 {
@@ -400,7 +407,7 @@ type ClockEstimate struct {
 
 func (x *ClockEstimate) Reset() {
 	*x = ClockEstimate{}
-	mi := &file_wire_proto_msgTypes[3]
+	mi := &file_wirepb_wire_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +419,7 @@ func (x *ClockEstimate) String() string {
 func (*ClockEstimate) ProtoMessage() {}
 
 func (x *ClockEstimate) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[3]
+	mi := &file_wirepb_wire_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +432,7 @@ func (x *ClockEstimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockEstimate.ProtoReflect.Descriptor instead.
 func (*ClockEstimate) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{3}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ClockEstimate) GetOffsetNs() int64 {
@@ -476,7 +483,7 @@ type Backlog struct {
 
 func (x *Backlog) Reset() {
 	*x = Backlog{}
-	mi := &file_wire_proto_msgTypes[4]
+	mi := &file_wirepb_wire_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +495,7 @@ func (x *Backlog) String() string {
 func (*Backlog) ProtoMessage() {}
 
 func (x *Backlog) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[4]
+	mi := &file_wirepb_wire_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +508,7 @@ func (x *Backlog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backlog.ProtoReflect.Descriptor instead.
 func (*Backlog) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{4}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Backlog) GetEvents() uint64 {
@@ -545,7 +552,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_wire_proto_msgTypes[5]
+	mi := &file_wirepb_wire_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +564,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[5]
+	mi := &file_wirepb_wire_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +577,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{5}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Batch) GetDeviceId() string {
@@ -638,14 +645,17 @@ type Ack struct {
 	Status   AckStatus              `protobuf:"varint,4,opt,name=status,proto3,enum=edgeflow.wire.v1.AckStatus" json:"status,omitempty"`
 	Reason   string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Hub clock when the ack was sent, Unix ns.
-	ServerTimeNs  int64 `protobuf:"varint,6,opt,name=server_time_ns,json=serverTimeNs,proto3" json:"server_time_ns,omitempty"`
+	ServerTimeNs int64 `protobuf:"varint,6,opt,name=server_time_ns,json=serverTimeNs,proto3" json:"server_time_ns,omitempty"`
+	// With ACK_STATUS_RETRY_LATER: the hub's estimate of how long to wait
+	// before resending, ns (0: no estimate; the agent's backoff applies).
+	RetryAfterNs  int64 `protobuf:"varint,7,opt,name=retry_after_ns,json=retryAfterNs,proto3" json:"retry_after_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_wire_proto_msgTypes[6]
+	mi := &file_wirepb_wire_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +667,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[6]
+	mi := &file_wirepb_wire_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +680,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{6}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Ack) GetStreamId() []byte {
@@ -715,6 +725,13 @@ func (x *Ack) GetServerTimeNs() int64 {
 	return 0
 }
 
+func (x *Ack) GetRetryAfterNs() int64 {
+	if x != nil {
+		return x.RetryAfterNs
+	}
+	return 0
+}
+
 // TimeRequest asks the hub for the time (edge/v1/{device}/time/req).
 type TimeRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -727,7 +744,7 @@ type TimeRequest struct {
 
 func (x *TimeRequest) Reset() {
 	*x = TimeRequest{}
-	mi := &file_wire_proto_msgTypes[7]
+	mi := &file_wirepb_wire_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +756,7 @@ func (x *TimeRequest) String() string {
 func (*TimeRequest) ProtoMessage() {}
 
 func (x *TimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[7]
+	mi := &file_wirepb_wire_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +769,7 @@ func (x *TimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeRequest.ProtoReflect.Descriptor instead.
 func (*TimeRequest) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{7}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TimeRequest) GetRequestId() uint64 {
@@ -784,7 +801,7 @@ type TimeResponse struct {
 
 func (x *TimeResponse) Reset() {
 	*x = TimeResponse{}
-	mi := &file_wire_proto_msgTypes[8]
+	mi := &file_wirepb_wire_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -796,7 +813,7 @@ func (x *TimeResponse) String() string {
 func (*TimeResponse) ProtoMessage() {}
 
 func (x *TimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[8]
+	mi := &file_wirepb_wire_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -809,7 +826,7 @@ func (x *TimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimeResponse.ProtoReflect.Descriptor instead.
 func (*TimeResponse) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{8}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TimeResponse) GetRequestId() uint64 {
@@ -857,7 +874,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_wire_proto_msgTypes[9]
+	mi := &file_wirepb_wire_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +886,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_wire_proto_msgTypes[9]
+	mi := &file_wirepb_wire_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +899,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_wire_proto_rawDescGZIP(), []int{9}
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Status) GetDeviceId() string {
@@ -934,12 +951,11 @@ func (x *Status) GetVersion() string {
 	return ""
 }
 
-var File_wire_proto protoreflect.FileDescriptor
+var File_wirepb_wire_proto protoreflect.FileDescriptor
 
-const file_wire_proto_rawDesc = "" +
+const file_wirepb_wire_proto_rawDesc = "" +
 	"\n" +
-	"\n" +
-	"wire.proto\x12\x10edgeflow.wire.v1\"-\n" +
+	"\x11wirepb/wire.proto\x12\x10edgeflow.wire.v1\"-\n" +
 	"\x03Tag\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\xb2\x02\n" +
@@ -976,14 +992,15 @@ const file_wire_proto_rawDesc = "" +
 	"sendTimeNs\x12)\n" +
 	"\x04gaps\x18\x06 \x03(\v2\x15.edgeflow.wire.v1.GapR\x04gaps\x123\n" +
 	"\abacklog\x18\a \x01(\v2\x19.edgeflow.wire.v1.BacklogR\abacklog\x125\n" +
-	"\x05clock\x18\b \x01(\v2\x1f.edgeflow.wire.v1.ClockEstimateR\x05clock\"\xcd\x01\n" +
+	"\x05clock\x18\b \x01(\v2\x1f.edgeflow.wire.v1.ClockEstimateR\x05clock\"\xf3\x01\n" +
 	"\x03Ack\x12\x1b\n" +
 	"\tstream_id\x18\x01 \x01(\fR\bstreamId\x12\x1b\n" +
 	"\tfirst_seq\x18\x02 \x01(\x04R\bfirstSeq\x12\x19\n" +
 	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\x123\n" +
 	"\x06status\x18\x04 \x01(\x0e2\x1b.edgeflow.wire.v1.AckStatusR\x06status\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12$\n" +
-	"\x0eserver_time_ns\x18\x06 \x01(\x03R\fserverTimeNs\"A\n" +
+	"\x0eserver_time_ns\x18\x06 \x01(\x03R\fserverTimeNs\x12$\n" +
+	"\x0eretry_after_ns\x18\a \x01(\x03R\fretryAfterNs\"A\n" +
 	"\vTimeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x13\n" +
@@ -1009,28 +1026,29 @@ const file_wire_proto_rawDesc = "" +
 	"\x14TIME_METHOD_HUB_SYNC\x10\x02\x12\x18\n" +
 	"\x14TIME_METHOD_REPAIRED\x10\x03\x12\x1c\n" +
 	"\x18TIME_METHOD_HUB_ESTIMATE\x10\x04\x12\x16\n" +
-	"\x12TIME_METHOD_DEVICE\x10\x05*m\n" +
+	"\x12TIME_METHOD_DEVICE\x10\x05*\x89\x01\n" +
 	"\tAckStatus\x12\x1a\n" +
 	"\x16ACK_STATUS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACK_STATUS_OK\x10\x01\x12\x18\n" +
 	"\x14ACK_STATUS_DUPLICATE\x10\x02\x12\x17\n" +
-	"\x13ACK_STATUS_REJECTED\x10\x03B\x16Z\x14edgeflow/wire/wirepbb\x06proto3"
+	"\x13ACK_STATUS_REJECTED\x10\x03\x12\x1a\n" +
+	"\x16ACK_STATUS_RETRY_LATER\x10\x04B\x16Z\x14edgeflow/wire/wirepbb\x06proto3"
 
 var (
-	file_wire_proto_rawDescOnce sync.Once
-	file_wire_proto_rawDescData []byte
+	file_wirepb_wire_proto_rawDescOnce sync.Once
+	file_wirepb_wire_proto_rawDescData []byte
 )
 
-func file_wire_proto_rawDescGZIP() []byte {
-	file_wire_proto_rawDescOnce.Do(func() {
-		file_wire_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)))
+func file_wirepb_wire_proto_rawDescGZIP() []byte {
+	file_wirepb_wire_proto_rawDescOnce.Do(func() {
+		file_wirepb_wire_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_wirepb_wire_proto_rawDesc), len(file_wirepb_wire_proto_rawDesc)))
 	})
-	return file_wire_proto_rawDescData
+	return file_wirepb_wire_proto_rawDescData
 }
 
-var file_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
-var file_wire_proto_goTypes = []any{
+var file_wirepb_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_wirepb_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_wirepb_wire_proto_goTypes = []any{
 	(TimeMethod)(0),       // 0: edgeflow.wire.v1.TimeMethod
 	(AckStatus)(0),        // 1: edgeflow.wire.v1.AckStatus
 	(*Tag)(nil),           // 2: edgeflow.wire.v1.Tag
@@ -1044,7 +1062,7 @@ var file_wire_proto_goTypes = []any{
 	(*TimeResponse)(nil),  // 10: edgeflow.wire.v1.TimeResponse
 	(*Status)(nil),        // 11: edgeflow.wire.v1.Status
 }
-var file_wire_proto_depIdxs = []int32{
+var file_wirepb_wire_proto_depIdxs = []int32{
 	2,  // 0: edgeflow.wire.v1.Event.tags:type_name -> edgeflow.wire.v1.Tag
 	0,  // 1: edgeflow.wire.v1.Event.method:type_name -> edgeflow.wire.v1.TimeMethod
 	0,  // 2: edgeflow.wire.v1.ClockEstimate.method:type_name -> edgeflow.wire.v1.TimeMethod
@@ -1062,27 +1080,27 @@ var file_wire_proto_depIdxs = []int32{
 	0,  // [0:10] is the sub-list for field type_name
 }
 
-func init() { file_wire_proto_init() }
-func file_wire_proto_init() {
-	if File_wire_proto != nil {
+func init() { file_wirepb_wire_proto_init() }
+func file_wirepb_wire_proto_init() {
+	if File_wirepb_wire_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wire_proto_rawDesc), len(file_wire_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wirepb_wire_proto_rawDesc), len(file_wirepb_wire_proto_rawDesc)),
 			NumEnums:      2,
 			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_wire_proto_goTypes,
-		DependencyIndexes: file_wire_proto_depIdxs,
-		EnumInfos:         file_wire_proto_enumTypes,
-		MessageInfos:      file_wire_proto_msgTypes,
+		GoTypes:           file_wirepb_wire_proto_goTypes,
+		DependencyIndexes: file_wirepb_wire_proto_depIdxs,
+		EnumInfos:         file_wirepb_wire_proto_enumTypes,
+		MessageInfos:      file_wirepb_wire_proto_msgTypes,
 	}.Build()
-	File_wire_proto = out.File
-	file_wire_proto_goTypes = nil
-	file_wire_proto_depIdxs = nil
+	File_wirepb_wire_proto = out.File
+	file_wirepb_wire_proto_goTypes = nil
+	file_wirepb_wire_proto_depIdxs = nil
 }

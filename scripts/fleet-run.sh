@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One measured fleet run, as the README's fleet figures were taken: builds
+# hubd and fleetsim, starts hubd (embedded broker, fresh data directory,
+# free loopback ports), runs fleetsim against it with the given scenario
+# and flags plus --verify, and stops hubd. The report goes to stdout;
+# hubd's log is kept in the run directory.
+#
+#   scripts/fleet-run.sh configs/fleetsim-steady.yaml --devices 10000 --duration 3m
+#   scripts/fleet-run.sh configs/fleetsim-catchup.yaml
+#
+# FLEET_RUN_DIR sets the run directory (default: a new one under /tmp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scenario=${1:?usage: scripts/fleet-run.sh SCENARIO.yaml [fleetsim flags...]}
+shift
+dir=${FLEET_RUN_DIR:-$(mktemp -d /tmp/fleet-run.XXXXXX)}
+mkdir -p "$dir"
+go build -o "$dir/hubd" ./cmd/hubd
+go build -o "$dir/fleetsim" ./cmd/fleetsim
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+mqtt=$(free_port)
+http=$(free_port)
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+"$dir/hubd" --mqtt-listen "127.0.0.1:$mqtt" --http-addr "127.0.0.1:$http" --data-dir "$dir/hub" >"$dir/hubd.log" 2>&1 &
+hub=$!
+trap 'kill $hub 2>/dev/null; wait $hub 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+	curl -sf "http://127.0.0.1:$http/readyz" >/dev/null && break
+	sleep 0.1
+done
+echo "run directory $dir; hubd on mqtt 127.0.0.1:$mqtt, http 127.0.0.1:$http" >&2
+"$dir/fleetsim" --scenario "$scenario" --mqtt-url "tcp://127.0.0.1:$mqtt" --hub "127.0.0.1:$http" \
+	--data-dir "$dir/sim" --verify "$@"
