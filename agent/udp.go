@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"time"
+
+	"edgeflow/internal/lograte"
 )
 
 // maxDatagram is the largest UDP payload (IPv4's limit).
@@ -17,8 +19,8 @@ const maxDatagram = 65535
 // LogEvery with how many were suppressed.
 func (a *Agent) serveUDP(ctx context.Context) {
 	buf := make([]byte, maxDatagram)
-	bad := limiter{every: a.opts.LogEvery}
-	failed := limiter{every: a.opts.LogEvery}
+	bad := lograte.Limiter{Every: a.opts.LogEvery}
+	failed := lograte.Limiter{Every: a.opts.LogEvery}
 	for {
 		n, from, err := a.udpConn.ReadFrom(buf)
 		if err != nil {
@@ -36,7 +38,7 @@ func (a *Agent) serveUDP(ctx context.Context) {
 			a.m.udpSkipped.Add(uint64(skipped))
 			if err != nil {
 				a.m.udpBadLines.Add(1)
-				if ok, supp := bad.allow(time.Now()); ok {
+				if ok, supp := bad.Allow(time.Now()); ok {
 					a.log.Warn("agent: bad line-protocol line", "from", from.String(), "line", i+1,
 						"err", err, "text", truncate(line, 120), "suppressed", supp)
 				}
@@ -53,7 +55,7 @@ func (a *Agent) serveUDP(ctx context.Context) {
 		}
 		if err != nil {
 			a.m.udpAppendErrors.Add(1)
-			if ok, supp := failed.allow(time.Now()); ok {
+			if ok, supp := failed.Allow(time.Now()); ok {
 				a.log.Warn("agent: udp events not stored", "events", len(pts), "err", err, "suppressed", supp)
 			}
 			continue
@@ -68,23 +70,4 @@ func truncate(b []byte, n int) string {
 		return string(b[:n]) + "..."
 	}
 	return string(b)
-}
-
-// limiter rate-limits a repeated log line. Owned by one goroutine.
-type limiter struct {
-	every      time.Duration
-	last       time.Time
-	suppressed int
-}
-
-// allow reports whether to log now and how many lines were suppressed
-// since the last one.
-func (l *limiter) allow(now time.Time) (bool, int) {
-	if !l.last.IsZero() && now.Sub(l.last) < l.every {
-		l.suppressed++
-		return false, 0
-	}
-	n := l.suppressed
-	l.last, l.suppressed = now, 0
-	return true, n
 }

@@ -15,6 +15,15 @@ func (e *encoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
 func (e *encoder) f64(v float64)    { e.b = binary.LittleEndian.AppendUint64(e.b, math.Float64bits(v)) }
 func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.b = append(e.b, s...) }
 func (e *encoder) bytes(p []byte)   { e.uvarint(uint64(len(p))); e.b = append(e.b, p...) }
+
+// tags writes a tag list: its length, then each key and value.
+func (e *encoder) tags(ts []Tag) {
+	e.uvarint(uint64(len(ts)))
+	for _, t := range ts {
+		e.str(t.Key)
+		e.str(t.Value)
+	}
+}
 func (e *encoder) bool(v bool) {
 	if v {
 		e.b = append(e.b, 1)
@@ -79,6 +88,19 @@ func (d *decoder) bytes() []byte {
 }
 
 func (d *decoder) str() string { return string(d.bytes()) }
+
+// tags reads what encoder.tags wrote; none is nil.
+func (d *decoder) tags() []Tag {
+	n := d.count(2)
+	if n == 0 {
+		return nil
+	}
+	ts := make([]Tag, n)
+	for i := range ts {
+		ts[i] = Tag{Key: d.str(), Value: d.str()}
+	}
+	return ts
+}
 
 func (d *decoder) bool() bool {
 	if len(d.b) < 1 {

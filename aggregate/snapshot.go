@@ -176,11 +176,7 @@ func (e *Engine) encodeSeries(enc *encoder) {
 		s := &e.series.list[i]
 		enc.str(s.device)
 		enc.str(s.name)
-		enc.uvarint(uint64(len(s.tags)))
-		for _, t := range s.tags {
-			enc.str(t.Key)
-			enc.str(t.Value)
-		}
+		enc.tags(s.tags)
 		enc.varint(s.storedMax)
 		enc.bool(s.stored)
 		enc.uvarint(uint64(len(s.parts)))
@@ -194,11 +190,7 @@ func (e *Engine) decodeSeries(d *decoder) {
 	t := e.series
 	for n := d.count(5); n > 0 && d.err == nil; n-- {
 		device, metric := d.str(), d.str()
-		tags := make([]Tag, d.count(2))
-		for i := range tags {
-			tags[i] = Tag{Key: d.str(), Value: d.str()}
-		}
-		id := t.add(0, device, metric, tags)
+		id := t.add(0, device, metric, d.tags())
 		s := &t.list[id]
 		s.storedMax, s.stored = d.varint(), d.bool()
 		s.parts = make([]partial, d.count(20))
@@ -271,11 +263,7 @@ func (e *Engine) encodeLateLog(enc *encoder) {
 		enc.uvarint(uint64(r.stream))
 		enc.uvarint(r.seq)
 		enc.str(r.metric)
-		enc.uvarint(uint64(len(r.tags)))
-		for _, t := range r.tags {
-			enc.str(t.Key)
-			enc.str(t.Value)
-		}
+		enc.tags(r.tags)
 		enc.f64(r.value)
 		enc.varint(r.t)
 		enc.varint(r.arrived)
@@ -289,12 +277,7 @@ func (e *Engine) decodeLateLog(d *decoder) {
 	for i := range recs {
 		r := &recs[i]
 		r.stream, r.seq, r.metric = uint32(d.uvarint()), d.uvarint(), d.str()
-		if n := d.count(2); n > 0 {
-			r.tags = make([]Tag, n)
-			for j := range r.tags {
-				r.tags[j] = Tag{Key: d.str(), Value: d.str()}
-			}
-		}
+		r.tags = d.tags()
 		r.value, r.t, r.arrived, r.wmAt = d.f64(), d.varint(), d.varint(), d.varint()
 		if d.err == nil && int(r.stream) >= len(e.streams) {
 			d.fail("late log stream")

@@ -103,14 +103,10 @@ func (s *Server) ackMessage(p *pending) (Message, bool) {
 // the next line says how many were suppressed.
 func (r *rateLog) log(l *slog.Logger, what, device, msg string, err error) {
 	r.mu.Lock()
-	now := r.now()
-	if !r.last.IsZero() && now.Sub(r.last) < r.every {
-		r.suppressed++
-		r.mu.Unlock()
+	ok, n := r.lim.Allow(r.now())
+	r.mu.Unlock()
+	if !ok {
 		return
 	}
-	n := r.suppressed
-	r.last, r.suppressed = now, 0
-	r.mu.Unlock()
 	l.Warn(msg, "kind", what, "device", device, "err", err, "suppressed_since_last", n)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/internal/lograte"
 	"edgeflow/wire/wirepb"
 )
 
@@ -36,7 +37,7 @@ type aggregates struct {
 // newAggregates builds the engine with the Badger store (bound later) and
 // a clock that only logged ticks move.
 func newAggregates(opt aggregate.Options, log *slog.Logger, now func() time.Time) (*aggregates, error) {
-	a := &aggregates{store: newBadgerPartials(), log: log, rate: rateLog{every: time.Minute, now: now}}
+	a := &aggregates{store: newBadgerPartials(), log: log, rate: rateLog{lim: lograte.Limiter{Every: time.Minute}, now: now}}
 	opt.Store = a.store
 	opt.Clock = func() time.Time { return a.now }
 	eng, err := aggregate.New(opt)

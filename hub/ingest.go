@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"edgeflow/internal/lograte"
 	"edgeflow/wire"
 )
 
@@ -134,9 +135,7 @@ func (p *pending) describe(v *batchView) {
 
 // rateLog limits rejection logs to one line per interval.
 type rateLog struct {
-	mu         sync.Mutex
-	every      time.Duration
-	now        func() time.Time
-	last       time.Time
-	suppressed int
+	mu  sync.Mutex
+	lim lograte.Limiter
+	now func() time.Time
 }

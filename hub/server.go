@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"edgeflow/internal/lograte"
 )
 
 // Server is a hub: a transport to the fleet's broker, the ingest pipeline,
@@ -68,7 +70,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger, reg: newRegistry(), applierReqs: make(chan applierReq),
 		fatal: make(chan error, 1), done: make(chan struct{}), applyDone: make(chan struct{})}
-	s.rejLog = rateLog{every: opts.RejectLogInterval, now: opts.Now}
+	s.rejLog = rateLog{lim: lograte.Limiter{Every: opts.RejectLogInterval}, now: opts.Now}
 	s.limiter = newRateLimiter(opts.MaxEventsPerSecond, opts.EventsBurst)
 	if opts.MQTTURL == "" {
 		sec, err := opts.brokerSecurity()

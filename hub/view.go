@@ -124,6 +124,23 @@ func nextField(b []byte) (field, []byte, error) {
 	return f, b[m:], nil
 }
 
+// forFields calls fn with each field of the message b, stopping at the
+// first malformed field or error. Events and tags, the hot path, loop
+// inline with their fast paths instead.
+func forFields(b []byte, fn func(f field) error) error {
+	for len(b) > 0 {
+		f, rest, err := nextField(b)
+		if err != nil {
+			return err
+		}
+		if err := fn(f); err != nil {
+			return err
+		}
+		b = rest
+	}
+	return nil
+}
+
 // expect checks a known field's wire type.
 func (f field) expect(typ protowire.Type, what string) error {
 	if f.typ != typ {
@@ -155,17 +172,7 @@ func checkStr(b []byte, what string, maxLen int) ([]byte, error) {
 // and sizes by lim (whose fields must all be set).
 func parseBatchView(v *batchView, body []byte, lim wire.Limits) error {
 	v.reset()
-	for len(body) > 0 {
-		f, rest, err := nextField(body)
-		if err != nil {
-			return err
-		}
-		body = rest
-		if err := v.batchField(f, lim); err != nil {
-			return err
-		}
-	}
-	return nil
+	return forFields(body, func(f field) error { return v.batchField(f, lim) })
 }
 
 // batchField stores one top-level Batch field.
@@ -392,12 +399,7 @@ func (v *batchView) addGap(b []byte, lim wire.Limits) error {
 		return reject(ReasonTooLarge, "more than %d gaps in one batch", lim.MaxGaps)
 	}
 	var g gapView
-	for len(b) > 0 {
-		f, rest, err := nextField(b)
-		if err != nil {
-			return err
-		}
-		b = rest
+	err := forFields(b, func(f field) (err error) {
 		switch f.num {
 		case 1:
 			err = f.expect(protowire.VarintType, "gap first_seq")
@@ -408,9 +410,10 @@ func (v *batchView) addGap(b []byte, lim wire.Limits) error {
 		case 3:
 			g.reason, err = f.str("gap reason", lim.MaxStringBytes)
 		}
-		if err != nil {
-			return err
-		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	v.gaps = append(v.gaps, g)
 	return nil
@@ -418,12 +421,7 @@ func (v *batchView) addGap(b []byte, lim wire.Limits) error {
 
 // parseBacklog merges a Backlog message into bl.
 func parseBacklog(bl *wirepb.Backlog, b []byte) error {
-	for len(b) > 0 {
-		f, rest, err := nextField(b)
-		if err != nil {
-			return err
-		}
-		b = rest
+	return forFields(b, func(f field) (err error) {
 		switch f.num {
 		case 1:
 			err = f.expect(protowire.VarintType, "backlog events")
@@ -435,21 +433,13 @@ func parseBacklog(bl *wirepb.Backlog, b []byte) error {
 			err = f.expect(protowire.VarintType, "backlog oldest")
 			bl.OldestNs = int64(f.v)
 		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+		return err
+	})
 }
 
 // parseClock merges a ClockEstimate message into c.
 func parseClock(c *clockView, b []byte) error {
-	for len(b) > 0 {
-		f, rest, err := nextField(b)
-		if err != nil {
-			return err
-		}
-		b = rest
+	return forFields(b, func(f field) (err error) {
 		switch f.num {
 		case 1:
 			err = f.expect(protowire.VarintType, "clock offset")
@@ -467,9 +457,6 @@ func parseClock(c *clockView, b []byte) error {
 			err = f.expect(protowire.VarintType, "clock sampled_at")
 			c.sampledAtNs = int64(f.v)
 		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+		return err
+	})
 }

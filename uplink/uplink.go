@@ -14,6 +14,7 @@ import (
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"edgeflow/buffer"
+	"edgeflow/internal/lograte"
 	"edgeflow/wire"
 )
 
@@ -62,8 +63,8 @@ type Uplink struct {
 	conn        *conn
 	fails       int // connection attempts since the last stable connection
 	everUp      bool
-	rejLog      limiter
-	warnLog     limiter
+	rejLog      lograte.Limiter
+	warnLog     lograte.Limiter
 
 	mu   sync.Mutex
 	snap Status
@@ -90,8 +91,8 @@ func New(st Stream, o Options) (*Uplink, error) {
 		notify:   make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		rnd:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
-		rejLog:   limiter{every: o.LogEvery},
-		warnLog:  limiter{every: o.LogEvery},
+		rejLog:   lograte.Limiter{Every: o.LogEvery},
+		warnLog:  lograte.Limiter{Every: o.LogEvery},
 	}
 	if r, ok := st.(readableStream); ok {
 		u.readable = r.Readable()
@@ -269,28 +270,9 @@ func (u *Uplink) onAck(payload []byte, acks chan uint64) {
 	}
 }
 
-// limiter rate-limits a repeated log line.
-type limiter struct {
-	every      time.Duration
-	last       time.Time
-	suppressed int
-}
-
-// allow reports whether to log now and how many lines were suppressed
-// since the last one.
-func (l *limiter) allow(now time.Time) (bool, int) {
-	if !l.last.IsZero() && now.Sub(l.last) < l.every {
-		l.suppressed++
-		return false, 0
-	}
-	n := l.suppressed
-	l.last, l.suppressed = now, 0
-	return true, n
-}
-
 // warn logs a rate-limited warning.
-func (u *Uplink) warn(l *limiter, msg string, args ...any) {
-	if ok, n := l.allow(time.Now()); ok {
+func (u *Uplink) warn(l *lograte.Limiter, msg string, args ...any) {
+	if ok, n := l.Allow(time.Now()); ok {
 		if n > 0 {
 			args = append(args, "suppressed", n)
 		}

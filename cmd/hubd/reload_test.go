@@ -8,7 +8,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -47,7 +46,7 @@ func TestSIGHUPReloadsCredentials(t *testing.T) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	var logs lockedLog
+	var logs syncBuffer
 	done := make(chan struct{})
 	go func() { defer close(done); reloadOnHUP(ctx, hup, srv, slog.New(slog.NewTextHandler(&logs, nil))) }()
 
@@ -65,22 +64,4 @@ func TestSIGHUPReloadsCredentials(t *testing.T) {
 	}
 	cancel()
 	<-done
-}
-
-// lockedLog is an io.Writer safe for a logger on another goroutine.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
