@@ -3,6 +3,7 @@ package aggregate
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,7 +140,7 @@ func (e *Engine) applyEvents(b *Batch, si uint32) (dropped int) {
 			e.logTooLate(b, si, ev, lim.wm)
 			continue
 		}
-		if prev == nil || ev.Metric != prev.Metric || !sameTags(ev.Tags, prev.Tags) {
+		if prev == nil || ev.Metric != prev.Metric || !slices.Equal(ev.Tags, prev.Tags) {
 			var ok bool
 			if id, ok = e.series.lookup(devHash, b.Device, ev.Metric, ev.Tags); !ok {
 				dropped++

@@ -170,17 +170,3 @@ func tagValue(tags []Tag, key string) string {
 	}
 	return ""
 }
-
-// sameTags reports whether a and b are identical element by element (the
-// hub interns strings, so equal tags usually share memory).
-func sameTags(a, b []Tag) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

@@ -82,11 +82,15 @@ func Open(dir string, o Options) (s *Store, err error) {
 	}
 	s.wg.Add(2)
 	go s.commitLoop()
-	go s.maintainLoop()
+	// Maintenance drops expired blocks, removes garbage and runs
+	// value-log GC.
+	go s.every(o.MaintenanceInterval, func() { s.Maintain() })
 	if o.PageOutInterval > 0 {
 		if p := newPager(dir, pageOutSlack); p != nil {
 			s.wg.Add(1)
-			go s.pageOutLoop(p)
+			// Keeps Badger's mapped files out of the resident set; see
+			// Options.PageOutInterval.
+			go s.every(o.PageOutInterval, p.maybePageOut)
 		} else {
 			o.Logger.Info("buffer: cannot page out mapped files (Linux 5.4 or later needed); resident memory grows with the store", "dir", dir)
 		}
@@ -245,17 +249,17 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// maintainLoop drops expired blocks, removes garbage and runs value-log GC.
-func (s *Store) maintainLoop() {
+// every runs fn every d until the store closes; Open starts it on s.wg.
+func (s *Store) every(d time.Duration, fn func()) {
 	defer s.wg.Done()
-	t := time.NewTicker(s.opts.MaintenanceInterval)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
-			s.Maintain()
+			fn()
 		}
 	}
 }
@@ -293,25 +297,9 @@ func (s *Store) Maintain() {
 }
 
 // pageOutSlack is the growth of file-backed resident memory that makes
-// pageOutLoop run a pass: small next to the low-memory target, and enough
+// page-out loop run a pass: small next to the low-memory target, and enough
 // that an idle agent does not walk its mappings every tick.
 const pageOutSlack = 1 << 20
-
-// pageOutLoop keeps Badger's mapped files out of the resident set; see
-// Options.PageOutInterval.
-func (s *Store) pageOutLoop(p *pager) {
-	defer s.wg.Done()
-	t := time.NewTicker(s.opts.PageOutInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			p.maybePageOut()
-		}
-	}
-}
 
 // badgerLogger forwards Badger's warnings and errors to slog and drops its
 // chatty info and debug lines.

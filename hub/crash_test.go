@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -181,11 +182,11 @@ func verifyExactlyOnce(t *testing.T, dir string, agents []*crashAgent, total uin
 	s := startHub(t, o)
 	for _, a := range agents {
 		info, ok := s.Device(a.id)
-		if !ok || len(info.Streams) != 1 || !equalRanges(info.Streams[0].Applied.Ranges(), []SeqRange{{1, total}}) {
+		if !ok || len(info.Streams) != 1 || !slices.Equal(info.Streams[0].Applied.Ranges(), []SeqRange{{1, total}}) {
 			t.Fatalf("%s: registry %+v", a.id, info.Streams)
 		}
 		c := cc.Streams[a.id+"/"+a.stream.String()]
-		if c == nil || c.Events != total || c.Twice != 0 || !equalRanges(c.Seen.Ranges(), []SeqRange{{1, total}}) {
+		if c == nil || c.Events != total || c.Twice != 0 || !slices.Equal(c.Seen.Ranges(), []SeqRange{{1, total}}) {
 			t.Fatalf("%s: consumer %+v, want %d events once each", a.id, c, total)
 		}
 	}

@@ -3,6 +3,7 @@ package hub
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,10 +87,10 @@ func checkDeviceAPI(t *testing.T, s *Server, id string, stream wire.StreamID) {
 		t.Fatalf("streams: %+v", info.Streams)
 	}
 	st := info.Streams[0]
-	if !equalRanges(st.Applied.Ranges(), []SeqRange{{1, 170}}) || st.Events != 170 {
+	if !slices.Equal(st.Applied.Ranges(), []SeqRange{{1, 170}}) || st.Events != 170 {
 		t.Fatalf("applied %v (%d events), want [1,170]", st.Applied.Ranges(), st.Events)
 	}
-	if !equalRanges(st.Gaps.Ranges(), []SeqRange{{200, 209}}) || st.GapReasons["max_bytes"] != 10 {
+	if !slices.Equal(st.Gaps.Ranges(), []SeqRange{{200, 209}}) || st.GapReasons["max_bytes"] != 10 {
 		t.Fatalf("gaps %v %v", st.Gaps.Ranges(), st.GapReasons)
 	}
 	if info.Clock.Method != "NTP" || info.Clock.Source != "agent" || info.Backlog.Events != 10 {

@@ -142,14 +142,7 @@ func (s *Server) Retain() (int, error) {
 			s.collectGarbage(deleted)
 			return deleted, err
 		}
-		wb := s.st.db.NewWriteBatch()
-		for _, k := range keys {
-			if err := wb.Delete(k); err != nil {
-				wb.Cancel()
-				return deleted, err
-			}
-		}
-		if err := wb.Flush(); err != nil {
+		if err := deleteKeys(s.st.db, keys); err != nil {
 			return deleted, err
 		}
 		deleted += len(keys)

@@ -237,14 +237,7 @@ func dropGenerations(db *badger.DB, drop func(gen uint64) bool) (int, error) {
 		if err != nil || len(keys) == 0 {
 			return deleted, err
 		}
-		wb := db.NewWriteBatch()
-		for _, k := range keys {
-			if err := wb.Delete(k); err != nil {
-				wb.Cancel()
-				return deleted, err
-			}
-		}
-		if err := wb.Flush(); err != nil {
+		if err := deleteKeys(db, keys); err != nil {
 			return deleted, err
 		}
 		deleted += len(keys)

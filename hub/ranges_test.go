@@ -2,6 +2,7 @@ package hub
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -26,7 +27,7 @@ func TestRangeSetAdd(t *testing.T) {
 			for _, a := range tt.add {
 				s.Add(a[0], a[1])
 			}
-			if !equalRanges(s.Ranges(), tt.want) {
+			if !slices.Equal(s.Ranges(), tt.want) {
 				t.Fatalf("got %v, want %v", s.Ranges(), tt.want)
 			}
 		})
@@ -76,7 +77,7 @@ func TestRangeSetModel(t *testing.T) {
 			}
 		}
 		dec, rest, err := decodeRangeSet(s.AppendBinary(nil))
-		if err != nil || len(rest) != 0 || !equalRanges(dec.Ranges(), s.Ranges()) {
+		if err != nil || len(rest) != 0 || !slices.Equal(dec.Ranges(), s.Ranges()) {
 			t.Fatalf("round trip: %v %v vs %v", err, dec.Ranges(), s.Ranges())
 		}
 	}

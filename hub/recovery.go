@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -125,24 +126,11 @@ func (s *Server) checkRecovered(dedup map[streamKey]*dedupState) {
 		if dev := s.reg.devices[k.device]; dev != nil && dev.Streams[k.id.String()] != nil {
 			got = dev.Streams[k.id.String()].Applied
 		}
-		if !equalRanges(got.Ranges(), d.applied.Ranges()) {
+		if !slices.Equal(got.Ranges(), d.applied.Ranges()) {
 			s.log.Error("recovered state disagrees with the stored applied ranges; dedup follows the stored ranges",
 				"device", k.device, "stream", k.id.String(), "stored", d.applied.Count(), "rebuilt", got.Count())
 		}
 	}
-}
-
-// equalRanges reports whether two range lists are equal.
-func equalRanges(a, b []SeqRange) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // StateDump returns the applied state as a checkpoint stores it

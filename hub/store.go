@@ -250,6 +250,18 @@ func (s *store) deleteChunks(ck *checkpoint) {
 	}
 }
 
+// deleteKeys deletes keys in one write batch.
+func deleteKeys(db *badger.DB, keys [][]byte) error {
+	wb := db.NewWriteBatch()
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
+			wb.Cancel()
+			return err
+		}
+	}
+	return wb.Flush()
+}
+
 // badgerLogger sends Badger's logs to slog; its info chatter goes to debug.
 type badgerLogger struct{ l *slog.Logger }
 
