@@ -131,9 +131,13 @@ func (u *Uplink) readBatches(now time.Time, n int) ([]*flight, error) {
 		u.draining = false
 		return nil, nil
 	}
+	// One header for the pass: the backlog, gaps and clock estimate are
+	// read once, not once per batch.
+	stats := u.st.Stats()
+	hdr := u.batchHeader(stats)
 	fs := make([]*flight, 0, len(as))
 	for _, a := range as {
-		payload, stats, err := u.encode(a)
+		payload, err := u.encode(a, hdr)
 		if err != nil {
 			if len(fs) > 0 {
 				return fs, nil // the rest is read again next time
@@ -189,16 +193,13 @@ func (u *Uplink) retime(seq uint64, rec []byte) []byte {
 	return fixed
 }
 
-// encode frames the assembled batch behind its header, without decoding
-// the events.
-func (u *Uplink) encode(a *assembly) ([]byte, buffer.Stats, error) {
-	stats := u.st.Stats()
+// batchHeader is the header fields every batch of one read pass shares:
+// device, stream, backlog figures, gaps and the clock estimate.
+func (u *Uplink) batchHeader(stats buffer.Stats) *wirepb.Batch {
 	hdr := &wirepb.Batch{
-		DeviceId:   u.opts.DeviceID,
-		StreamId:   u.sid[:],
-		FirstSeq:   a.first,
-		SendTimeNs: u.opts.Now().UnixNano(),
-		Backlog:    &wirepb.Backlog{Events: stats.Depth, Bytes: uint64(max(stats.Bytes, 0)), OldestNs: stats.OldestMs * int64(time.Millisecond)},
+		DeviceId: u.opts.DeviceID,
+		StreamId: u.sid[:],
+		Backlog:  &wirepb.Backlog{Events: stats.Depth, Bytes: uint64(max(stats.Bytes, 0)), OldestNs: stats.OldestMs * int64(time.Millisecond)},
 	}
 	for _, g := range u.st.Gaps() {
 		hdr.Gaps = append(hdr.Gaps, &wirepb.Gap{FirstSeq: g.First, LastSeq: g.Last, Reason: g.Reason})
@@ -206,12 +207,19 @@ func (u *Uplink) encode(a *assembly) ([]byte, buffer.Stats, error) {
 	if u.opts.Clock != nil {
 		hdr.Clock = u.opts.Clock()
 	}
+	return hdr
+}
+
+// encode frames the assembled batch behind hdr (its first sequence number
+// and send time set here), without decoding the events.
+func (u *Uplink) encode(a *assembly, hdr *wirepb.Batch) ([]byte, error) {
+	hdr.FirstSeq, hdr.SendTimeNs = a.first, u.opts.Now().UnixNano()
 	body, err := wire.AppendBatchHeader(a.body[:0], hdr)
 	if err != nil {
-		return nil, stats, fmt.Errorf("uplink: encode batch from %d: %w", a.first, err)
+		return nil, fmt.Errorf("uplink: encode batch from %d: %w", a.first, err)
 	}
 	a.body = append(body, a.events...)
-	return wire.FrameWith(wire.MsgBatch, u.codec, a.body), stats, nil
+	return wire.FrameWith(wire.MsgBatch, u.codec, a.body), nil
 }
 
 // ackTimeout is the wait for an answer after the n-th publish of a batch:
