@@ -169,6 +169,10 @@ func TestScenarioValidate(t *testing.T) {
 		{"window", func(s *Scenario) { s.Verify.Windows = []string{"tumbling:15s"} }, "verify.windows[0]"},
 		{"session", func(s *Scenario) { s.Verify.Windows = []string{"session:30s"} }, "verify.windows[0]"},
 		{"random", func(s *Scenario) { s.Classes[0].Link.Random = RandomOutages{Every: time.Hour} }, "link.random"},
+		{"ramp up", func(s *Scenario) { s.RampUp = s.Duration }, "ramp_up"},
+		{"warmup", func(s *Scenario) { s.RampUp, s.Warmup = s.Duration/2, s.Duration/2 }, "warmup"},
+		{"latency", func(s *Scenario) { s.Classes[0].Link.Latency = -time.Second }, "link.latency"},
+		{"jitter", func(s *Scenario) { s.Classes[0].Link.Jitter = time.Hour }, "link.jitter"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {

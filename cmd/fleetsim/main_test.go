@@ -110,3 +110,18 @@ func writeFile(t *testing.T, path, s string) {
 		t.Fatal(err)
 	}
 }
+
+func TestProbeEveryFlag(t *testing.T) {
+	c, err := loadConfig([]string{"--probe-every", "250ms"})
+	if err != nil || c.probeEvery != 250*time.Millisecond {
+		t.Fatalf("--probe-every 250ms: %v %v", c, err)
+	}
+	if c, err := loadConfig([]string{"--probe-every", "0"}); err != nil || c.probeEvery != 0 {
+		t.Fatalf("--probe-every 0: %v %v", c, err)
+	}
+	for _, bad := range []string{"soon", "1ms"} {
+		if _, err := loadConfig([]string{"--probe-every", bad}); err == nil || !strings.Contains(err.Error(), "--probe-every") {
+			t.Fatalf("--probe-every %s: %v", bad, err)
+		}
+	}
+}
