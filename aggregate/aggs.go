@@ -88,6 +88,7 @@ func (e *Engine) merge(dst, src *partial, sketch bool) {
 		}
 		return
 	}
+	dst.q = nil // stored quantiles describe one partial, not a merge
 	dst.count += src.count
 	dst.addSum(src.sum)
 	dst.comp += src.comp
@@ -116,43 +117,52 @@ func (e *Engine) merge(dst, src *partial, sketch bool) {
 // clamped to the exact [lo, hi]. Without negative values it makes one pass
 // over the bins instead of one per quantile.
 func quantiles(sk *ddsketch.DDSketch, lo, hi float64) (p50, p95, p99 float64) {
-	qs := [3]float64{0.5, 0.95, 0.99}
-	var out [3]float64
 	count := sk.GetCount()
 	if count == 0 {
 		return 0, 0, 0
 	}
+	var w rankWalk
 	if !sk.GetNegativeValueStore().IsEmpty() {
-		for i, q := range qs {
-			out[i], _ = sk.GetValueAtQuantile(q)
+		for i, q := range rankQs {
+			w.out[i], _ = sk.GetValueAtQuantile(q)
 		}
 	} else {
-		zero := sk.GetZeroCount()
-		i, cum := 0, zero
-		for i < 3 && float64(qs[i]*(count-1)) < zero {
-			i++ // out[i] stays 0
+		w = rankWalk{sk: sk, count: count, cum: sk.GetZeroCount()}
+		for w.i < 3 && rankQs[w.i]*(count-1) < w.cum {
+			w.i++ // out[i] stays 0
 		}
-		forEachBin(sk.GetPositiveValueStore(), func(index int, c float64) bool {
-			cum += c
-			for i < 3 && float64(qs[i]*(count-1)) < cum {
-				out[i] = sk.Value(index)
-				i++
-			}
-			return i == 3
-		})
+		// The concrete store's ForEach with a closure that does not escape:
+		// no allocation per call (quantiles run once per window of a query).
+		if ds, ok := sk.GetPositiveValueStore().(*store.CollapsingLowestDenseStore); ok {
+			ds.ForEach(func(index int, c float64) bool { return w.step(index, c) })
+		} else {
+			w2 := w
+			sk.GetPositiveValueStore().ForEach(func(index int, c float64) bool { return w2.step(index, c) })
+			w = w2
+		}
 	}
-	for i := range out {
-		out[i] = min(max(out[i], lo), hi) // exact bounds only shrink the error
+	for i := range w.out {
+		w.out[i] = min(max(w.out[i], lo), hi) // exact bounds only shrink the error
 	}
-	return out[0], out[1], out[2]
+	return w.out[0], w.out[1], w.out[2]
 }
 
-// forEachBin calls the concrete store's ForEach when it can, so the
-// closure does not escape to the heap.
-func forEachBin(s store.Store, fn func(index int, count float64) bool) {
-	if ds, ok := s.(*store.CollapsingLowestDenseStore); ok {
-		ds.ForEach(fn)
-		return
+// rankQs are the quantiles a WindowResult reports.
+var rankQs = [3]float64{0.5, 0.95, 0.99}
+
+// rankWalk finds the values at rankQs in one ascending pass over bins.
+type rankWalk struct {
+	sk         *ddsketch.DDSketch
+	count, cum float64
+	i          int
+	out        [3]float64
+}
+
+func (w *rankWalk) step(index int, c float64) bool {
+	w.cum += c
+	for w.i < 3 && rankQs[w.i]*(w.count-1) < w.cum {
+		w.out[w.i] = w.sk.Value(index)
+		w.i++
 	}
-	s.ForEach(fn)
+	return w.i == 3
 }

@@ -18,9 +18,9 @@ type blockKey struct {
 // cacheBlock is the decoded stored partials of one block, ascending by
 // bucket. They are read only: queries share them (sketches included).
 type cacheBlock struct {
-	key    blockKey
-	parts  []partial
-	sketch bool // sketches were decoded
+	key   blockKey
+	parts []partial
+	need  need // what was decoded of the quantile state
 }
 
 // partCache keeps decoded partials read from the store by recent queries,
@@ -40,12 +40,12 @@ func newPartCache(max int) *partCache {
 	return &partCache{max: max, blocks: map[blockKey]*list.Element{}}
 }
 
-// get returns a cached block that has sketches when sketch is true.
-func (c *partCache) get(k blockKey, sketch bool) ([]partial, bool) {
+// get returns a cached block decoded at least as far as n asks.
+func (c *partCache) get(k blockKey, n need) ([]partial, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.blocks[k]
-	if !ok || (sketch && !el.Value.(*cacheBlock).sketch) {
+	if !ok || el.Value.(*cacheBlock).need < n {
 		c.misses++
 		return nil, false
 	}
@@ -55,11 +55,11 @@ func (c *partCache) get(k blockKey, sketch bool) ([]partial, bool) {
 }
 
 // contains reports whether get would find the block, without counting.
-func (c *partCache) contains(k blockKey, sketch bool) bool {
+func (c *partCache) contains(k blockKey, n need) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.blocks[k]
-	return ok && (!sketch || el.Value.(*cacheBlock).sketch)
+	return ok && el.Value.(*cacheBlock).need >= n
 }
 
 // missed counts n more blocks read from the store.
@@ -71,14 +71,14 @@ func (c *partCache) missed(n int) {
 
 // add caches a block, replacing an older entry and evicting the least
 // recently used blocks beyond max partials.
-func (c *partCache) add(k blockKey, parts []partial, sketch bool) {
+func (c *partCache) add(k blockKey, parts []partial, n need) {
 	if weight(parts) > c.max {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.removeLocked(k)
-	c.blocks[k] = c.lru.PushFront(&cacheBlock{key: k, parts: parts, sketch: sketch})
+	c.blocks[k] = c.lru.PushFront(&cacheBlock{key: k, parts: parts, need: n})
 	c.n += weight(parts)
 	for c.n > c.max {
 		c.removeLocked(c.lru.Back().Value.(*cacheBlock).key)

@@ -72,3 +72,67 @@ func TestQueryCacheMixedBlocks(t *testing.T) {
 		t.Fatalf("cache stats %+v", s)
 	}
 }
+
+// TestStoredQuantiles: a query whose windows are single stored partials
+// answers quantiles from the values stored with them, exactly as from the
+// sketches; partials stored without them (by older versions) still answer
+// from their sketches; and a block cached without quantiles is read again
+// when a query asks for them.
+func TestStoredQuantiles(t *testing.T) {
+	var live, evicted *Engine
+	for i, after := range []time.Duration{1000 * time.Hour, time.Minute} {
+		opt := testOptions()
+		opt.EvictAfter = after
+		opt.QueryCachePartials = 5000
+		opt.Store = NewMemStore()
+		e := newEngine(t, opt)
+		var seq uint64
+		for h := 0; h < 3; h++ {
+			b := series10s("a", 1, &seq, time.Duration(h)*time.Hour, time.Duration(h+1)*time.Hour, at(time.Duration(h+1)*time.Hour))
+			for j := range b.Events {
+				b.Events[j].Value = float64(j%17) * 1.5
+			}
+			mustApply(t, e, b)
+		}
+		if i == 0 {
+			live = e
+		} else {
+			evicted = e
+		}
+	}
+	ms := evicted.opt.Store.(*MemStore)
+	// Rewrite the first hour's partials as an older version stored them.
+	for bk := at(0) / int64(10*time.Second); bk < at(time.Hour)/int64(10*time.Second); bk++ {
+		data, ok, err := ms.Get(0, bk)
+		if err != nil || !ok {
+			t.Fatalf("partial %d: %v %v", bk, ok, err)
+		}
+		var p partial
+		d := decoder{b: data}
+		decodePartial(&d, evicted.sks, &p, true)
+		var enc encoder
+		encodePartial(&enc, &p)
+		if len(enc.b) != len(data)-24 {
+			t.Fatalf("stored partial is %d bytes, %d without quantiles", len(data), len(enc.b))
+		}
+		if err := ms.Put(0, bk, enc.b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evicted.cache.reset()
+	w := WindowSpec{Kind: Tumbling, Size: 10 * time.Second}
+	q := Query{Metric: "m", Window: w, From: t0, To: t0.Add(3 * time.Hour)}
+	noQ := q
+	noQ.Aggs = AggCount | AggSum
+	mustQuery(t, evicted, noQ) // caches blocks without quantiles
+	want := mustQuery(t, live, q)
+	for round := 0; round < 2; round++ {
+		got := mustQuery(t, evicted, q)
+		if d := diffResults(want, got); d != "" {
+			t.Fatalf("round %d: %s", round, d)
+		}
+		if got[5].P99 == 0 || got[400].P99 == 0 {
+			t.Fatalf("round %d: no quantiles: %+v %+v", round, got[5], got[400])
+		}
+	}
+}

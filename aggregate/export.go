@@ -82,7 +82,7 @@ func (e *Engine) ExportPartials(q Query) (*PartialSet, error) {
 	if err := e.checkGroupBy(q.GroupBy); err != nil {
 		return nil, err
 	}
-	p := &queryPlan{Query: q, sketch: true, limit: e.opt.MaxQueryResults}
+	p := &queryPlan{Query: q, sketches: true, limit: e.opt.MaxQueryResults}
 	p.from, p.to = q.From.UnixNano(), q.To.UnixNano()
 	p.b0, p.b1 = floorDiv(p.from, e.res), -floorDiv(-p.to, e.res)
 	ps := &PartialSet{Metric: q.Metric, GroupBy: slices.Clone(q.GroupBy), From: ts(p.b0 * e.res), To: ts(p.b1 * e.res),

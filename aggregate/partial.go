@@ -38,6 +38,9 @@ type partial struct {
 	seq        uint64 // highest batch Seq that changed the partial
 	sk         *ddsketch.DDSketch
 	late       []lateMark
+	// q holds p50, p95 and p99 of a stored partial decoded without its
+	// sketch (see encodeStored); nil otherwise.
+	q *[3]float64
 }
 
 func (p *partial) reset(bucket int64) {
@@ -170,9 +173,56 @@ func encodePartial(e *encoder, p *partial) {
 	e.bytes(sk)
 }
 
+// encodeStored appends p as the engine evicts it into the PartialStore:
+// encodePartial followed by its p50, p95 and p99, so that a query whose
+// windows are single partials answers quantiles without decoding sketches.
+// Readers of encodePartial's format ignore the trailing quantiles.
+func encodeStored(e *encoder, p *partial) {
+	encodePartial(e, p)
+	if p.sk != nil {
+		q50, q95, q99 := quantiles(p.sk, p.min, p.max)
+		e.f64(q50)
+		e.f64(q95)
+		e.f64(q99)
+	}
+}
+
+// need is how much of a stored partial's quantile state a query decodes.
+type need uint8
+
+const (
+	needNone      need = iota // no quantiles asked
+	needQuantiles             // each window is one partial: its stored p50/p95/p99 do
+	needSketch                // windows merge partials: decode the sketches
+)
+
+// decodeStored reads what encodeStored (or, for partials stored by older
+// versions, encodePartial) wrote, decoding the sketch only when n asks for
+// it, or asks for quantiles and the partial has none stored.
+func decodeStored(d *decoder, sks *sketches, p *partial, n need, q *[3]float64) {
+	skb := decodePartial(d, sks, p, n == needSketch)
+	if d.err != nil || n != needQuantiles {
+		return
+	}
+	if len(d.b) >= 24 {
+		q[0], q[1], q[2] = d.f64(), d.f64(), d.f64()
+		p.q = q
+		return
+	}
+	if len(skb) == 0 {
+		return
+	}
+	sk, err := sks.decode(skb)
+	if err != nil {
+		d.fail("sketch")
+		return
+	}
+	p.sk = sk
+}
+
 // decodePartial reads what encodePartial wrote; without sketch the
-// sketch bytes are skipped (queries that want no quantiles).
-func decodePartial(d *decoder, sks *sketches, p *partial, sketch bool) {
+// sketch bytes are skipped (queries that want no quantiles) and returned.
+func decodePartial(d *decoder, sks *sketches, p *partial, sketch bool) (skb []byte) {
 	p.bucket = d.varint()
 	p.count = d.uvarint()
 	p.sum, p.comp, p.min, p.max = d.f64(), d.f64(), d.f64(), d.f64()
@@ -187,14 +237,15 @@ func decodePartial(d *decoder, sks *sketches, p *partial, sketch bool) {
 			p.late[i] = lateMark{wm: d.varint(), apply: d.uvarint(), n: uint32(d.uvarint())}
 		}
 	}
-	skb := d.bytes()
+	skb = d.bytes()
 	if d.err != nil || !sketch {
-		return
+		return skb
 	}
 	sk, err := sks.decode(skb)
 	if err != nil {
 		d.fail("sketch")
-		return
+		return nil
 	}
 	p.sk = sk
+	return nil
 }

@@ -76,6 +76,7 @@ func propOptions() Options {
 }
 
 var propSpecs = []WindowSpec{
+	{Kind: Tumbling, Size: 10 * time.Second}, // one partial per window: stored quantiles
 	{Kind: Tumbling, Size: time.Minute},
 	{Kind: Hopping, Size: 5 * time.Minute, Slide: time.Minute},
 	{Kind: Sliding, Size: 30 * time.Second},

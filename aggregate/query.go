@@ -70,7 +70,8 @@ type queryPlan struct {
 	from, to int64
 	b0, b1   int64 // bucket range to read, [b0, b1)
 	limit    int
-	sketch   bool
+	need     need // quantile state read from the store (set by collect)
+	sketches bool // decode every sketch (partials exported for merging)
 }
 
 // Query computes the windows of q. Invalid parameters give a *ParamError
@@ -126,7 +127,6 @@ func (e *Engine) plan(q Query) (*queryPlan, error) {
 	if p.Aggs == 0 {
 		p.Aggs = AllAggs
 	}
-	p.sketch = p.Aggs.quantiles()
 	p.from, p.to = q.From.UnixNano(), q.To.UnixNano()
 	p.b0, p.b1 = e.bucketRange(p)
 	return p, nil
@@ -166,6 +166,7 @@ type group struct {
 	device  string // when grouped by device: its streams decide Behind
 	accs    []partial
 	aliased bool // accs are a series' live partials: read only
+	series  int  // series in the group
 }
 
 // queryRun is one query's working state.
@@ -185,12 +186,22 @@ func (e *Engine) newRun(p *queryPlan) *queryRun {
 // collect rolls the series' partials in range up into their groups.
 func (r *queryRun) collect(ids []uint32) error {
 	var kb strings.Builder
-	for _, id := range ids {
+	groups := make([]*group, len(ids))
+	for i, id := range ids {
 		s := &r.e.series.list[id]
 		if r.p.Device != "" && s.device != r.p.Device {
 			continue
 		}
-		g := r.groupOf(s, &kb)
+		groups[i] = r.groupOf(s, &kb)
+		groups[i].series++
+	}
+	r.p.need = r.planNeed()
+	for i, id := range ids {
+		g := groups[i]
+		if g == nil {
+			continue
+		}
+		s := &r.e.series.list[id]
 		parts, err := r.seriesParts(id, s)
 		if err != nil {
 			return err
@@ -202,6 +213,28 @@ func (r *queryRun) collect(ids []uint32) error {
 		r.mergeInto(g, parts)
 	}
 	return nil
+}
+
+// planNeed decides how much quantile state stored partials must decode:
+// none without quantiles; their stored quantiles when every window is one
+// partial of one series (aligned windows one bucket wide, one series per
+// group); the sketches otherwise, to merge them.
+func (r *queryRun) planNeed() need {
+	if r.p.sketches {
+		return needSketch
+	}
+	if !r.p.Aggs.quantiles() {
+		return needNone
+	}
+	if r.p.spec.Kind == Session || int64(r.p.spec.Size) != r.e.res {
+		return needSketch
+	}
+	for _, g := range r.groups {
+		if g.series > 1 {
+			return needSketch
+		}
+	}
+	return needQuantiles
 }
 
 func (r *queryRun) groupOf(s *series, kb *strings.Builder) *group {
@@ -244,7 +277,7 @@ func (r *queryRun) seriesParts(id uint32, s *series) ([]partial, error) {
 	if !s.stored || s.storedMax < r.p.b0 {
 		return live, nil
 	}
-	stored, err := r.e.storedParts(id, r.p.b0, min(r.p.b1, s.storedMax+1), r.p.sketch)
+	stored, err := r.e.storedParts(id, r.p.b0, min(r.p.b1, s.storedMax+1), r.p.need)
 	if err != nil {
 		return nil, err
 	}
@@ -252,27 +285,38 @@ func (r *queryRun) seriesParts(id uint32, s *series) ([]partial, error) {
 }
 
 // storedParts returns the decoded stored partials of a series with from
-// <= bucket < to: cached blocks from the cache, each run of missing blocks
-// with one store scan (then cached).
-func (e *Engine) storedParts(id uint32, from, to int64, sketch bool) ([]partial, error) {
-	out := make([]partial, 0, min(to-from, 1<<16))
+// <= bucket < to, decoded as n asks: cached blocks from the cache, each run
+// of missing blocks with one store scan (then cached).
+func (e *Engine) storedParts(id uint32, from, to int64, n need) ([]partial, error) {
+	var out []partial
+	add := func(parts []partial) {
+		if out == nil {
+			out = make([]partial, 0, min(to-from, 1<<16))
+		}
+		out = appendBuckets(out, parts, from, to)
+	}
 	last := floorDiv(to-1, cacheBlockBuckets)
 	for blk := floorDiv(from, cacheBlockBuckets); blk <= last; {
-		if parts, ok := e.cache.get(blockKey{id, blk}, sketch); ok {
-			out = appendBuckets(out, parts, from, to)
+		if parts, ok := e.cache.get(blockKey{id, blk}, n); ok {
+			add(parts)
 			blk++
 			continue
 		}
 		end := blk + 1
-		for end <= last && !e.cache.contains(blockKey{id, end}, sketch) {
+		for end <= last && !e.cache.contains(blockKey{id, end}, n) {
 			end++
 		}
 		e.cache.missed(int(end - blk - 1))
-		parts, err := e.readBlocks(id, blk, end, sketch)
+		parts, err := e.readBlocks(id, blk, end, n)
 		if err != nil {
 			return nil, err
 		}
-		out = appendBuckets(out, parts, from, to)
+		if out == nil && end > last { // one read covers the range: no copy
+			i, _ := searchParts(parts, from)
+			j, _ := searchParts(parts, to)
+			return parts[i:j:j], nil
+		}
+		add(parts)
 		blk = end
 	}
 	return out, nil
@@ -289,13 +333,24 @@ func appendBuckets(out, parts []partial, from, to int64) []partial {
 // series in one scan and caches them block by block. Corrupt entries are
 // counted as store errors and left out (and nothing is cached: the store
 // may be repaired).
-func (e *Engine) readBlocks(id uint32, b0, b1 int64, sketch bool) ([]partial, error) {
-	var parts []partial
+func (e *Engine) readBlocks(id uint32, b0, b1 int64, n need) ([]partial, error) {
+	parts := make([]partial, 0, min((b1-b0)*cacheBlockBuckets, 1<<14))
+	var qs [][3]float64 // stored quantiles, allocated in slabs
 	bad := 0
 	err := e.opt.Store.Scan(id, b0*cacheBlockBuckets, b1*cacheBlockBuckets, func(bk int64, data []byte) bool {
+		if n == needQuantiles && len(qs) == 0 {
+			qs = make([][3]float64, cacheBlockBuckets)
+		}
 		var p partial
 		d := decoder{b: data}
-		decodePartial(&d, e.sks, &p, sketch)
+		var q *[3]float64
+		if len(qs) > 0 {
+			q = &qs[0]
+		}
+		decodeStored(&d, e.sks, &p, n, q)
+		if p.q != nil {
+			qs = qs[1:]
+		}
 		if d.err != nil {
 			bad++
 			return true
@@ -313,7 +368,7 @@ func (e *Engine) readBlocks(id uint32, b0, b1 int64, sketch bool) ([]partial, er
 	for blk := b0; blk < b1; blk++ {
 		i, _ := searchParts(parts, blk*cacheBlockBuckets)
 		j, _ := searchParts(parts, (blk+1)*cacheBlockBuckets)
-		e.cache.add(blockKey{id, blk}, parts[i:j:j], sketch)
+		e.cache.add(blockKey{id, blk}, parts[i:j:j], n)
 	}
 	return parts, nil
 }
@@ -322,6 +377,9 @@ func (e *Engine) readBlocks(id uint32, b0, b1 int64, sketch bool) ([]partial, er
 func mergeSorted(a, b []partial) []partial {
 	if len(a) == 0 {
 		return b
+	}
+	if len(b) == 0 {
+		return a
 	}
 	out := make([]partial, 0, len(a)+len(b))
 	i, j := 0, 0
@@ -364,7 +422,7 @@ func (r *queryRun) mergeInto(g *group, parts []partial) {
 			a = shared(&g.accs[i])
 			i++
 		}
-		r.e.merge(&a, &parts[j], r.p.sketch)
+		r.e.merge(&a, &parts[j], r.p.need == needSketch)
 		out = append(out, a)
 		j++
 	}
@@ -432,7 +490,8 @@ func (r *queryRun) aligned(g *group, out []WindowResult) ([]WindowResult, error)
 			if len(out) >= r.p.limit {
 				return nil, &LimitError{Limit: "max_query_results", Max: r.p.limit, Need: len(out) + 1}
 			}
-			out = append(out, r.result(g, g.accs[lo:hi], s, s+size))
+			out = append(out, WindowResult{})
+			r.result(&out[len(out)-1], g, g.accs[lo:hi], s, s+size)
 			next = s + slide
 		}
 	}
@@ -454,29 +513,30 @@ func (r *queryRun) sessions(g *group, out []WindowResult) ([]WindowResult, error
 			if len(out) >= r.p.limit {
 				return nil, &LimitError{Limit: "max_query_results", Max: r.p.limit, Need: len(out) + 1}
 			}
-			out = append(out, r.result(g, g.accs[i:j], start, end))
+			out = append(out, WindowResult{})
+			r.result(&out[len(out)-1], g, g.accs[i:j], start, end)
 		}
 		i = j
 	}
 	return out, nil
 }
 
-// result folds the accumulators of one window into a WindowResult.
-func (r *queryRun) result(g *group, accs []partial, start, end int64) WindowResult {
+// result folds the accumulators of one window into w (in place: a
+// WindowResult is large and a query makes many).
+func (r *queryRun) result(w *WindowResult, g *group, accs []partial, start, end int64) {
 	e := r.e
 	agg := &accs[0]
 	if len(accs) > 1 {
 		agg = &partial{}
 		agg.reset(accs[0].bucket)
 		for i := range accs {
-			e.merge(agg, &accs[i], r.p.sketch)
+			e.merge(agg, &accs[i], r.p.need == needSketch)
 		}
 	}
-	w := WindowResult{Start: ts(start), End: ts(end), Group: g.labels, Behind: r.behind.count(g.device, end)}
+	w.Start, w.End, w.Group, w.Behind = ts(start), ts(end), g.labels, r.behind.count(g.device, end)
 	w.Final = e.clk.hasFinal && end+int64(e.opt.AllowedLateness) <= e.clk.final
 	w.Late, w.Revision = lateness(agg.late, end+int64(e.opt.AllowedLateness))
-	r.fill(&w, agg)
-	return w
+	r.fill(w, agg)
 }
 
 // fill sets the asked-for aggregates.
@@ -493,8 +553,13 @@ func (r *queryRun) fill(w *WindowResult, agg *partial) {
 	if a.Has(AggLast) {
 		w.Last, w.LastTime = agg.lastV, ts(agg.lastT)
 	}
-	if r.p.sketch && agg.sk != nil {
-		w.P50, w.P95, w.P99 = quantiles(agg.sk, agg.min, agg.max)
+	if a.quantiles() {
+		switch {
+		case agg.sk != nil:
+			w.P50, w.P95, w.P99 = quantiles(agg.sk, agg.min, agg.max)
+		case agg.q != nil:
+			w.P50, w.P95, w.P99 = agg.q[0], agg.q[1], agg.q[2]
+		}
 	}
 }
 

@@ -153,7 +153,7 @@ func (e *Engine) evict() {
 // put encodes one partial into the store and recycles its sketch.
 func (e *Engine) put(id uint32, s *series, p *partial, enc *encoder) bool {
 	enc.b = nil // the store keeps the slice
-	encodePartial(enc, p)
+	encodeStored(enc, p)
 	if err := e.opt.Store.Put(id, p.bucket, enc.b); err != nil {
 		e.stats.storeErrors++
 		return false

@@ -142,7 +142,7 @@ func (p *badgerPartials) Scan(series uint32, from, to int64, fn func(int64, []by
 	slices.SortFunc(buffered, func(a, b entry) int { return cmp.Compare(a.bucket, b.bucket) })
 	return p.db.View(func(txn *badger.Txn) error {
 		prefix := seriesPrefix(gen, series)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 64})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		end := partialKey(gen, series, to)
 		for it.Seek(partialKey(gen, series, from)); it.Valid(); it.Next() {
