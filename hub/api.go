@@ -134,9 +134,8 @@ func (s *Server) serveAggregates(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	out := AggregatesResponse{Metric: q.Metric, Window: name, From: rfc3339(q.From), To: rfc3339(q.To),
-		Aggs: q.Aggs.Names(), Windows: windowsJSON(res, q.Aggs)}
-	writeData(w, out)
+	head := AggregatesResponse{Metric: q.Metric, Window: name, From: rfc3339(q.From), To: rfc3339(q.To), Aggs: q.Aggs.Names()}
+	writeAggregates(w, head, res, q.Aggs)
 }
 
 // windowsJSON converts query results.
