@@ -132,11 +132,16 @@ type deviceAuth struct {
 	ids   map[*mqtt.Client]string   // verified identity of each connected client
 	pend  map[*mqtt.Client]string   // verified at CONNECT, session not yet established
 	conns map[string]map[string]int // identity -> client id -> open connections
+	// revokedPend holds pending clients whose credentials were revoked
+	// before their session was established: they are disconnected as soon
+	// as it is (the broker has sent CONNACK by then, so a reload racing a
+	// connect must not let it through).
+	revokedPend map[*mqtt.Client]bool
 }
 
 func newDeviceAuth(sec BrokerSecurity, m *brokerMetrics) *deviceAuth {
 	return &deviceAuth{sec: sec, m: m, ids: map[*mqtt.Client]string{}, conns: map[string]map[string]int{},
-		pend: map[*mqtt.Client]string{}}
+		pend: map[*mqtt.Client]string{}, revokedPend: map[*mqtt.Client]bool{}}
 }
 
 // ID names the hook.
@@ -235,6 +240,7 @@ func (a *deviceAuth) admit(cl *mqtt.Client, pk packets.Packet, id string) string
 			switch {
 			case c.Closed():
 				delete(a.pend, c)
+				delete(a.revokedPend, c)
 			case pid == id && c != cl:
 				ids[c.ID] = true
 			}
@@ -247,9 +253,17 @@ func (a *deviceAuth) admit(cl *mqtt.Client, pk packets.Packet, id string) string
 	return ""
 }
 
-// OnSessionEstablished records a verified client's connection.
+// OnSessionEstablished records a verified client's connection, or
+// disconnects it when its credentials were revoked meanwhile.
 func (a *deviceAuth) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	a.mu.Lock()
+	if a.revokedPend[cl] {
+		delete(a.revokedPend, cl)
+		delete(a.pend, cl)
+		a.mu.Unlock()
+		a.disconnectRevoked(cl)
+		return
+	}
 	defer a.mu.Unlock()
 	id, ok := a.pend[cl]
 	if !ok {
@@ -275,6 +289,7 @@ func (a *deviceAuth) OnDisconnect(cl *mqtt.Client, err error, _ bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.pend, cl)
+	delete(a.revokedPend, cl)
 	id, ok := a.ids[cl]
 	if !ok {
 		return
@@ -369,19 +384,36 @@ func (a *deviceAuth) revoke(devices []string) int {
 		gone[d] = true
 	}
 	var drop []*mqtt.Client
+	pending := 0
 	a.mu.Lock()
 	for cl, id := range a.ids {
 		if _, byCert := peerCN(cl); gone[id] && !byCert {
 			drop = append(drop, cl)
 		}
 	}
+	for cl, id := range a.pend {
+		if cl.Closed() { // closed before its session: never reaches OnDisconnect
+			delete(a.pend, cl)
+			delete(a.revokedPend, cl)
+			continue
+		}
+		if _, byCert := peerCN(cl); gone[id] && !byCert {
+			a.revokedPend[cl] = true // OnSessionEstablished disconnects it
+			pending++
+		}
+	}
 	a.mu.Unlock()
 	for _, cl := range drop {
-		_ = a.srv.DisconnectClient(cl, packets.ErrNotAuthorized)
-		a.count("disconnects", disconnectRevoked)
-		a.Log.Warn("broker disconnected a client whose credentials were revoked", "client", cl.ID, "device", string(cl.Properties.Username))
+		a.disconnectRevoked(cl)
 	}
-	return len(drop)
+	return len(drop) + pending
+}
+
+// disconnectRevoked drops a client whose credentials were revoked.
+func (a *deviceAuth) disconnectRevoked(cl *mqtt.Client) {
+	_ = a.srv.DisconnectClient(cl, packets.ErrNotAuthorized)
+	a.count("disconnects", disconnectRevoked)
+	a.Log.Warn("broker disconnected a client whose credentials were revoked", "client", cl.ID, "device", string(cl.Properties.Username))
 }
 
 // ErrNoCredentialsFile is returned by ReloadCredentials when the hub was

@@ -108,6 +108,10 @@ type externalBroker struct {
 	handler   atomic.Pointer[MessageHandler]
 	paused    atomic.Bool
 	subscribe sync.Mutex
+	// subscribed is set once the subscriptions of the current connection
+	// are acknowledged: until then batches published would find no
+	// subscriber (and be dropped by the broker), so the hub is not ready.
+	subscribed atomic.Bool
 }
 
 // NewExternalBroker prepares a paho client; Start connects it (and
@@ -126,6 +130,7 @@ func NewExternalBroker(o ExternalOptions) Transport {
 		SetConnectTimeout(o.Timeout).SetWriteTimeout(o.Timeout).SetKeepAlive(30 * time.Second).
 		SetOnConnectHandler(e.onConnect).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
+			e.subscribed.Store(false)
 			o.Logger.Warn("broker connection lost", "url", redactURL(o.URL), "err", err)
 		})
 	if o.Username != "" {
@@ -171,6 +176,7 @@ func (e *externalBroker) onConnect(c paho.Client) {
 		e.opts.Logger.Error("subscribe failed", "url", redactURL(e.opts.URL), "err", err)
 		return
 	}
+	e.subscribed.Store(true)
 	e.opts.Logger.Info("connected to broker", "url", redactURL(e.opts.URL), "client_id", e.opts.ClientID)
 }
 
@@ -205,8 +211,9 @@ func (e *externalBroker) Publish(msgs []Message) error {
 	return errors.Join(errs...)
 }
 
-// Connected reports whether paho's connection is open.
-func (e *externalBroker) Connected() bool { return e.client.IsConnectionOpen() }
+// Connected reports whether paho's connection is open and the hub's
+// subscriptions on it are in place.
+func (e *externalBroker) Connected() bool { return e.client.IsConnectionOpen() && e.subscribed.Load() }
 
 // Pause stops taking messages; they stay unacknowledged in the session.
 func (e *externalBroker) Pause() { e.paused.Store(true) }
