@@ -9,10 +9,13 @@ import (
 // entry holds (an hour at the default 10 s resolution).
 const cacheBlockBuckets = 360
 
-// blockKey names one cache entry: a series and a block of buckets.
+// blockKey names one cache entry: a tier, a series and a block of
+// buckets. A tier's blocks hold cacheBlockBuckets of its partials (see
+// Engine.blockSpan).
 type blockKey struct {
+	tier   uint8
 	series uint32
-	block  int64 // bucket / cacheBlockBuckets
+	block  int64 // bucket / blockSpan(tier)
 }
 
 // cacheBlock is the decoded stored partials of one block, ascending by
@@ -27,7 +30,9 @@ type cacheBlock struct {
 // so a dashboard that asks for yesterday again does not read and decode
 // it again. It holds at most max partials, least recently used blocks
 // leave first. Final partials change only when late data reloads and
-// re-evicts them; the engine invalidates the block on every Put.
+// re-evicts them, or when downsampling and retention rewrite them; the
+// engine invalidates the blocks it changes on every Put, Replace and
+// DeleteRange.
 type partCache struct {
 	mu           sync.Mutex
 	max, n       int
@@ -85,11 +90,33 @@ func (c *partCache) add(k blockKey, parts []partial, n need) {
 	}
 }
 
-// invalidate drops the block holding a bucket of a series.
-func (c *partCache) invalidate(series uint32, bucket int64) {
+// invalidate drops a block.
+func (c *partCache) invalidate(k blockKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.removeLocked(blockKey{series, floorDiv(bucket, cacheBlockBuckets)})
+	c.removeLocked(k)
+}
+
+// invalidateRange drops the blocks of a tier's series that hold buckets
+// in [from, to), blocks of span buckets.
+func (c *partCache) invalidateRange(tier uint8, series uint32, from, to, span int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b0, b1 := floorDiv(from, span), floorDiv(to-1, span)
+	if from >= to {
+		return
+	}
+	if b1-b0 > int64(len(c.blocks)) { // a wide range: look at what is cached
+		for k := range c.blocks {
+			if k.tier == tier && k.series == series && k.block >= b0 && k.block <= b1 {
+				c.removeLocked(k)
+			}
+		}
+		return
+	}
+	for b := b0; b <= b1; b++ {
+		c.removeLocked(blockKey{tier, series, b})
+	}
 }
 
 func (c *partCache) removeLocked(k blockKey) {

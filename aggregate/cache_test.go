@@ -103,7 +103,7 @@ func TestStoredQuantiles(t *testing.T) {
 	ms := evicted.opt.Store.(*MemStore)
 	// Rewrite the first hour's partials as an older version stored them.
 	for bk := at(0) / int64(10*time.Second); bk < at(time.Hour)/int64(10*time.Second); bk++ {
-		data, ok, err := ms.Get(0, bk)
+		data, ok, err := ms.Get(0, 0, bk)
 		if err != nil || !ok {
 			t.Fatalf("partial %d: %v %v", bk, ok, err)
 		}
@@ -115,7 +115,7 @@ func TestStoredQuantiles(t *testing.T) {
 		if len(enc.b) != len(data)-24 {
 			t.Fatalf("stored partial is %d bytes, %d without quantiles", len(data), len(enc.b))
 		}
-		if err := ms.Put(0, bk, enc.b); err != nil {
+		if err := ms.Put(0, 0, bk, enc.b); err != nil {
 			t.Fatal(err)
 		}
 	}

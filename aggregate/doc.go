@@ -23,6 +23,20 @@
 // through a bounded cache, Options.QueryCachePartials, so repeated queries
 // over evicted ranges cost what live ones do.
 //
+// # Downsampling and retention
+//
+// Options.Downsample keeps stored partials bounded on a long-lived hub:
+// partials older than a tier's age (by the hub watermark, beyond any late
+// event's reach) are merged into partials of the tier's coarser
+// resolution, which replace them atomically in the store; partials older
+// than Options.PartialsRetention are deleted. Tick runs the work in
+// bounded, rate-limited passes. Which ranges may be downsampled follows
+// from the watermark alone, so a query's answer does not depend on how
+// far the passes got: windows over downsampled ranges must be multiples of
+// the resolution kept there (else a *ParamError on window) and then
+// answer exactly as without downsampling, quantiles included (sketches
+// merge exactly). ExportPartials refuses downsampled ranges.
+//
 // # Several hubs
 //
 // A hub owns a partition of the fleet. ExportPartials returns a hub's

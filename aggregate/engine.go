@@ -29,6 +29,11 @@ type Engine struct {
 	notes    notifier
 	subs     subscribers
 	cache    *partCache
+	tiers    []tier // storage tiers; tiers[0] is the base resolution
+	maint    maintenance
+	// coarseGuard passes a downsampled partial's Seq from partialFor to
+	// addEvent (Apply's goroutine only).
+	coarseGuard uint64
 	// queryStoreErrors counts corrupt stored partials queries met (they
 	// run under the read lock, so it cannot live in stats).
 	queryStoreErrors atomic.Uint64
@@ -39,6 +44,7 @@ type counters struct {
 	events, untrusted, invalid, late, tooLate, future uint64
 	seriesDropped, replaySkipped, forced, storeErrors uint64
 	evicted, reloaded                                 uint64
+	downsampled, retentionDeleted                     uint64
 }
 
 // New returns an engine with opt (defaults filled in, then validated).
@@ -58,6 +64,8 @@ func New(opt Options) (*Engine, error) {
 		clk:      newClockState(),
 		lateLog:  newRing[lateRec](opt.LateLogSize),
 		cache:    newPartCache(opt.QueryCachePartials),
+		tiers:    newTiers(opt),
+		maint:    newMaintenance(opt),
 	}
 	e.windows = configuredWindows(opt)
 	if !opt.DisableMergedStream {
@@ -98,6 +106,7 @@ func (e *Engine) Tick() {
 	defer e.mu.Unlock()
 	e.clk.advance(e.opt.Clock().UnixNano())
 	e.maybeRecompute(true)
+	e.maintain()
 	e.flushNotes()
 }
 
@@ -150,7 +159,10 @@ func (e *Engine) applyEvents(b *Batch, si uint32) (dropped int) {
 			}
 			prev = ev
 		}
-		e.addEvent(id, bk, ev, si, b.Seq, lim)
+		if !e.addEvent(id, bk, ev, si, b.Seq, lim) {
+			e.logTooLate(b, si, ev, lim.wm) // its bucket is downsampled: it cannot merge in
+			continue
+		}
 		e.advanceStream(st, ev.Time, capT)
 		if e.merged.enabled {
 			e.merged.add(e, ev, id, si)
@@ -175,12 +187,20 @@ func (e *Engine) admit(ev *Event) bool {
 	return true
 }
 
-// addEvent merges one event into its partial.
-func (e *Engine) addEvent(id uint32, bk int64, ev *Event, si uint32, batchSeq uint64, lim limits) {
+// addEvent merges one event into its partial; false when the bucket is
+// downsampled and the event is neither merged nor a replay.
+func (e *Engine) addEvent(id uint32, bk int64, ev *Event, si uint32, batchSeq uint64, lim limits) bool {
 	p := e.partialFor(id, bk)
+	if p == nil {
+		if batchSeq != 0 && batchSeq <= e.coarseGuard {
+			e.stats.replaySkipped++ // already in the downsampled partial
+			return true
+		}
+		return false
+	}
 	if batchSeq != 0 && batchSeq <= p.guard {
 		e.stats.replaySkipped++ // already in the partial reloaded from the store
-		return
+		return true
 	}
 	p.observe(ev.Value, ev.Time)
 	_ = p.sk.Add(ev.Value) // finite values beyond the mapping's range are only left out of quantiles
@@ -194,11 +214,15 @@ func (e *Engine) addEvent(id uint32, bk int64, ev *Event, si uint32, batchSeq ui
 		e.stats.late++
 		e.notes.revised(e.series.list[id].metric, bk)
 	}
+	return true
 }
 
 // partialFor returns the live partial of series id for bucket bk,
 // creating it (or reloading it from the store) when needed. The pointer
-// is valid until the series' partials change.
+// is valid until the series' partials change. It is nil when the bucket
+// is covered by a downsampled partial (which no event may change; when
+// options are valid only a replay gets here): coarseGuard is then that
+// partial's highest batch Seq.
 func (e *Engine) partialFor(id uint32, bk int64) *partial {
 	s := &e.series.list[id]
 	n := len(s.parts)
@@ -224,6 +248,12 @@ func (e *Engine) olderPartial(id uint32, s *series, bk int64) *partial {
 	}
 	var p partial
 	if !e.reload(id, s, bk, &p) {
+		if len(e.tiers) > 1 && s.stored && bk <= s.storedMax {
+			if seq, ok := e.coarseSeq(id, bk); ok {
+				e.coarseGuard = seq
+				return nil
+			}
+		}
 		p.reset(bk)
 		p.sk = e.sks.get()
 	}
@@ -237,7 +267,7 @@ func (e *Engine) reload(id uint32, s *series, bk int64, p *partial) bool {
 	if !s.stored || bk > s.storedMax {
 		return false
 	}
-	data, ok, err := e.opt.Store.Get(id, bk)
+	data, ok, err := e.opt.Store.Get(0, id, bk)
 	if err != nil {
 		e.stats.storeErrors++
 		return false

@@ -69,7 +69,9 @@ func (ps *PartialSet) Groups() (groups, partials int) {
 // ExportPartials returns the partials of q.Metric with From <= bucket
 // start < To (widened to whole buckets), merged per group of q.GroupBy.
 // q.Window, Aggs and Limit are ignored. Bad parameters give a *ParamError;
-// more than max_query_partials partials a *LimitError.
+// more than max_query_partials partials a *LimitError. A range that
+// reaches downsampled data (see Options.Downsample) is a *ParamError for
+// from: sets carry base-resolution partials only.
 func (e *Engine) ExportPartials(q Query) (*PartialSet, error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -85,6 +87,13 @@ func (e *Engine) ExportPartials(q Query) (*PartialSet, error) {
 	p := &queryPlan{Query: q, sketches: true, limit: e.opt.MaxQueryResults}
 	p.from, p.to = q.From.UnixNano(), q.To.UnixNano()
 	p.b0, p.b1 = floorDiv(p.from, e.res), -floorDiv(-p.to, e.res)
+	if t := e.deepestTier(p.b0); t > 0 {
+		// A set has one resolution, and a merging client could not tell
+		// which windows downsampled partials answer exactly: refuse.
+		return nil, paramErr("from", "partials before %s are downsampled to %v (older than %v); partial sets hold base-resolution (%v) partials only: use a from at or after %s, or query each hub with a window that is a multiple of %v",
+			ts(e.tierCut(1)*e.res).Format(time.RFC3339), e.opt.Downsample[t-1].Resolution, e.opt.Downsample[t-1].After,
+			e.opt.Resolution, ts(e.tierCut(1)*e.res).Format(time.RFC3339), e.opt.Downsample[t-1].Resolution)
+	}
 	ps := &PartialSet{Metric: q.Metric, GroupBy: slices.Clone(q.GroupBy), From: ts(p.b0 * e.res), To: ts(p.b1 * e.res),
 		Resolution: e.opt.Resolution, SketchAccuracy: e.opt.SketchAccuracy, SketchMaxBins: e.opt.SketchMaxBins,
 		AllowedLateness: e.opt.AllowedLateness, watermark: e.clk.final, hasWatermark: e.clk.hasFinal}

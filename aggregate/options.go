@@ -33,6 +33,19 @@ type Options struct {
 	// EvictAfter is how long after becoming final a partial stays live in
 	// memory before it is encoded into Store. Default 1h.
 	EvictAfter time.Duration `yaml:"evict_after" mapstructure:"evict_after"`
+	// Downsample lists the tiers stored partials move through as they age
+	// (by the hub watermark): partials older than a tier's After are merged
+	// into partials of its Resolution, which replace them. Resolutions are
+	// multiples of Resolution and of the previous tier's; Afters increase
+	// and exceed allowed_lateness + late_horizon + evict_after, so
+	// downsampled partials can no longer change. Queries over downsampled
+	// data need windows that are multiples of the resolution kept there.
+	// Empty (the default) keeps every partial at the base resolution.
+	Downsample []DownsampleTier `yaml:"downsample" mapstructure:"downsample"`
+	// PartialsRetention deletes stored partials of every tier older than
+	// this (by the hub watermark); it must exceed the last downsample
+	// tier's After. 0 (the default) keeps them forever.
+	PartialsRetention time.Duration `yaml:"partials_retention" mapstructure:"partials_retention"`
 	// MaxSessionSpan bounds how far a query scans past its range to close
 	// a session; longer sessions are cut. Default 24h.
 	MaxSessionSpan time.Duration `yaml:"max_session_span" mapstructure:"max_session_span"`
@@ -80,6 +93,16 @@ type Options struct {
 	Clock func() time.Time `yaml:"-" mapstructure:"-"`
 	// Store receives evicted final partials; default a MemStore.
 	Store PartialStore `yaml:"-" mapstructure:"-"`
+}
+
+// DownsampleTier is one downsampling step: stored partials older than
+// After are kept at Resolution.
+type DownsampleTier struct {
+	// After is the age (hub watermark minus the partial's end) beyond
+	// which partials move to this tier.
+	After time.Duration `yaml:"after" mapstructure:"after"`
+	// Resolution is the bucket width kept in this tier.
+	Resolution time.Duration `yaml:"resolution" mapstructure:"resolution"`
 }
 
 // WindowConfig is one configured window.
@@ -169,6 +192,9 @@ func (o *Options) Validate() error {
 	if err := o.validateLimits(); err != nil {
 		return err
 	}
+	if err := o.validateDownsample(); err != nil {
+		return err
+	}
 	return o.validateWindows()
 }
 
@@ -221,6 +247,39 @@ func (o *Options) validateWindows() error {
 		if err := spec.validate(o.Resolution); err != nil {
 			return fmt.Errorf("%w: %s.%v", ErrInvalidOption, field, err)
 		}
+	}
+	return nil
+}
+
+// validateDownsample checks the tiers and the retention: every tier's
+// partials must be final beyond change (older than late events can reach)
+// and each resolution must hold whole buckets of the previous one.
+func (o *Options) validateDownsample() error {
+	if len(o.Downsample) > maxTiers {
+		return optErr("downsample", "at most %d tiers, got %d", maxTiers, len(o.Downsample))
+	}
+	frozen := o.AllowedLateness + o.LateHorizon + o.EvictAfter
+	prevRes, prevAfter := o.Resolution, time.Duration(0)
+	for i, t := range o.Downsample {
+		field := fmt.Sprintf("downsample[%d]", i)
+		if t.Resolution <= 0 || t.Resolution%prevRes != 0 || t.Resolution == prevRes {
+			return optErr(field+".resolution", "must be a multiple of %v (the base resolution and the previous tier's) and coarser, got %v", prevRes, t.Resolution)
+		}
+		if t.After <= frozen {
+			return optErr(field+".after", "must exceed allowed_lateness + late_horizon + evict_after = %v (younger partials can still change), got %v", frozen, t.After)
+		}
+		if i > 0 && t.After <= prevAfter {
+			return optErr(field+".after", "must exceed the previous tier's after %v, got %v", prevAfter, t.After)
+		}
+		prevRes, prevAfter = t.Resolution, t.After
+	}
+	switch {
+	case o.PartialsRetention < 0:
+		return optErr("partials_retention", "must not be negative, got %v", o.PartialsRetention)
+	case o.PartialsRetention > 0 && o.PartialsRetention <= frozen:
+		return optErr("partials_retention", "must exceed allowed_lateness + late_horizon + evict_after = %v, got %v", frozen, o.PartialsRetention)
+	case o.PartialsRetention > 0 && len(o.Downsample) > 0 && o.PartialsRetention <= prevAfter:
+		return optErr("partials_retention", "must exceed the last downsample tier's after %v, got %v", prevAfter, o.PartialsRetention)
 	}
 	return nil
 }

@@ -129,6 +129,9 @@ func (e *Engine) plan(q Query) (*queryPlan, error) {
 	}
 	p.from, p.to = q.From.UnixNano(), q.To.UnixNano()
 	p.b0, p.b1 = e.bucketRange(p)
+	if err := e.checkDownsampled(p); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -269,7 +272,8 @@ func dimValue(s *series, dim string) string {
 }
 
 // seriesParts returns the series' partials in the plan's bucket range:
-// stored ones merged with live ones (live wins: it is newer).
+// stored ones merged with live ones (live wins: it is newer). Downsampled
+// tiers are read only where the hub watermark says they may hold data.
 func (r *queryRun) seriesParts(id uint32, s *series) ([]partial, error) {
 	lo, _ := searchParts(s.parts, r.p.b0)
 	hi, _ := searchParts(s.parts, r.p.b1)
@@ -277,17 +281,32 @@ func (r *queryRun) seriesParts(id uint32, s *series) ([]partial, error) {
 	if !s.stored || s.storedMax < r.p.b0 {
 		return live, nil
 	}
-	stored, err := r.e.storedParts(id, r.p.b0, min(r.p.b1, s.storedMax+1), r.p.need)
+	e := r.e
+	stored, err := e.storedParts(0, id, r.p.b0, min(r.p.b1, s.storedMax+1), r.p.need)
 	if err != nil {
 		return nil, err
+	}
+	for t := 1; t < len(e.tiers); t++ {
+		from, to := alignDown(r.p.b0, e.tiers[t].k), min(r.p.b1, s.storedMax+1, e.tierCut(t))
+		if from >= to {
+			break // deeper tiers' cuts are older still
+		}
+		coarse, err := e.storedParts(uint8(t), id, from, to, r.p.need)
+		if err != nil {
+			return nil, err
+		}
+		stored = mergeTiers(coarse, stored)
 	}
 	return mergeSorted(stored, live), nil
 }
 
-// storedParts returns the decoded stored partials of a series with from
-// <= bucket < to, decoded as n asks: cached blocks from the cache, each run
-// of missing blocks with one store scan (then cached).
-func (e *Engine) storedParts(id uint32, from, to int64, n need) ([]partial, error) {
+// blockSpan is the base buckets one cache block of tier t covers.
+func (e *Engine) blockSpan(t int) int64 { return cacheBlockBuckets * e.tiers[t].k }
+
+// storedParts returns the decoded stored partials of a tier of a series
+// with from <= bucket < to, decoded as n asks: cached blocks from the
+// cache, each run of missing blocks with one store scan (then cached).
+func (e *Engine) storedParts(tier uint8, id uint32, from, to int64, n need) ([]partial, error) {
 	var out []partial
 	add := func(parts []partial) {
 		if out == nil {
@@ -295,19 +314,20 @@ func (e *Engine) storedParts(id uint32, from, to int64, n need) ([]partial, erro
 		}
 		out = appendBuckets(out, parts, from, to)
 	}
-	last := floorDiv(to-1, cacheBlockBuckets)
-	for blk := floorDiv(from, cacheBlockBuckets); blk <= last; {
-		if parts, ok := e.cache.get(blockKey{id, blk}, n); ok {
+	span := e.blockSpan(int(tier))
+	last := floorDiv(to-1, span)
+	for blk := floorDiv(from, span); blk <= last; {
+		if parts, ok := e.cache.get(blockKey{tier, id, blk}, n); ok {
 			add(parts)
 			blk++
 			continue
 		}
 		end := blk + 1
-		for end <= last && !e.cache.contains(blockKey{id, end}, n) {
+		for end <= last && !e.cache.contains(blockKey{tier, id, end}, n) {
 			end++
 		}
 		e.cache.missed(int(end - blk - 1))
-		parts, err := e.readBlocks(id, blk, end, n)
+		parts, err := e.readBlocks(tier, id, blk, end, n)
 		if err != nil {
 			return nil, err
 		}
@@ -333,11 +353,12 @@ func appendBuckets(out, parts []partial, from, to int64) []partial {
 // series in one scan and caches them block by block. Corrupt entries are
 // counted as store errors and left out (and nothing is cached: the store
 // may be repaired).
-func (e *Engine) readBlocks(id uint32, b0, b1 int64, n need) ([]partial, error) {
+func (e *Engine) readBlocks(tier uint8, id uint32, b0, b1 int64, n need) ([]partial, error) {
+	span := e.blockSpan(int(tier))
 	parts := make([]partial, 0, min((b1-b0)*cacheBlockBuckets, 1<<14))
 	var qs [][3]float64 // stored quantiles, allocated in slabs
 	bad := 0
-	err := e.opt.Store.Scan(id, b0*cacheBlockBuckets, b1*cacheBlockBuckets, func(bk int64, data []byte) bool {
+	err := e.opt.Store.Scan(tier, id, b0*span, b1*span, func(bk int64, data []byte) bool {
 		if n == needQuantiles && len(qs) == 0 {
 			qs = make([][3]float64, cacheBlockBuckets)
 		}
@@ -366,9 +387,9 @@ func (e *Engine) readBlocks(id uint32, b0, b1 int64, n need) ([]partial, error) 
 		return parts, nil
 	}
 	for blk := b0; blk < b1; blk++ {
-		i, _ := searchParts(parts, blk*cacheBlockBuckets)
-		j, _ := searchParts(parts, (blk+1)*cacheBlockBuckets)
-		e.cache.add(blockKey{id, blk}, parts[i:j:j], n)
+		i, _ := searchParts(parts, blk*span)
+		j, _ := searchParts(parts, (blk+1)*span)
+		e.cache.add(blockKey{tier, id, blk}, parts[i:j:j], n)
 	}
 	return parts, nil
 }
@@ -394,6 +415,30 @@ func mergeSorted(a, b []partial) []partial {
 		default:
 			out = append(out, b[j])
 			i, j = i+1, j+1
+		}
+	}
+	return out
+}
+
+// mergeTiers merges a downsampled tier's partials into finer ones, both
+// bucket-sorted. Their spans are disjoint (Replace is atomic), so equal
+// buckets keep both rather than one hiding the other.
+func mergeTiers(coarse, fine []partial) []partial {
+	if len(coarse) == 0 {
+		return fine
+	}
+	if len(fine) == 0 {
+		return coarse
+	}
+	out := make([]partial, 0, len(coarse)+len(fine))
+	i, j := 0, 0
+	for i < len(coarse) || j < len(fine) {
+		if j == len(fine) || (i < len(coarse) && coarse[i].bucket <= fine[j].bucket) {
+			out = append(out, coarse[i])
+			i++
+		} else {
+			out = append(out, fine[j])
+			j++
 		}
 	}
 	return out
@@ -499,22 +544,33 @@ func (r *queryRun) aligned(g *group, out []WindowResult) ([]WindowResult, error)
 }
 
 // sessions evaluates session windows: runs of partials whose events are
-// less than gap apart. Because gap >= resolution, no gap can hide inside
-// a bucket, so sessions are exact on event times.
+// less than gap apart. Because gap >= resolution (and >= the resolution
+// of any downsampled tier in range), no gap can hide inside a partial, so
+// sessions are exact on event times. A group that mixes tiers (a
+// downsampling pass half way through its series) can hold partials out of
+// event-time order; they are then ordered by first event first.
 func (r *queryRun) sessions(g *group, out []WindowResult) ([]WindowResult, error) {
 	gap := int64(r.p.spec.Gap)
-	for i := 0; i < len(g.accs); {
+	accs := g.accs
+	byFirst := func(a, b partial) int { return cmp.Compare(a.firstT, b.firstT) }
+	if !slices.IsSortedFunc(accs, byFirst) {
+		accs = slices.Clone(accs) // may alias a series' live partials
+		slices.SortStableFunc(accs, byFirst)
+	}
+	for i := 0; i < len(accs); {
+		last := accs[i].lastT
 		j := i + 1
-		for j < len(g.accs) && g.accs[j].firstT-g.accs[j-1].lastT < gap {
+		for j < len(accs) && accs[j].firstT-last < gap {
+			last = max(last, accs[j].lastT)
 			j++
 		}
-		start, end := g.accs[i].firstT, g.accs[j-1].lastT+gap
+		start, end := accs[i].firstT, last+gap
 		if start >= r.p.from && start < r.p.to {
 			if len(out) >= r.p.limit {
 				return nil, &LimitError{Limit: "max_query_results", Max: r.p.limit, Need: len(out) + 1}
 			}
 			out = append(out, WindowResult{})
-			r.result(&out[len(out)-1], g, g.accs[i:j], start, end)
+			r.result(&out[len(out)-1], g, accs[i:j], start, end)
 		}
 		i = j
 	}

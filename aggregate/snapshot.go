@@ -49,6 +49,9 @@ func (e *Engine) Restore(snapshot []byte) error {
 		return err
 	}
 	e.cache.reset()
+	budget := e.maint.budget
+	e.maint = newMaintenance(e.opt) // sweeps restart from the oldest bucket
+	e.maint.budget = budget
 	e.series, e.streams, e.streamIx = n.series, n.streams, n.streamIx
 	e.clk, e.applies, e.stats = n.clk, n.applies, n.stats
 	e.merged, e.lateLog, e.windows = n.merged, n.lateLog, n.windows
@@ -56,6 +59,7 @@ func (e *Engine) Restore(snapshot []byte) error {
 }
 
 type storedEntry struct {
+	tier   uint8
 	series uint32
 	bucket int64
 	data   []byte
@@ -66,7 +70,7 @@ func restoreStore(s PartialStore, entries []storedEntry) error {
 		sn.Reset()
 	}
 	for _, en := range entries {
-		if err := s.Put(en.series, en.bucket, en.data); err != nil {
+		if err := s.Put(en.tier, en.series, en.bucket, en.data); err != nil {
 			return fmt.Errorf("restore partial store: %w", err)
 		}
 	}
@@ -299,12 +303,14 @@ func (e *Engine) encodeStore(enc *encoder) {
 		return
 	}
 	var entries []storedEntry
-	sn.SnapshotTo(func(series uint32, bucket int64, data []byte) {
-		entries = append(entries, storedEntry{series, bucket, data})
+	sn.SnapshotTo(func(tier uint8, series uint32, bucket int64, data []byte) {
+		entries = append(entries, storedEntry{tier, series, bucket, data})
 	})
 	enc.uvarint(uint64(len(entries)))
 	for _, en := range entries {
-		enc.uvarint(uint64(en.series))
+		// The tier rides above the series id's 32 bits, so snapshots
+		// without downsampled partials keep their earlier encoding.
+		enc.uvarint(uint64(en.tier)<<32 | uint64(en.series))
 		enc.varint(en.bucket)
 		enc.bytes(en.data)
 	}
@@ -317,10 +323,10 @@ func decodeStore(d *decoder) []storedEntry {
 	out := make([]storedEntry, d.count(3))
 	for i := range out {
 		s := d.uvarint()
-		if s > math.MaxUint32 {
+		if s>>32 > math.MaxUint8 {
 			d.fail("store series")
 		}
-		out[i] = storedEntry{series: uint32(s), bucket: d.varint(), data: bytes.Clone(d.bytes())}
+		out[i] = storedEntry{tier: uint8(s >> 32), series: uint32(s), bucket: d.varint(), data: bytes.Clone(d.bytes())}
 	}
 	return out
 }

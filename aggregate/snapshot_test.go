@@ -85,10 +85,20 @@ func TestEvictionKeepsAnswers(t *testing.T) {
 // content survives a crash independently of the engine's checkpoint.
 type durableStore struct{ m *MemStore }
 
-func (d durableStore) Put(s uint32, b int64, data []byte) error    { return d.m.Put(s, b, data) }
-func (d durableStore) Get(s uint32, b int64) ([]byte, bool, error) { return d.m.Get(s, b) }
-func (d durableStore) Scan(s uint32, from, to int64, fn func(int64, []byte) bool) error {
-	return d.m.Scan(s, from, to, fn)
+func (d durableStore) Put(t uint8, s uint32, b int64, data []byte) error {
+	return d.m.Put(t, s, b, data)
+}
+func (d durableStore) Get(t uint8, s uint32, b int64) ([]byte, bool, error) {
+	return d.m.Get(t, s, b)
+}
+func (d durableStore) Scan(t uint8, s uint32, from, to int64, fn func(int64, []byte) bool) error {
+	return d.m.Scan(t, s, from, to, fn)
+}
+func (d durableStore) Replace(s uint32, from uint8, lo, hi int64, to uint8, puts []StoredPartial) error {
+	return d.m.Replace(s, from, lo, hi, to, puts)
+}
+func (d durableStore) DeleteRange(t uint8, s uint32, from, to int64) (int, error) {
+	return d.m.DeleteRange(t, s, from, to)
 }
 
 // TestReplayIntoStoredPartial: after a crash, replaying batches logged

@@ -154,11 +154,11 @@ func (e *Engine) evict() {
 func (e *Engine) put(id uint32, s *series, p *partial, enc *encoder) bool {
 	enc.b = nil // the store keeps the slice
 	encodeStored(enc, p)
-	if err := e.opt.Store.Put(id, p.bucket, enc.b); err != nil {
+	if err := e.opt.Store.Put(0, id, p.bucket, enc.b); err != nil {
 		e.stats.storeErrors++
 		return false
 	}
-	e.cache.invalidate(id, p.bucket)
+	e.cache.invalidate(blockKey{0, id, floorDiv(p.bucket, cacheBlockBuckets)})
 	if !s.stored || p.bucket > s.storedMax {
 		s.storedMax, s.stored = p.bucket, true
 	}

@@ -258,16 +258,17 @@ const PartialsContentType = "application/vnd.edgeflow.partials.v1"
 // maxPartialsBody bounds a /v1/partials answer a client reads.
 const maxPartialsBody = 1 << 30
 
-// servePartials answers GET /v1/partials?metric=&from=&to=&group_by= with
-// the mergeable partial states of the metric (see aggregate.PartialSet),
-// so a client can merge several hubs' answers exactly (QueryHubs).
+// servePartials answers GET /v1/partials?metric=&from=&to=&group_by=&device=
+// with the mergeable partial states of the metric (see
+// aggregate.PartialSet), of one device's series when device is set, so a
+// client can merge several hubs' answers exactly (QueryHubs).
 func (s *Server) servePartials(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "metric", "from", "to", "group_by")
+	p, err := newParams(r, "metric", "from", "to", "group_by", "device")
 	if err != nil {
 		writeAPIError(w, err)
 		return
 	}
-	q := aggregate.Query{GroupBy: p.list("group_by")}
+	q := aggregate.Query{GroupBy: p.list("group_by"), Device: p.str("device")}
 	if q.Metric, err = p.required("metric"); err != nil {
 		writeAPIError(w, err)
 		return
@@ -292,13 +293,17 @@ func (s *Server) servePartials(w http.ResponseWriter, r *http.Request) {
 }
 
 // FetchPartials gets one hub's partial set of q.Metric over [from, to)
-// grouped by q.GroupBy from GET /v1/partials at baseURL (e.g.
-// http://hub-a:8080). token, when set, is sent as a bearer token.
+// grouped by q.GroupBy (of q.Device's series only, when set) from GET
+// /v1/partials at baseURL (e.g. http://hub-a:8080). token, when set, is
+// sent as a bearer token.
 func FetchPartials(ctx context.Context, client *http.Client, baseURL, token string, q aggregate.Query, from, to time.Time) (*aggregate.PartialSet, error) {
 	v := url.Values{"metric": {q.Metric}, "from": {strconv.FormatInt(from.UnixMilli(), 10)},
 		"to": {strconv.FormatInt(to.UnixMilli(), 10)}}
 	if len(q.GroupBy) > 0 {
 		v.Set("group_by", strings.Join(q.GroupBy, ","))
+	}
+	if q.Device != "" {
+		v.Set("device", q.Device)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(baseURL, "/")+"/v1/partials?"+v.Encode(), nil)
 	if err != nil {
@@ -358,5 +363,8 @@ func QueryHubs(ctx context.Context, client *http.Client, hubs []string, token st
 		}
 		sets[i] = ps
 	}
+	// The hubs left out other devices' series already; their sets are
+	// grouped by q.GroupBy only, so the merge cannot tell devices apart.
+	q.Device = ""
 	return aggregate.QueryPartials(sets, q)
 }

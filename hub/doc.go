@@ -23,6 +23,8 @@
 //	w<walSeq:8><serverTimeNs:8>      -> log entry (metadata + payload as received)
 //	r<device>\x00<streamID:16>       -> applied sequence ranges of the stream
 //	c                                -> last checkpoint (WAL position + state)
+//	a<gen:8><series:4><bucket:8>     -> evicted aggregate partial, base resolution
+//	d<gen:8><tier:1><series:4><bucket:8> -> downsampled aggregate partial (see partials.go)
 //
 // The applied ranges are written in the same transaction as the log entries
 // that produced them, so the dedup state is never ahead of or behind the log.

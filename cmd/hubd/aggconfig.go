@@ -19,11 +19,12 @@ import (
 // take the engine's defaults.
 var (
 	aggDurationKeys = []string{"resolution", "allowed_lateness", "late_horizon", "idle_timeout", "max_future_skew",
-		"watermark_interval", "evict_after", "max_session_span"}
+		"watermark_interval", "evict_after", "max_session_span", "partials_retention"}
 	aggIntKeys = []string{"max_series", "max_tags_per_event", "sketch_max_bins", "max_query_results",
 		"max_query_partials", "stream_buffer", "max_pending", "late_log_size", "query_cache_partials"}
-	aggOtherKeys  = []string{"enabled", "windows", "tag_keys", "sketch_accuracy", "disable_merged_stream"}
-	aggWindowKeys = []string{"name", "kind", "size", "slide", "gap"}
+	aggOtherKeys      = []string{"enabled", "windows", "tag_keys", "sketch_accuracy", "disable_merged_stream", "downsample"}
+	aggWindowKeys     = []string{"name", "kind", "size", "slide", "gap"}
+	aggDownsampleKeys = []string{"after", "resolution"}
 )
 
 // setAggregateDefaults declares the aggregate keys so that the environment
@@ -37,6 +38,7 @@ func setAggregateDefaults(v *viper.Viper) {
 	v.SetDefault("aggregate.disable_merged_stream", false)
 	v.SetDefault("aggregate.tag_keys", []string{})
 	v.SetDefault("aggregate.windows", []any{})
+	v.SetDefault("aggregate.downsample", []any{})
 }
 
 // isAggregateKey reports whether a config file key is a known aggregate key.
@@ -57,7 +59,7 @@ func aggregateFromViper(v *viper.Viper) (*aggregate.Options, error) {
 	o := &aggregate.Options{}
 	var errs []error
 	durs := []*time.Duration{&o.Resolution, &o.AllowedLateness, &o.LateHorizon, &o.IdleTimeout, &o.MaxFutureSkew,
-		&o.WatermarkInterval, &o.EvictAfter, &o.MaxSessionSpan}
+		&o.WatermarkInterval, &o.EvictAfter, &o.MaxSessionSpan, &o.PartialsRetention}
 	for i, k := range aggDurationKeys {
 		d, err := cast.ToDurationE(v.Get("aggregate." + k))
 		if err != nil || d < 0 {
@@ -86,7 +88,49 @@ func aggregateFromViper(v *viper.Viper) (*aggregate.Options, error) {
 	if o.Windows, err = windows(v.Get("aggregate.windows")); err != nil {
 		errs = append(errs, err)
 	}
+	if o.Downsample, err = downsample(v.Get("aggregate.downsample")); err != nil {
+		errs = append(errs, err)
+	}
 	return o, errors.Join(errs...)
+}
+
+// downsample reads the list of downsample tiers ({after, resolution}).
+func downsample(raw any) ([]aggregate.DownsampleTier, error) {
+	if s, ok := raw.(string); ok && s == "" {
+		return nil, nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		if raw == nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("config key %q: not a list of tiers ({after, resolution})", "aggregate.downsample")
+	}
+	out := make([]aggregate.DownsampleTier, 0, len(list))
+	for i, item := range list {
+		key := fmt.Sprintf("aggregate.downsample[%d]", i)
+		m, err := cast.ToStringMapE(item)
+		if err != nil {
+			return nil, fmt.Errorf("config key %q: not a map of after, resolution", key)
+		}
+		var d aggregate.DownsampleTier
+		for k, val := range m {
+			var err error
+			switch k {
+			case "after":
+				d.After, err = cast.ToDurationE(val)
+			case "resolution":
+				d.Resolution, err = cast.ToDurationE(val)
+			default:
+				return nil, fmt.Errorf("config key %q: unknown (keys are %s)", key+"."+k, strings.Join(aggDownsampleKeys, ", "))
+			}
+			if err != nil {
+				return nil, fmt.Errorf("config key %q: %v", key+"."+k, err)
+			}
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // tagKeys reads a list of strings, or one comma-separated string (env).

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -25,7 +26,7 @@ func TestDemoStartsAndDevicesAppear(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run([]string{"--demo", "--http-addr", httpAddr, "--mqtt-listen", mqttAddr, "--log-level", "warn"}, &stderr)
+		done <- run([]string{"--demo", "--http-addr", httpAddr, "--mqtt-listen", mqttAddr, "--log-level", "warn"}, io.Discard, &stderr)
 	}()
 	stopped := false
 	t.Cleanup(func() {

@@ -12,6 +12,10 @@
 //
 // `hubd passwd [--file F] DEVICE < password` makes a credentials line for
 // the embedded broker's mqtt-auth-file; see docs/SECURITY.md.
+//
+// `hubd query --hub URL --hub URL ... --metric M --window tumbling:1m
+// --from T --to T` answers a windowed-aggregate query merged across hubs
+// that each own part of the fleet; see hub.QueryHubs and `hubd query --help`.
 package main
 
 import (
@@ -32,12 +36,15 @@ import (
 	"edgeflow/hub"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // run is main with its inputs and exit code explicit, for tests.
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "passwd" {
-		return runPasswd(args[1:], os.Stdin, os.Stdout, stderr)
+		return runPasswd(args[1:], os.Stdin, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "query" {
+		return runQuery(args[1:], stdout, stderr, os.Getenv)
 	}
 	rebuild := len(args) > 0 && args[0] == "rebuild"
 	if rebuild {

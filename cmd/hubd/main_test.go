@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -52,7 +53,7 @@ func TestBadConfigNamesKey(t *testing.T) {
 		t.Run(tt.key, func(t *testing.T) {
 			var stderr bytes.Buffer
 			args := append([]string{"--data-dir", t.TempDir()}, tt.args...)
-			if code := run(args, &stderr); code != 2 || !strings.Contains(stderr.String(), `"`+tt.key+`"`) {
+			if code := run(args, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), `"`+tt.key+`"`) {
 				t.Fatalf("exit %d, stderr %q: want 2 naming %q", code, stderr.String(), tt.key)
 			}
 		})
@@ -80,7 +81,7 @@ func TestRunServesAndStops(t *testing.T) {
 	var stderr bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run([]string{"--data-dir", t.TempDir(), "--http-addr", httpAddr, "--mqtt-listen", mqttAddr, "--log-level", "warn"}, &stderr)
+		done <- run([]string{"--data-dir", t.TempDir(), "--http-addr", httpAddr, "--mqtt-listen", mqttAddr, "--log-level", "warn"}, io.Discard, &stderr)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -140,7 +141,7 @@ func TestBadAggregateConfigNamesKey(t *testing.T) {
 				t.Setenv("HUBD_AGGREGATE_MAX_SERIES", tt.env)
 			}
 			var stderr bytes.Buffer
-			if code := run([]string{"--config", file, "--data-dir", t.TempDir(), "--http-addr", "off"}, &stderr); code != 2 || !strings.Contains(stderr.String(), `"`+tt.key) {
+			if code := run([]string{"--config", file, "--data-dir", t.TempDir(), "--http-addr", "off"}, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), `"`+tt.key) {
 				t.Fatalf("exit %d, stderr %q: want 2 naming %q", code, stderr.String(), tt.key)
 			}
 		})

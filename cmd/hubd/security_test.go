@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,7 +68,7 @@ func TestSecurityConfig(t *testing.T) {
 		t.Run(c.key, func(t *testing.T) {
 			var stderr bytes.Buffer
 			args := append([]string{"--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--mqtt-listen", "127.0.0.1:0"}, c.args...)
-			if code := run(args, &stderr); code != 2 || !strings.Contains(stderr.String(), `"`+c.key+`"`) {
+			if code := run(args, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), `"`+c.key+`"`) {
 				t.Fatalf("exit %d, stderr %q: want 2 naming %q", code, stderr.String(), c.key)
 			}
 			if strings.Contains(stderr.String(), "xyzzy") && c.key == "http-read-token" {
