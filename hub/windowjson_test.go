@@ -45,8 +45,8 @@ func TestWindowJSONMatchesEncodingJSON(t *testing.T) {
 		var res []aggregate.WindowResult
 		for i := 0; i < r.IntN(20); i++ {
 			start := time.Unix(0, r.Int64N(4e18)-2e18).Add(time.Duration(r.IntN(2)) * time.Hour)
-			res = append(res, aggregate.WindowResult{Start: start, End: start.Add(time.Duration(r.IntN(1e12))), Group: groups[r.IntN(len(groups))],
-				Count: uint64(r.IntN(3)) * r.Uint64N(1<<40), Sum: f(), Min: f(), Max: f(), Avg: f(), Last: f(), LastTime: start.Add(time.Duration(r.IntN(1e9))),
+			res = append(res, aggregate.WindowResult{Start: start, End: start.Add(time.Duration(r.Int64N(1e12))), Group: groups[r.IntN(len(groups))],
+				Count: uint64(r.IntN(3)) * r.Uint64N(1<<40), Sum: f(), Min: f(), Max: f(), Avg: f(), Last: f(), LastTime: start.Add(time.Duration(r.Int64N(1e9))),
 				P50: f(), P95: f(), P99: f(), Final: r.IntN(2) == 0, Revision: r.Uint64(), Late: r.Uint64N(100), Behind: r.IntN(5) - 1})
 		}
 		head := AggregatesResponse{Metric: labels[r.IntN(len(labels))], Window: "tumbling:10s", From: "2025-06-01T00:00:00Z", To: "2025-06-02T00:00:00Z", Aggs: aggs.Names()}
