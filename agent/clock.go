@@ -3,7 +3,6 @@ package agent
 import (
 	"time"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"edgeflow/clocksync"
@@ -53,35 +52,6 @@ func (c *fixedClock) Estimate() clocksync.Estimate {
 	return clocksync.Estimate{Method: c.method, Source: "device clock", Mono: c.mono()}
 }
 
-// eventMethodField is wirepb.Event's method field number.
-const eventMethodField = 9
-
-// storedMethod reads an encoded Event's method without decoding the rest
-// (proto3 omits the default, UNTRUSTED). ok is false for a malformed record.
-func storedMethod(rec []byte) (m wirepb.TimeMethod, ok bool) {
-	for len(rec) > 0 {
-		num, typ, n := protowire.ConsumeTag(rec)
-		if n < 0 {
-			return 0, false
-		}
-		rec = rec[n:]
-		if num == eventMethodField && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(rec)
-			if n < 0 {
-				return 0, false
-			}
-			m, rec = wirepb.TimeMethod(v), rec[n:] // the last occurrence wins, as in proto
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, rec)
-		if n < 0 {
-			return 0, false
-		}
-		rec = rec[n:]
-	}
-	return m, true
-}
-
 // retimer is the uplink's Retime: it repairs events stored UNTRUSTED that
 // the clock can now re-time, and returns every other record as it is.
 type retimer struct {
@@ -90,7 +60,7 @@ type retimer struct {
 }
 
 func (r retimer) retime(rec []byte) ([]byte, error) {
-	if m, ok := storedMethod(rec); ok && m != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
+	if m, ok := clocksync.StoredMethod(rec); ok && m != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
 		return rec, nil
 	}
 	var ev wirepb.Event

@@ -62,11 +62,11 @@ func TestRetime(t *testing.T) {
 func TestStoredMethod(t *testing.T) {
 	for _, m := range []wirepb.TimeMethod{wirepb.TimeMethod_TIME_METHOD_UNTRUSTED, wirepb.TimeMethod_TIME_METHOD_NTP, wirepb.TimeMethod_TIME_METHOD_DEVICE} {
 		b, _ := proto.Marshal(&wirepb.Event{Metric: "x", Value: 1, BootId: "b", Method: m, Tags: []*wirepb.Tag{{Key: "a", Value: "b"}}})
-		if got, ok := storedMethod(b); !ok || got != m {
-			t.Errorf("storedMethod = %v %v, want %v", got, ok, m)
+		if got, ok := clocksync.StoredMethod(b); !ok || got != m {
+			t.Errorf("StoredMethod = %v %v, want %v", got, ok, m)
 		}
 	}
-	if _, ok := storedMethod([]byte{0x4a}); ok {
+	if _, ok := clocksync.StoredMethod([]byte{0x4a}); ok {
 		t.Error("truncated record read as ok")
 	}
 }

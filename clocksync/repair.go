@@ -3,6 +3,8 @@ package clocksync
 import (
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"edgeflow/wire/wirepb"
 )
 
@@ -126,4 +128,35 @@ func setCorrection(ev *wirepb.Event, cr Correction) {
 	ev.OffsetNs = int64(cr.Offset)
 	ev.UncertaintyNs = int64(cr.Uncertainty)
 	ev.Method = cr.Method
+}
+
+// eventMethodField is wirepb.Event's method field number.
+const eventMethodField = 9
+
+// StoredMethod reads an encoded wirepb.Event's time method without
+// decoding the rest (proto3 omits the default, UNTRUSTED), so a retimer
+// skips the events that need no repair (nearly all once the clock is
+// synced) without unmarshalling them. ok is false for a malformed record.
+func StoredMethod(rec []byte) (m wirepb.TimeMethod, ok bool) {
+	for len(rec) > 0 {
+		num, typ, n := protowire.ConsumeTag(rec)
+		if n < 0 {
+			return 0, false
+		}
+		rec = rec[n:]
+		if num == eventMethodField && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(rec)
+			if n < 0 {
+				return 0, false
+			}
+			m, rec = wirepb.TimeMethod(v), rec[n:] // the last occurrence wins, as in proto
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, rec)
+		if n < 0 {
+			return 0, false
+		}
+		rec = rec[n:]
+	}
+	return m, true
 }

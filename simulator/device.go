@@ -397,6 +397,9 @@ func (d *device) preload(ctx context.Context, start time.Time) error {
 // retime is the uplink's Retime hook: clocksync's in-boot repair of an
 // event stored UNTRUSTED.
 func retime(c *clocksync.Clock, rec []byte) ([]byte, error) {
+	if m, ok := clocksync.StoredMethod(rec); ok && m != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
+		return rec, nil // stamped trusted at capture: nothing to repair
+	}
 	var ev wirepb.Event
 	if err := proto.Unmarshal(rec, &ev); err != nil {
 		return nil, err

@@ -210,7 +210,7 @@ func (f *Fleet) uplinkOptions(device string) uplink.Options {
 	return uplink.Options{
 		DeviceID: device, Brokers: f.opts.Brokers, ClientID: "fleetsim-" + device,
 		MaxBatchEvents: t.MaxBatchEvents, Linger: t.Linger, Window: t.Window, AckTimeout: t.AckTimeout,
-		PollInterval: t.PollInterval, BackoffMin: t.BackoffMin, BackoffMax: t.BackoffMax, KeepAlive: t.KeepAlive,
+		PollInterval: t.PollInterval, BackoffMin: t.BackoffMin, BackoffMax: t.BackoffMax, KeepAlive: t.KeepAlive, Compression: t.Compression,
 		ConnectTimeout: 10 * time.Second, Metrics: f.metrics, Logger: f.quiet, Version: "fleetsim",
 	}
 }

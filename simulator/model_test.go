@@ -173,6 +173,7 @@ func TestScenarioValidate(t *testing.T) {
 		{"warmup", func(s *Scenario) { s.RampUp, s.Warmup = s.Duration/2, s.Duration/2 }, "warmup"},
 		{"latency", func(s *Scenario) { s.Classes[0].Link.Latency = -time.Second }, "link.latency"},
 		{"jitter", func(s *Scenario) { s.Classes[0].Link.Jitter = time.Hour }, "link.jitter"},
+		{"compression", func(s *Scenario) { s.Uplink.Compression = "lz4" }, "uplink.compression"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {

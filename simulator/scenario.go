@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"edgeflow/wire"
 )
 
 // Scenario describes a simulated fleet: how many devices, what they measure,
@@ -212,6 +214,8 @@ type UplinkTuning struct {
 	BackoffMin     time.Duration `mapstructure:"backoff_min"`
 	BackoffMax     time.Duration `mapstructure:"backoff_max"`
 	KeepAlive      time.Duration `mapstructure:"keep_alive"`
+	// Compression is the batch frames' codec: zstd (default), s2 or none.
+	Compression string `mapstructure:"compression"`
 }
 
 // VerifySpec says what the verifier checks.
@@ -328,6 +332,11 @@ func (s *Scenario) Validate() error {
 	}
 	if s.Uplink.BackoffMin <= 0 || s.Uplink.BackoffMax < s.Uplink.BackoffMin {
 		bad("uplink.backoff_min/backoff_max", "%v/%v: want 0 < min <= max", s.Uplink.BackoffMin, s.Uplink.BackoffMax)
+	}
+	if c := s.Uplink.Compression; c != "" {
+		if _, err := wire.ParseCodec(c); err != nil {
+			bad("uplink.compression", "%v", err)
+		}
 	}
 	return errors.Join(errs...)
 }
