@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/DataDog/sketches-go/ddsketch"
-	"github.com/DataDog/sketches-go/ddsketch/store"
 )
 
 // Aggs is a set of aggregates a query asks for; the zero value means all.
@@ -133,7 +132,7 @@ func quantiles(sk *ddsketch.DDSketch, lo, hi float64) (p50, p95, p99 float64) {
 		}
 		// The concrete store's ForEach with a closure that does not escape:
 		// no allocation per call (quantiles run once per window of a query).
-		if ds, ok := sk.GetPositiveValueStore().(*store.CollapsingLowestDenseStore); ok {
+		if ds, ok := sk.GetPositiveValueStore().(*compactStore); ok {
 			ds.ForEach(func(index int, c float64) bool { return w.step(index, c) })
 		} else {
 			w2 := w

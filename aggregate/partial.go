@@ -113,7 +113,7 @@ func newSketches(accuracy float64, maxBins int) (*sketches, error) {
 	return &sketches{mapping: m, maxBins: maxBins}, nil
 }
 
-func (s *sketches) store() store.Store { return store.NewCollapsingLowestDenseStore(s.maxBins) }
+func (s *sketches) store() store.Store { return newCompactStore(s.maxBins) }
 
 func (s *sketches) get() *ddsketch.DDSketch {
 	if n := len(s.free); n > 0 {
