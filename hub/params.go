@@ -199,8 +199,11 @@ func (p params) duration(name string, def, max time.Duration) (time.Duration, er
 }
 
 // list reads a comma-separated list (empty: nil).
-func (p params) list(name string) []string {
-	s := p.v.Get(name)
+func (p params) list(name string) []string { return SplitList(p.v.Get(name)) }
+
+// SplitList reads a comma-separated parameter (group_by, aggs) as the
+// query API does: items trimmed of spaces, an empty string gives nil.
+func SplitList(s string) []string {
 	if s == "" {
 		return nil
 	}

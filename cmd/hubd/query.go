@@ -181,7 +181,7 @@ func parseQueryRequest(fs *pflag.FlagSet, getenv func(string) string) (*queryReq
 	if q.GroupBy, err = parseGroupBy(str("group-by")); err != nil {
 		return nil, err
 	}
-	if q.Aggs, err = aggregate.ParseAggs(splitList(str("aggs"))); err != nil {
+	if q.Aggs, err = aggregate.ParseAggs(hub.SplitList(str("aggs"))); err != nil {
 		return nil, queryParamError(err)
 	}
 	q.Device = str("device")
@@ -232,7 +232,7 @@ func parseQueryRange(from, to string) (f, t time.Time, err error) {
 
 // parseGroupBy reads --group-by: distinct, non-empty dimensions.
 func parseGroupBy(s string) ([]string, error) {
-	dims := splitList(s)
+	dims := hub.SplitList(s)
 	for i, d := range dims {
 		if d == "" {
 			return nil, &flagError{"group-by", fmt.Sprintf("%q has an empty dimension", s)}
@@ -242,18 +242,6 @@ func parseGroupBy(s string) ([]string, error) {
 		}
 	}
 	return dims, nil
-}
-
-// splitList reads a comma-separated list as the HTTP API does (empty: nil).
-func splitList(s string) []string {
-	if s == "" {
-		return nil
-	}
-	parts := strings.Split(s, ",")
-	for i := range parts {
-		parts[i] = strings.TrimSpace(parts[i])
-	}
-	return parts
 }
 
 // queryParamError turns an *aggregate.ParamError into the flag's error.

@@ -219,9 +219,9 @@ func TestQueryMergesHubs(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("table: exit %d: %s", code, errOut)
 			}
-			aggs, _ := aggregate.ParseAggs(splitList(c.aggs))
+			aggs, _ := aggregate.ParseAggs(hub.SplitList(c.aggs))
 			var wantTable bytes.Buffer
-			if err := writeTable(&wantTable, splitList(c.groupBy), aggs, want); err != nil {
+			if err := writeTable(&wantTable, hub.SplitList(c.groupBy), aggs, want); err != nil {
 				t.Fatal(err)
 			}
 			if table != wantTable.String() {
