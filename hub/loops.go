@@ -61,13 +61,54 @@ func (s *Server) inApplier(fn func() error) error {
 }
 
 // checkpointNow writes a checkpoint of the applied state if anything was
-// applied since the last one.
+// applied since the last one. The caller owns the applied state: shutdown,
+// once the applier has stopped.
 func (s *Server) checkpointNow() error {
+	s.ckptMu.Lock()
+	defer s.ckptMu.Unlock()
 	pos := s.app.lastSeq
 	if s.lastCkpt != nil && s.lastCkpt.Pos == pos {
 		return nil
 	}
 	state, err := s.stateBytes()
+	return s.writeCheckpoint(pos, state, err)
+}
+
+// Checkpoint writes a checkpoint now (it also happens every
+// CheckpointInterval and on Shutdown). Only the state's encoding runs on
+// the applier goroutine; the write and its sync run here, so batches keep
+// being applied (and, the apply queue being short, acknowledged) while a
+// large state is written.
+func (s *Server) Checkpoint() error {
+	if s.com == nil {
+		return errors.New("hub: not started")
+	}
+	s.ckptMu.Lock()
+	defer s.ckptMu.Unlock()
+	var (
+		pos   uint64
+		state []byte
+		same  bool
+	)
+	err := s.inApplier(func() error {
+		pos = s.app.lastSeq
+		if same = s.lastCkpt != nil && s.lastCkpt.Pos == pos; same {
+			return nil
+		}
+		var err error
+		state, err = s.stateBytes()
+		return err
+	})
+	if same {
+		return nil
+	}
+	return s.writeCheckpoint(pos, state, err)
+}
+
+// writeCheckpoint stores state (or counts encErr, the failure to encode
+// it) as the checkpoint at pos; the caller holds ckptMu.
+func (s *Server) writeCheckpoint(pos uint64, state []byte, encErr error) error {
+	err := encErr
 	if err == nil {
 		var ck *checkpoint
 		if ck, err = s.st.writeCheckpoint(s.lastCkpt, pos, state, s.opts.Now().UnixNano()); err == nil {
@@ -81,15 +122,6 @@ func (s *Server) checkpointNow() error {
 	s.m.checkpoints.WithLabelValues("error").Inc()
 	s.log.Error("checkpoint failed", "position", pos, "err", err)
 	return err
-}
-
-// Checkpoint writes a checkpoint now (it also happens every
-// CheckpointInterval and on Shutdown).
-func (s *Server) Checkpoint() error {
-	if s.com == nil {
-		return errors.New("hub: not started")
-	}
-	return s.inApplier(s.checkpointNow)
 }
 
 // startLoops starts the periodic checkpoint and retention loops.

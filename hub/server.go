@@ -39,7 +39,8 @@ type Server struct {
 	inClosed    bool
 	timeSvc     atomic.Pointer[TimeRequestHandler]
 	applierReqs chan applierReq
-	lastCkpt    *checkpoint   // owned by whoever checkpoints (applier goroutine, then shutdown)
+	ckptMu      sync.Mutex    // one checkpoint at a time; guards lastCkpt
+	lastCkpt    *checkpoint   // the last checkpoint written (or recovered)
 	ckptPos     atomic.Uint64 // log position covered by the last checkpoint
 	ready       atomic.Bool
 	recovered   atomic.Bool // the state is recovered: queries may run
