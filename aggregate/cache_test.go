@@ -43,22 +43,7 @@ func TestQueryCacheSeesLateData(t *testing.T) {
 // (by an earlier, shorter query) and some not answers as an engine that
 // never evicted, the first time and again from the cache.
 func TestQueryCacheMixedBlocks(t *testing.T) {
-	var live, evicted *Engine
-	for i, after := range []time.Duration{1000 * time.Hour, time.Minute} {
-		opt := testOptions()
-		opt.EvictAfter = after
-		opt.QueryCachePartials = 5000
-		e := newEngine(t, opt)
-		var seq uint64
-		for h := 0; h < 6; h++ {
-			mustApply(t, e, series10s("a", 1, &seq, time.Duration(h)*time.Hour, time.Duration(h+1)*time.Hour, at(time.Duration(h+1)*time.Hour)))
-		}
-		if i == 0 {
-			live = e
-		} else {
-			evicted = e
-		}
-	}
+	live, evicted := liveAndEvicted(t, 6, nil)
 	w := WindowSpec{Kind: Hopping, Size: 5 * time.Minute, Slide: time.Minute}
 	short := Query{Metric: "m", Window: w, From: t0.Add(2 * time.Hour), To: t0.Add(3 * time.Hour)}
 	long := Query{Metric: "m", Window: w, From: t0.Add(-time.Hour), To: t0.Add(5 * time.Hour)}
@@ -79,27 +64,7 @@ func TestQueryCacheMixedBlocks(t *testing.T) {
 // from their sketches; and a block cached without quantiles is read again
 // when a query asks for them.
 func TestStoredQuantiles(t *testing.T) {
-	var live, evicted *Engine
-	for i, after := range []time.Duration{1000 * time.Hour, time.Minute} {
-		opt := testOptions()
-		opt.EvictAfter = after
-		opt.QueryCachePartials = 5000
-		opt.Store = NewMemStore()
-		e := newEngine(t, opt)
-		var seq uint64
-		for h := 0; h < 3; h++ {
-			b := series10s("a", 1, &seq, time.Duration(h)*time.Hour, time.Duration(h+1)*time.Hour, at(time.Duration(h+1)*time.Hour))
-			for j := range b.Events {
-				b.Events[j].Value = float64(j%17) * 1.5
-			}
-			mustApply(t, e, b)
-		}
-		if i == 0 {
-			live = e
-		} else {
-			evicted = e
-		}
-	}
+	live, evicted := liveAndEvicted(t, 3, func(j int) float64 { return float64(j%17) * 1.5 })
 	ms := evicted.opt.Store.(*MemStore)
 	// Rewrite the first hour's partials as an older version stored them.
 	for bk := at(0) / int64(10*time.Second); bk < at(time.Hour)/int64(10*time.Second); bk++ {
@@ -135,4 +100,36 @@ func TestStoredQuantiles(t *testing.T) {
 			t.Fatalf("round %d: no quantiles: %+v %+v", round, got[5], got[400])
 		}
 	}
+}
+
+// liveAndEvicted feeds two engines (query cache 5,000 partials, MemStore)
+// the same hours of one series, one event per 10 s (value(j) for the j-th
+// event of an hour, 1 when nil), one batch per hour: live keeps every
+// partial in memory, evicted moves each to the store a minute after it is
+// final.
+func liveAndEvicted(t *testing.T, hours int, value func(j int) float64) (live, evicted *Engine) {
+	t.Helper()
+	for i, after := range []time.Duration{1000 * time.Hour, time.Minute} {
+		opt := testOptions()
+		opt.EvictAfter = after
+		opt.QueryCachePartials = 5000
+		opt.Store = NewMemStore()
+		e := newEngine(t, opt)
+		var seq uint64
+		for h := 0; h < hours; h++ {
+			b := series10s("a", 1, &seq, time.Duration(h)*time.Hour, time.Duration(h+1)*time.Hour, at(time.Duration(h+1)*time.Hour))
+			for j := range b.Events {
+				if value != nil {
+					b.Events[j].Value = value(j)
+				}
+			}
+			mustApply(t, e, b)
+		}
+		if i == 0 {
+			live = e
+		} else {
+			evicted = e
+		}
+	}
+	return live, evicted
 }

@@ -89,18 +89,9 @@ func (l *linearEstimator) Estimate(d string) (time.Duration, time.Duration, bool
 // mid-stream checkpoint and checks the recovered state equals the state
 // before the crash, byte for byte; then a clean restart does too.
 func TestCheckpointReplayEquality(t *testing.T) {
-	dir := t.TempDir()
-	clock := &fakeNow{t: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
-	opts := func() Options {
-		o := testOptions(t, dir)
-		o.Now, o.Consumers, o.ClockEstimator = clock.now, []Consumer{newCountingConsumer()}, &linearEstimator{}
-		return o
-	}
+	opts := recoveryOptions(t)
 	s1 := startHub(t, opts())
-	var devs []*device
-	for _, id := range []string{"d1", "d2", "d3"} {
-		devs = append(devs, newDevice(t, "tcp://"+s1.BrokerAddr(), id))
-	}
+	devs := recoveryDevices(t, s1)
 	feed(t, s1, devs, 1, 500)
 	if err := s1.Checkpoint(); err != nil {
 		t.Fatal(err)
@@ -195,18 +186,9 @@ func TestRetention(t *testing.T) {
 // write runs beside ingest) leave a state that a crash recovers exactly:
 // the last checkpoint plus the log after it equals what was applied.
 func TestCheckpointsDuringIngest(t *testing.T) {
-	dir := t.TempDir()
-	clock := &fakeNow{t: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
-	opts := func() Options {
-		o := testOptions(t, dir)
-		o.Now, o.Consumers, o.ClockEstimator = clock.now, []Consumer{newCountingConsumer()}, &linearEstimator{}
-		return o
-	}
+	opts := recoveryOptions(t)
 	s1 := startHub(t, opts())
-	var devs []*device
-	for _, id := range []string{"d1", "d2", "d3"} {
-		devs = append(devs, newDevice(t, "tcp://"+s1.BrokerAddr(), id))
-	}
+	devs := recoveryDevices(t, s1)
 	stop := make(chan struct{})
 	errs := make(chan error, 2)
 	for range 2 {
@@ -249,4 +231,26 @@ func TestCheckpointsDuringIngest(t *testing.T) {
 		t.Fatalf("state after recovery differs (positions %d, %d)", pos, pos2)
 	}
 	hubEstimated(t, s2)
+}
+
+// recoveryOptions makes options for successive hubs on one data directory
+// with a fake clock, a counting consumer and the hub's clock estimator.
+func recoveryOptions(t *testing.T) func() Options {
+	dir := t.TempDir()
+	clock := &fakeNow{t: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)}
+	return func() Options {
+		o := testOptions(t, dir)
+		o.Now, o.Consumers, o.ClockEstimator = clock.now, []Consumer{newCountingConsumer()}, &linearEstimator{}
+		return o
+	}
+}
+
+// recoveryDevices attaches the devices feed sends for: d1, d2 (whose clock
+// was never synced) and d3.
+func recoveryDevices(t *testing.T, s *Server) []*device {
+	var devs []*device
+	for _, id := range []string{"d1", "d2", "d3"} {
+		devs = append(devs, newDevice(t, "tcp://"+s.BrokerAddr(), id))
+	}
+	return devs
 }
