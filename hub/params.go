@@ -26,26 +26,18 @@ type APIError struct {
 	Oldest *uint64 `json:"oldest,omitempty"`
 }
 
-// paramError is a bad query parameter.
-type paramError struct {
-	param, reason string
-}
-
-func (e *paramError) Error() string { return e.param + ": " + e.reason }
-
+// badParam is a bad query parameter: the engine's *aggregate.ParamError,
+// so the API answers both alike and clients (hubd query) see one type.
 func badParam(param, format string, args ...any) error {
-	return &paramError{param: param, reason: fmt.Sprintf(format, args...)}
+	return &aggregate.ParamError{Param: param, Reason: fmt.Sprintf(format, args...)}
 }
 
 // writeAPIError answers err: 400 for bad parameters and limits (naming the
 // parameter), 500 otherwise.
 func writeAPIError(w http.ResponseWriter, err error) {
-	var pe *paramError
 	var ape *aggregate.ParamError
 	var le *aggregate.LimitError
 	switch {
-	case errors.As(err, &pe):
-		writeJSON(w, http.StatusBadRequest, APIError{Error: pe.param + " " + pe.reason, Param: pe.param})
 	case errors.As(err, &ape):
 		writeJSON(w, http.StatusBadRequest, APIError{Error: ape.Param + " " + ape.Reason, Param: ape.Param})
 	case errors.As(err, &le):

@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"errors"
 	"time"
 
 	"edgeflow/aggregate"
@@ -15,14 +14,7 @@ import (
 // 3339 (2025-06-01T12:00:00Z) or an integer of Unix milliseconds, within
 // the years 2000 to 2200. A bad value is an *aggregate.ParamError naming
 // param.
-func ParseQueryTime(param, s string) (time.Time, error) {
-	t, err := parseAPITime(param, s)
-	var pe *paramError
-	if errors.As(err, &pe) {
-		return time.Time{}, &aggregate.ParamError{Param: pe.param, Reason: pe.reason}
-	}
-	return t, err
-}
+func ParseQueryTime(param, s string) (time.Time, error) { return parseAPITime(param, s) }
 
 // WindowsJSON converts query results (of an engine, or of QueryHubs) to
 // the windows of GET /v1/aggregates: only the aggregates in aggs are set
