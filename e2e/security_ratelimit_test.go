@@ -89,7 +89,13 @@ func TestRateLimitedDeviceLosesNothing(t *testing.T) {
 	if r := counterOf(m.BatchesResent); r == 0 {
 		t.Fatal("no batch was resent")
 	}
+	// The hub's registry is updated by its applier, after the ack: wait for
+	// the last batch to reach it before checking what it holds.
 	d, ok := h.Device("rl-dev")
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && (!ok || len(d.Streams) != 1 || d.Streams[0].Events < n); {
+		time.Sleep(10 * time.Millisecond)
+		d, ok = h.Device("rl-dev")
+	}
 	if !ok || len(d.Streams) != 1 {
 		t.Fatalf("device: %+v", d)
 	}

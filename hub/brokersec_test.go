@@ -187,6 +187,8 @@ func TestBrokerTopicPermissions(t *testing.T) {
 	forged := encodeBatch(t, makeBatch("dev-b", b.stream, 6, 5))
 	a.c.Publish(wire.BatchTopic("dev-b"), 1, false, forged).WaitTimeout(2 * time.Second)
 	waitFor(t, func() bool { return counterValue(t, m.denied.WithLabelValues("publish")) == 1 })
+	// dev-b's own 5 events reach the registry after their ack (the applier).
+	waitFor(t, func() bool { i, _ := s.Device("dev-b"); return len(i.Streams) > 0 && i.Streams[0].Events >= 5 })
 	time.Sleep(100 * time.Millisecond)
 	if info, _ := s.Device("dev-b"); len(info.Streams) != 1 || info.Streams[0].Events != 5 {
 		t.Fatalf("dev-b after a forged batch: %+v", info.Streams)

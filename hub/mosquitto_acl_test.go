@@ -77,6 +77,9 @@ func TestMosquittoACL(t *testing.T) {
 	if ack := b.send(makeBatch("dev-b", b.stream, 1, 7)); ack.Status != wirepb.AckStatus_ACK_STATUS_OK {
 		t.Fatalf("dev-b: %v", ack)
 	}
+	// The registry is updated by the applier after the ack: wait for dev-b's
+	// 7 events, then give a forged batch time to show up beside them.
+	waitFor(t, func() bool { i, _ := s.Device("dev-b"); return len(i.Streams) > 0 && i.Streams[0].Events == 7 })
 	time.Sleep(300 * time.Millisecond)
 	info, _ := s.Device("dev-b")
 	if len(info.Streams) != 1 || info.Streams[0].Events != 7 || info.Streams[0].StreamID != b.stream.String() {
