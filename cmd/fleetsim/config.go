@@ -27,6 +27,8 @@ type config struct {
 	truthIn    string
 	workers    int
 	logLevel   slog.Level
+	// pprofAddr serves runtime profiles (package debugsrv); empty: off.
+	pprofAddr string
 }
 
 // newFlags declares the flags. --scenario names a YAML file whose keys are
@@ -48,6 +50,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("truth", "", "ground truth file to verify (the verify subcommand)")
 	fs.Int("workers", 0, "goroutines driving the devices (0: min(devices, 64))")
 	fs.String("log-level", "warn", "debug, info, warn or error")
+	fs.String("pprof-addr", "", "serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6061 (empty: off)")
 	return fs
 }
 
@@ -107,6 +110,7 @@ func fromViper(vs, vm *viper.Viper) (*config, error) {
 	c.verify = vm.GetBool("verify")
 	c.truthOut, c.truthIn = vm.GetString("truth-out"), vm.GetString("truth")
 	c.workers = vm.GetInt("workers")
+	c.pprofAddr = vm.GetString("pprof-addr")
 	var errs []error
 	if pe := vm.GetString("probe-every"); pe != "0" {
 		d, err := time.ParseDuration(pe)

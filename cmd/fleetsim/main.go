@@ -25,6 +25,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"edgeflow/internal/debugsrv"
 	"edgeflow/simulator"
 )
 
@@ -50,6 +51,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	out := &output{w: stdout, errw: stderr, json: c.json, tty: isTerminal(stderr)}
+	_, stopProfiles, err := debugsrv.Start(c.pprofAddr, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "fleetsim: flag --pprof-addr:", err)
+		return 2
+	}
+	defer stopProfiles()
 	if verifyOnly {
 		return verifyFromFile(ctx, c, out)
 	}

@@ -19,6 +19,8 @@ import (
 type config struct {
 	hub      hub.Options
 	logLevel slog.Level
+	// pprofAddr serves runtime profiles (package debugsrv); empty: off.
+	pprofAddr string
 	// demo runs a simulated fleet beside the hub (package demo).
 	demo bool
 }
@@ -43,6 +45,7 @@ func newFlags() *pflag.FlagSet {
 	fs.Int("workers", 0, "decode workers (0: one per CPU)")
 	fs.Int("max-events", 0, "max events per batch (0: wire default)")
 	fs.String("tick-interval", "1s", "time between logged ticks of the aggregate engine's processing time")
+	fs.String("pprof-addr", "", "serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (empty: off)")
 	fs.Bool("demo", false, "also run a simulated fleet of 20 devices against this hub (data in a temporary directory unless data-dir is set)")
 	addSecurityFlags(fs)
 	return fs
@@ -118,6 +121,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 		errs = append(errs, fmt.Errorf("config key %q: %q is not debug, info, warn or error", "log-level", v.GetString("log-level")))
 	}
 	c.demo = v.GetBool("demo")
+	c.pprofAddr = v.GetString("pprof-addr")
 	if c.demo && !v.IsSet("data-dir") {
 		o.DataDir = "" // the demo uses a fresh temporary directory
 	} else if o.DataDir == "" {

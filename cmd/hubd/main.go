@@ -34,6 +34,7 @@ import (
 
 	"edgeflow/demo"
 	"edgeflow/hub"
+	"edgeflow/internal/debugsrv"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -65,6 +66,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if rebuild {
 		return runRebuild(cfg, logger, stderr)
 	}
+	_, stopProfiles, err := debugsrv.Start(cfg.pprofAddr, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "hubd: config key \"pprof-addr\": %v\n", err)
+		return 2
+	}
+	defer stopProfiles()
 	if cfg.demo {
 		return runDemo(cfg, logger, stderr)
 	}
