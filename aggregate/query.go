@@ -486,7 +486,7 @@ func shared(p *partial) partial {
 // windows evaluates every group's windows and sorts them by start, then
 // group.
 func (r *queryRun) windows() ([]WindowResult, error) {
-	r.behind = r.e.newBehindIndex(r.p.GroupBy)
+	r.behind = r.e.newBehindIndex(r.p.GroupBy, r.groups)
 	out := make([]WindowResult, 0, r.estimate())
 	slices.SortFunc(r.groups, func(a, b *group) int { return strings.Compare(a.key, b.key) })
 	for _, g := range r.groups {
@@ -644,20 +644,26 @@ type behindIndex struct {
 	byDevice map[string][]int64
 }
 
-func (e *Engine) newBehindIndex(groupBy []string) behindIndex {
+// newBehindIndex indexes the known streams' watermarks. Grouped by
+// device, it indexes only the devices of groups (a query for one device of
+// a large fleet touches that device's streams, not the fleet's).
+func (e *Engine) newBehindIndex(groupBy []string, groups []*group) behindIndex {
 	var b behindIndex
-	perDevice := slices.Contains(groupBy, "device")
-	if perDevice {
-		b.byDevice = map[string][]int64{}
+	if slices.Contains(groupBy, "device") {
+		b.byDevice = make(map[string][]int64, len(groups))
+		for _, g := range groups {
+			b.byDevice[g.device] = nil
+		}
 	}
 	for i := range e.streams {
 		st := &e.streams[i]
 		if !e.known(st) {
 			continue
 		}
-		b.all = append(b.all, st.wm)
-		if perDevice {
-			b.byDevice[st.device] = append(b.byDevice[st.device], st.wm)
+		if b.byDevice == nil {
+			b.all = append(b.all, st.wm)
+		} else if wms, ok := b.byDevice[st.device]; ok {
+			b.byDevice[st.device] = append(wms, st.wm)
 		}
 	}
 	slices.Sort(b.all)

@@ -25,12 +25,12 @@ func (s *Server) ackLoop() {
 	defer wg.Wait()
 	slots := make(chan struct{}, ackPublishes)
 	for g := range s.com.toAck {
-		msgs := s.appendAcks(nil, g)
+		msgs, arrived := s.appendAcks(nil, nil, g)
 		for more := true; more; {
 			select {
 			case g, ok := <-s.com.toAck:
 				if ok {
-					msgs = s.appendAcks(msgs, g)
+					msgs, arrived = s.appendAcks(msgs, arrived, g)
 				}
 				more = ok
 			default:
@@ -47,14 +47,19 @@ func (s *Server) ackLoop() {
 			if err := s.tr.Publish(msgs); err != nil {
 				s.m.ackErrors.Inc()
 				s.rejLog.log(s.log, "ack", "", "publishing acks failed; agents will resend", err)
+				return
+			}
+			now := s.opts.Now().UnixNano()
+			for _, at := range arrived {
+				s.m.ackSeconds.Observe(float64(now-at) / 1e9)
 			}
 		}()
 	}
 }
 
-// appendAcks appends the acks of one group's batches to msgs and counts
-// its status messages.
-func (s *Server) appendAcks(msgs []Message, g []*pending) []Message {
+// appendAcks appends the acks of one group's batches to msgs, and their
+// arrival times to arrived, and counts the group's status messages.
+func (s *Server) appendAcks(msgs []Message, arrived []int64, g []*pending) ([]Message, []int64) {
 	for _, p := range g {
 		if p.kind != entryBatch {
 			if p.kind == entryStatus {
@@ -64,9 +69,10 @@ func (s *Server) appendAcks(msgs []Message, g []*pending) []Message {
 		}
 		if m, ok := s.ackMessage(p); ok {
 			msgs = append(msgs, m)
+			arrived = append(arrived, p.serverTimeNs)
 		}
 	}
-	return msgs
+	return msgs, arrived
 }
 
 // ackMessage builds the ack of one batch and counts its outcome.

@@ -14,6 +14,7 @@ type metrics struct {
 	statuses       prometheus.Counter
 	commitSeconds  prometheus.Histogram
 	groupBatches   prometheus.Histogram
+	ackSeconds     prometheus.Histogram
 	ackErrors      prometheus.Counter
 	checkpoints    *prometheus.CounterVec // by result
 	walDeleted     prometheus.Counter
@@ -35,6 +36,7 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 		statuses:       prometheus.NewCounter(prometheus.CounterOpts(f("status_messages_total", "Device status messages logged."))),
 		commitSeconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "wal_commit_seconds", Help: "Time to write and sync one log group.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		groupBatches:   prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "wal_group_entries", Help: "Log entries per group commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 11)}),
+		ackSeconds:     prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "ack_seconds", Help: "Time from a batch's arrival at the hub to its ack handed to the broker (the hub's share of an agent's event-to-ack latency).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		ackErrors:      prometheus.NewCounter(prometheus.CounterOpts(f("ack_publish_errors_total", "Acks that could not be published."))),
 		checkpoints:    prometheus.NewCounterVec(prometheus.CounterOpts(f("checkpoints_total", "Checkpoints written, by result.")), []string{"result"}),
 		walDeleted:     prometheus.NewCounter(prometheus.CounterOpts(f("wal_deleted_entries_total", "Log entries deleted by retention."))),
@@ -47,7 +49,7 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 		m.batches.WithLabelValues(s)
 	}
 	cs := []prometheus.Collector{m.batches, m.rejected, m.events, m.panics, m.dropped, m.statuses, m.commitSeconds,
-		m.groupBatches, m.ackErrors, m.checkpoints, m.walDeleted, m.consumerPanics,
+		m.groupBatches, m.ackSeconds, m.ackErrors, m.checkpoints, m.walDeleted, m.consumerPanics,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts(f("devices", "Devices known to the hub.")), func() float64 { n, _ := devices(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts(f("devices_online", "Devices whose last status said online.")), func() float64 { _, n := devices(); return float64(n) }),
 	}

@@ -147,6 +147,10 @@ type Fleet struct {
 	last     Report
 }
 
+// Gatherer gives the fleet's agent metrics (package uplink's, summed over
+// every device), for a /metrics endpoint beside a load run.
+func (f *Fleet) Gatherer() prometheus.Gatherer { return f.reg }
+
 // New opens the shared store and creates the devices (their streams and
 // models); Run starts them.
 func New(o Options) (*Fleet, error) {

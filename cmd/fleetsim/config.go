@@ -50,7 +50,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("truth", "", "ground truth file to verify (the verify subcommand)")
 	fs.Int("workers", 0, "goroutines driving the devices (0: min(devices, 64))")
 	fs.String("log-level", "warn", "debug, info, warn or error")
-	fs.String("pprof-addr", "", "serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6061 (empty: off)")
+	fs.String("pprof-addr", "", "serve Go runtime profiles (/debug/pprof/) and the agents' Prometheus metrics (/metrics) on this address, e.g. 127.0.0.1:6061 (empty: off)")
 	return fs
 }
 

@@ -66,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if rebuild {
 		return runRebuild(cfg, logger, stderr)
 	}
-	_, stopProfiles, err := debugsrv.Start(cfg.pprofAddr, logger)
+	_, stopProfiles, err := debugsrv.Start(cfg.pprofAddr, logger, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "hubd: config key \"pprof-addr\": %v\n", err)
 		return 2

@@ -14,11 +14,12 @@ import (
 	"time"
 )
 
-// Start listens on addr and serves /debug/pprof/ there until stop is
-// called; it returns the bound address (port 0 picks a free one). An empty
-// addr serves nothing and returns a no-op stop. Use a loopback address:
-// profiles show code paths and memory contents.
-func Start(addr string, log *slog.Logger) (bound string, stop func(), err error) {
+// Start listens on addr and serves /debug/pprof/, and any extra handlers
+// by path, there until stop is called; it returns the bound address (port
+// 0 picks a free one). An empty addr serves nothing and returns a no-op
+// stop. Use a loopback address: profiles show code paths and memory
+// contents.
+func Start(addr string, log *slog.Logger, extra map[string]http.Handler) (bound string, stop func(), err error) {
 	if addr == "" {
 		return "", func() {}, nil
 	}
@@ -32,6 +33,9 @@ func Start(addr string, log *slog.Logger) (bound string, stop func(), err error)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
