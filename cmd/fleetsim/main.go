@@ -21,7 +21,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -33,18 +32,8 @@ import (
 )
 
 func main() {
-	// A load generator holds thousands of agents' connections and buffers
-	// and allocates per event: at the default GOGC a fifth of its CPU went
-	// to the collector, CPU that the hub it measures shares on one machine.
-	// Trade memory for it unless GOGC says otherwise.
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(fleetsimGOGC)
-	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
-
-// fleetsimGOGC is fleetsim's GC target when GOGC is not set.
-const fleetsimGOGC = 400
 
 // run is main with its outputs injected, for tests; it returns the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
