@@ -113,7 +113,7 @@ func (e *embeddedBroker) StartIdentified(h IdentifiedHandler) error {
 // Publish hands msgs to the broker, which queues them for the subscribers.
 func (e *embeddedBroker) Publish(msgs []Message) error {
 	for _, m := range msgs {
-		if err := e.srv.Publish(m.Topic, m.Payload, false, 1); err != nil {
+		if err := e.srv.Publish(m.Topic, m.Payload, false, m.qos()); err != nil {
 			return fmt.Errorf("publish %s: %w", m.Topic, err)
 		}
 	}

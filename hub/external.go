@@ -195,7 +195,7 @@ func (e *externalBroker) deliver(_ paho.Client, m paho.Message) {
 func (e *externalBroker) Publish(msgs []Message) error {
 	toks := make([]paho.Token, len(msgs))
 	for i, m := range msgs {
-		toks[i] = e.client.Publish(m.Topic, 1, false, m.Payload)
+		toks[i] = e.client.Publish(m.Topic, m.qos(), false, m.Payload)
 	}
 	deadline := time.Now().Add(e.opts.Timeout)
 	var errs []error

@@ -84,6 +84,7 @@ type device struct {
 	c      paho.Client
 	mu     sync.Mutex
 	acks   map[uint64]*wirepb.Ack // by first_seq
+	qos    map[byte]int           // acks received, by the QoS they came at
 	got    chan struct{}
 }
 
@@ -91,7 +92,7 @@ type device struct {
 // to its acks.
 func newDevice(t testing.TB, broker, id string) *device {
 	t.Helper()
-	d := &device{t: t, id: id, stream: wire.NewStreamID(), acks: map[uint64]*wirepb.Ack{}, got: make(chan struct{}, 1)}
+	d := &device{t: t, id: id, stream: wire.NewStreamID(), acks: map[uint64]*wirepb.Ack{}, qos: map[byte]int{}, got: make(chan struct{}, 1)}
 	o := paho.NewClientOptions().AddBroker(broker).SetClientID("dev-" + id).SetCleanSession(true).
 		SetOrderMatters(false).SetConnectTimeout(5 * time.Second)
 	d.c = paho.NewClient(o)
@@ -106,6 +107,7 @@ func newDevice(t testing.TB, broker, id string) *device {
 		}
 		d.mu.Lock()
 		d.acks[a.FirstSeq] = a
+		d.qos[m.Qos()]++
 		d.mu.Unlock()
 		select {
 		case d.got <- struct{}{}:

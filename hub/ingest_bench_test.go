@@ -31,7 +31,7 @@ func benchPayloads(tb testing.TB, devices, n, size int) [][]Message {
 				e.DeviceTimeNs += rng.Int64N(1e6)
 				e.Tags = e.Tags[:1]
 			}
-			out[d] = append(out[d], Message{wire.BatchTopic(id), encodeBatch(tb, b)})
+			out[d] = append(out[d], Message{Topic: wire.BatchTopic(id), Payload: encodeBatch(tb, b)})
 		}
 	}
 	return out

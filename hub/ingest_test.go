@@ -52,6 +52,17 @@ func deliveryScenario(t *testing.T, s *Server, broker string, cc *countingConsum
 	// Acks go out once the batch is durable; applying may lag a moment.
 	waitFor(t, func() bool { i, _ := s.Device("dev-a"); return len(i.Streams) == 1 && i.Streams[0].Events == 170 })
 	checkDeviceAPI(t, s, "dev-a", d.stream)
+	// Every ack came at the QoS the hub publishes them at (the device
+	// subscribed at 1, so that is the hub's choice).
+	want := byte(1)
+	if s.opts.AcksAtMostOnce {
+		want = 0
+	}
+	d.mu.Lock()
+	if got := d.qos[want]; got < 6 || len(d.qos) != 1 {
+		t.Errorf("acks by QoS %v, want every one (at least 6) at QoS %d", d.qos, want)
+	}
+	d.mu.Unlock()
 	if cc != nil {
 		// The registry is updated before the consumers are called.
 		waitFor(t, func() bool {
@@ -142,6 +153,26 @@ func waitReady(t testing.TB, s *Server) {
 		}
 		resp.Body.Close()
 		return resp.StatusCode == 200
+	})
+}
+
+// TestAcksAtMostOnce runs the delivery scenario with acks published at
+// QoS 0, through the embedded broker and a real Mosquitto.
+func TestAcksAtMostOnce(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) {
+		o := testOptions(t, t.TempDir())
+		o.AcksAtMostOnce = true
+		s := startHub(t, o)
+		waitReady(t, s)
+		deliveryScenario(t, s, "tcp://"+s.BrokerAddr(), nil)
+	})
+	t.Run("mosquitto", func(t *testing.T) {
+		url := startMosquitto(t)
+		o := testOptions(t, t.TempDir())
+		o.MQTTURL, o.ClientID, o.AcksAtMostOnce = url, "hub-test-qos0", true
+		s := startHub(t, o)
+		waitReady(t, s)
+		deliveryScenario(t, s, url, nil)
 	})
 }
 

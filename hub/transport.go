@@ -7,10 +7,21 @@ import (
 	"edgeflow/wire"
 )
 
-// Message is one outgoing MQTT message (QoS 1, not retained).
+// Message is one outgoing MQTT message (not retained).
 type Message struct {
 	Topic   string
 	Payload []byte
+	// AtMostOnce publishes at QoS 0: the broker takes it without a PUBACK
+	// and drops it for a client that is offline. Default QoS 1.
+	AtMostOnce bool
+}
+
+// qos is the MQTT QoS m is published at.
+func (m Message) qos() byte {
+	if m.AtMostOnce {
+		return 0
+	}
+	return 1
 }
 
 // MessageHandler receives one incoming message. Transports may call it from
@@ -23,8 +34,8 @@ type Transport interface {
 	// Start subscribes to batches, status and time requests and delivers
 	// them to h until Pause or Close.
 	Start(h MessageHandler) error
-	// Publish sends msgs at QoS 1 and waits, bounded, until the broker has
-	// taken them.
+	// Publish sends msgs (QoS 1 unless a Message says otherwise) and waits,
+	// bounded, until the broker has taken them.
 	Publish(msgs []Message) error
 	// Connected reports whether the broker connection is up.
 	Connected() bool

@@ -42,6 +42,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("checkpoint-interval", "1m", "time between checkpoints")
 	fs.String("retention-max-age", "168h", "how long logged batches are kept")
 	fs.String("retention-interval", "5m", "time between retention passes")
+	fs.Int("ack-qos", 1, "MQTT QoS of the hub's acks: 1, or 0 to save a PUBACK per batch (an agent resends what a lost ack leaves unanswered)")
 	fs.Int("workers", 0, "decode workers (0: one per CPU)")
 	fs.Int("max-events", 0, "max events per batch (0: wire default)")
 	fs.String("tick-interval", "1s", "time between logged ticks of the aggregate engine's processing time")
@@ -116,6 +117,12 @@ func fromViper(v *viper.Viper) (*config, error) {
 	dur("retention-interval", &o.RetentionInterval)
 	dur("tick-interval", &o.TickInterval)
 	num("workers", &o.Workers)
+	switch q := v.GetString("ack-qos"); q {
+	case "0", "1":
+		o.AcksAtMostOnce = q == "0"
+	default:
+		errs = append(errs, fmt.Errorf("config key %q: %q is not 0 or 1", "ack-qos", q))
+	}
 	num("max-events", &o.Limits.MaxEvents)
 	if err := c.logLevel.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
 		errs = append(errs, fmt.Errorf("config key %q: %q is not debug, info, warn or error", "log-level", v.GetString("log-level")))
