@@ -203,6 +203,7 @@ func (d *device) startUplink() {
 		o.Clock = func() *wirepb.ClockEstimate { return sc.Estimate().Proto() }
 		o.Retime = func(rec []byte) ([]byte, error) { return retime(sc, rec) }
 	}
+	o.OnAck = d.ws.hubAcked
 	u, err := uplink.New(d.ws, o)
 	if err != nil {
 		d.f.log.Error("simulator: uplink", "device", d.name, "err", err)
@@ -466,8 +467,9 @@ func (d *device) shutdown() {
 }
 
 // watchedStream is the stream the device's uplinks drain. It records when
-// each append happened and, when the hub's ack reaches the buffer,
-// observes the event-to-ack latency and counts acknowledged events.
+// each append happened and, when the hub's ack reaches the uplink (before
+// the buffer is acknowledged), observes the event-to-ack latency and
+// counts acknowledged events.
 type watchedStream struct {
 	*buffer.Stream
 	d *device
@@ -495,15 +497,15 @@ func (w *watchedStream) preloaded(last uint64) {
 	w.mu.Unlock()
 }
 
-// Ack acknowledges the buffer, then accounts for the acknowledged events.
-func (w *watchedStream) Ack(upTo uint64) error {
-	err := w.Stream.Ack(upTo)
+// hubAcked is the uplink's OnAck: it accounts for the events the hub's
+// acks now cover.
+func (w *watchedStream) hubAcked(upTo uint64) {
 	now := time.Now()
 	f := w.d.f
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if upTo <= w.acked {
-		return err
+		return
 	}
 	f.acked.Add(upTo - w.acked)
 	if w.acked < w.preloadEnd {
@@ -526,7 +528,6 @@ func (w *watchedStream) Ack(upTo uint64) error {
 			r.first = last + 1
 		}
 	}
-	return err
 }
 
 var _ uplink.Stream = (*watchedStream)(nil)

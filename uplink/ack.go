@@ -60,5 +60,8 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 	upTo, ok := u.win.popDone()
 	u.m.InFlight.Sub(float64(before - u.win.len()))
 	u.noteAck(upTo, ok, u.opts.Now())
+	if ok && u.opts.OnAck != nil {
+		u.opts.OnAck(upTo)
+	}
 	return upTo, ok
 }

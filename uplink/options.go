@@ -141,6 +141,11 @@ type Options struct {
 	Clock func() *wirepb.ClockEstimate
 	// Version is the agent version reported in status messages.
 	Version string
+	// OnAck, if set, is called on the send loop when the hub's acks advance
+	// the cumulative position to upTo, at the ack's arrival and before the
+	// buffer is acknowledged (which may wait for a disk write): the moment
+	// an event-to-ack latency ends. It must return quickly.
+	OnAck func(upTo uint64)
 
 	// Dial, if set, opens the TCP connection to the broker in place of
 	// the default dialer, for tcp, mqtt and TLS broker URLs (TLS runs on

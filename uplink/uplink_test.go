@@ -36,7 +36,16 @@ func TestDeliversEverything(t *testing.T) {
 			})
 			r.reorder = true
 			appendEvents(t, st, 2500, 1000)
-			u := newUplink(t, st, url, func(o *Options) { o.Compression = codec })
+			var onAck []uint64 // OnAck runs on the send loop, and only there
+			var onAckMu sync.Mutex
+			u := newUplink(t, st, url, func(o *Options) {
+				o.Compression = codec
+				o.OnAck = func(upTo uint64) {
+					onAckMu.Lock()
+					onAck = append(onAck, upTo)
+					onAckMu.Unlock()
+				}
+			})
 			runUplink(t, u)
 			for range 10 {
 				appendEvents(t, st, 750, 250)
@@ -52,6 +61,17 @@ func TestDeliversEverything(t *testing.T) {
 			}
 			if got := value(u.m.EventsAcked); got != n {
 				t.Fatalf("events acked metric %v, want %d", got, n)
+			}
+			// OnAck saw the cumulative position rise to the end, strictly.
+			onAckMu.Lock()
+			defer onAckMu.Unlock()
+			if len(onAck) == 0 || onAck[len(onAck)-1] != n {
+				t.Fatalf("OnAck positions end at %v, want %d", onAck[max(len(onAck)-3, 0):], n)
+			}
+			for i := 1; i < len(onAck); i++ {
+				if onAck[i] <= onAck[i-1] {
+					t.Fatalf("OnAck position %d after %d", onAck[i], onAck[i-1])
+				}
 			}
 			t.Logf("batches %v, resent %v, ignored acks %v", value(u.m.BatchesPublished), value(u.m.BatchesResent), value(u.m.AcksIgnored))
 		})
