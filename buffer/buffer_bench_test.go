@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -89,6 +90,57 @@ func BenchmarkRawBadger(b *testing.B) {
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "events/s")
+			})
+		}
+	}
+}
+
+// BenchmarkScanTail measures the uplink's steady state, append one event,
+// scan it, ack it, with the tail cache on and off, on one stream and
+// round-robin over 1,000 streams of one store (the fleet simulator's
+// shape). scan-ns/op is the Scan alone; hits/op the share of scans the
+// cache answered.
+func BenchmarkScanTail(b *testing.B) {
+	for _, streams := range []int{1, 1000} {
+		for _, cache := range []int64{0, -1} {
+			name := fmt.Sprintf("streams=%d/cache=on", streams)
+			if cache < 0 {
+				name = fmt.Sprintf("streams=%d/cache=off", streams)
+			}
+			b.Run(name, func(b *testing.B) {
+				s := openTest(b, b.TempDir(), Options{Durability: DurabilityNone, TailCacheBytes: cache})
+				sts := make([]*Stream, streams)
+				for i := range sts {
+					var err error
+					if sts[i], err = s.Stream(fmt.Sprintf("dev-%d", i), StreamOptions{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				batch := benchBatch(1)
+				ctx := context.Background()
+				var scanNs time.Duration
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					st := sts[i%streams]
+					r, err := st.Append(ctx, batch)
+					if err != nil {
+						b.Fatal(err)
+					}
+					t0 := time.Now()
+					n, err := st.Scan(r.First, 1000, 1<<20, func(uint64, []byte) bool { return true })
+					scanNs += time.Since(t0)
+					if err != nil || n != 1 {
+						b.Fatalf("scan of %v: %d records, %v", r, n, err)
+					}
+					if err := st.Ack(r.Last); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				tc := s.TailCacheStats()
+				b.ReportMetric(float64(scanNs.Nanoseconds())/float64(b.N), "scan-ns/op")
+				b.ReportMetric(float64(tc.Hits)/float64(b.N), "hits/op")
 			})
 		}
 	}

@@ -138,6 +138,8 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 		head0, next0 uint64 // positions before this commit
 		bytes        int64
 		acked, drops uint64
+		added        []tailBlock // blocks written, for the tail cache
+		reset        bool        // a block may have left from the middle
 	}
 	changes := map[*Stream]*change{}
 	get := func(st *Stream) *change {
@@ -162,7 +164,7 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 				c.drops += n
 			}
 			if err == nil {
-				o.res, err = s.writeBlocks(wb, o.st, &c.m, &c.bytes, o.recs, nowMs)
+				o.res, err = s.writeBlocks(wb, o.st, &c.m, &c.bytes, o.recs, nowMs, &c.added)
 			}
 		case opAck:
 			var n uint64
@@ -172,6 +174,7 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 			var n uint64
 			n, err = s.dropBlock(wb, o.st, &c.m, &c.bytes, o.upTo, o.reason)
 			c.drops += n
+			c.reset = true
 		case opExpire:
 			var n uint64
 			n, err = s.dropWhile(wb, o.st, &c.m, &c.bytes, ReasonMaxAge, func(b blockInfo) bool { return b.appendMs < o.cutoffMs })
@@ -190,6 +193,14 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 	if err != nil {
 		err = fmt.Errorf("buffer %s: commit: %w", s.dir, err)
 		s.opts.Logger.Error("buffer: commit failed", "err", err)
+		// Part of the batch may have been applied: Badger and the cached
+		// blocks could disagree from here on, so reads go to Badger.
+		s.tail.disable()
+		for _, c := range changes {
+			c.st.mu.Lock()
+			s.updateTail(c.st, c.m.head, true, nil)
+			c.st.mu.Unlock()
+		}
 		for _, o := range group {
 			o.err = err
 			if o.kind == opAppend {
@@ -207,13 +218,19 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 		case c.m.next == c.m.head:
 			oldest = 0
 		case c.m.head != c.head0:
-			oldest = st.oldestMs(c.m.head)
+			var ok bool
+			if oldest, ok = st.oldestCached(c.m.head, c.added); !ok {
+				oldest = st.oldestMs(c.m.head)
+			}
 		case c.next0 == c.head0:
 			oldest = nowMs // first blocks of an empty stream
 		}
 		st.mu.Lock()
 		freed := c.bytes < st.bytes
 		st.m, st.bytes = c.m, c.bytes
+		// With the new head, in the same critical section, so no reader
+		// sees blocks that are gone or misses blocks that are written.
+		s.updateTail(st, c.m.head, c.reset, c.added)
 		if s.opts.Durability == DurabilityInterval {
 			unsynced[st] = c.m.next
 		} else if c.m.next > st.readable {
@@ -239,8 +256,9 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 }
 
 // writeBlocks assigns sequence numbers to recs and writes them as blocks of
-// at most MaxBlockBytes.
-func (s *Store) writeBlocks(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, recs [][]byte, nowMs int64) (Range, error) {
+// at most MaxBlockBytes. It appends each block to added, for the tail cache
+// to take once the batch has committed.
+func (s *Store) writeBlocks(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, recs [][]byte, nowMs int64, added *[]tailBlock) (Range, error) {
 	r := Range{First: m.next, Last: m.next + uint64(len(recs)) - 1}
 	start, size := 0, 0
 	flush := func(end int) error {
@@ -249,6 +267,9 @@ func (s *Store) writeBlocks(wb *badger.WriteBatch, st *Stream, m *meta, bytes *i
 		last := first + uint64(end-start) - 1
 		if err := wb.Set(blockKey(st.num, last, nowMs, plain), v); err != nil {
 			return err
+		}
+		if s.tail.enabled() {
+			*added = append(*added, tailBlock{first: first, last: last, appendMs: nowMs, plain: plain, v: v})
 		}
 		m.next = last + 1
 		*bytes += int64(plain)
@@ -383,6 +404,19 @@ func (s *Store) dropBlock(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int
 
 // deleteBlocks deletes blocks from seq `from` on while del returns true.
 func (s *Store) deleteBlocks(wb *badger.WriteBatch, st *Stream, from uint64, bytes *int64, del func(blockInfo) bool) error {
+	if blocks, ok := st.cachedFrom(from); ok {
+		// The blocks an iterator from seq would visit, without one.
+		for _, b := range blocks {
+			if !del(b.info()) {
+				break
+			}
+			if err := wb.Delete(blockKey(st.num, b.last, b.appendMs, b.plain)); err != nil {
+				return err
+			}
+			*bytes -= int64(b.plain)
+		}
+		return nil
+	}
 	var keys [][]byte
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})

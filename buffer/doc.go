@@ -36,6 +36,14 @@
 // hands those pages back with madvise(MADV_PAGEOUT) as soon as they add up
 // to a MiB, which bounds the resident set independently of the backlog.
 //
+// Each stream also keeps its newest blocks in memory, as written, within
+// Options.TailCacheBytes for the whole store (the tail cache, tailcache.go).
+// A read that starts in them, as the uplink's does right after an append,
+// is answered without a Badger transaction and seek; any other read goes to
+// Badger. Both give the same records, and blocks leave the cache with the
+// stream's head (Ack, drops, expiry) or, for a block dropped as corrupt,
+// the whole stream's cache goes.
+//
 // # Durability
 //
 // One committer goroutine writes all appends; concurrent appends share a

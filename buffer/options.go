@@ -95,6 +95,16 @@ type Options struct {
 	// reclaims it, never in the value log, whose GC needs discard statistics
 	// that a small queue may never produce (the space would not come back).
 	MaxBlockBytes int
+	// TailCacheBytes is the store-wide memory budget, in bytes, of the tail
+	// cache: each stream keeps its most recently written blocks (at most 32
+	// blocks or 64 KiB per stream) in memory, so a read that starts within
+	// them, such as the uplink's right after an append, is answered without
+	// a Badger transaction and seek. When the budget is full, a stream's
+	// new blocks displace its own older cached ones, or are not cached;
+	// reads return the same records either way, only slower. Default 8 MiB
+	// in ProfileDefault, 256 KiB in ProfileLowMemory; negative turns the
+	// cache off. See Store.TailCacheStats.
+	TailCacheBytes int64
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the wall clock used for block ages. Default time.Now.
@@ -125,6 +135,12 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MaxBlockBytes == 0 {
 		o.MaxBlockBytes = 256 << 10
+	}
+	if o.TailCacheBytes == 0 {
+		o.TailCacheBytes = 8 << 20
+		if o.Profile == ProfileLowMemory {
+			o.TailCacheBytes = 256 << 10
+		}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -165,6 +181,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ValueLogFileSize != 0 && (o.ValueLogFileSize < 1<<20 || o.ValueLogFileSize > 1<<30) {
 		return fmt.Errorf("buffer: value log file size %d: want 1 MiB..1 GiB", o.ValueLogFileSize)
+	}
+	if o.TailCacheBytes > maxTailCacheBytes {
+		return fmt.Errorf("buffer: tail cache bytes %d: want at most 1 GiB, or negative for off", o.TailCacheBytes)
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ type Store struct {
 
 	ops     chan *op
 	scratch []byte // the committer's, for encoding blocks
+	tail    tailCache
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	closeMu sync.RWMutex
@@ -70,6 +71,7 @@ func Open(dir string, o Options) (s *Store, err error) {
 		stop:    make(chan struct{}),
 		streams: make(map[string]*Stream),
 	}
+	s.tail.budget = o.TailCacheBytes
 	if err := s.loadNextNum(); err != nil {
 		db.Close()
 		return nil, corruptDirError(dir, err)

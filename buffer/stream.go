@@ -48,6 +48,12 @@ type Stream struct {
 	space    chan struct{}
 	// more gets a value (never blocking) each time readable advances.
 	more chan struct{}
+	// tail is the tail cache's copy of the stream's newest blocks, oldest
+	// first, and tailBytes what they cost (see tailcache.go). The committer
+	// replaces the slice, never changes it, so a reader may use the slice
+	// it copied under mu after unlocking.
+	tail      []tailBlock
+	tailBytes int64
 
 	appended, acked, dropped atomic.Uint64
 }
@@ -299,10 +305,10 @@ func (st *Stream) ReadFrom(seq uint64, maxEvents, maxBytes int) ([]Record, error
 // Scan calls fn with up to maxEvents records with sequence numbers from seq
 // on (from the head if seq is below it), in order, stopping before maxBytes
 // of record data unless that would give nothing, or at the first record fn
-// declines (returns false). rec is valid only during the call: Scan copies
-// nothing, so a caller that builds something from the records (the
-// uplink's batches) pays no copy it does not need; one that keeps them uses
-// ReadFrom. Corrupt blocks are handled as ReadFrom does. It returns the
+// declines (returns false). rec is valid only during the call and must not
+// be modified (it may be the store's own copy): Scan copies nothing, so a
+// caller that builds something from the records (the uplink's batches)
+// pays no copy it does not need; one that keeps them uses ReadFrom. Corrupt blocks are handled as ReadFrom does. It returns the
 // number of records fn took.
 func (st *Stream) Scan(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, rec []byte) bool) (int, error) {
 	if maxEvents <= 0 {
@@ -331,69 +337,111 @@ func (st *Stream) Scan(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, 
 // visitBlocks calls fn with a reader over each block that holds sequence
 // numbers from seq on (raised to the head), in order, until fn reports that
 // the read is done. from is the first sequence number wanted. The records
-// may be Badger's bytes, valid only during the call, unless copyValue is set.
-// Corrupt blocks are logged and skipped, then dropped as gaps once the read
-// transaction has ended.
+// may be Badger's bytes or the tail cache's, valid only during the call and
+// not to be modified, unless copyValue is set. Corrupt blocks are logged and
+// skipped, then dropped as gaps once the read has ended.
+//
+// A read that the tail cache holds every block for is answered from it;
+// any other goes to Badger as a whole. Both hand fn the same blocks.
 func (st *Stream) visitBlocks(seq uint64, copyValue bool, fn func(br *blockReader, from uint64) (done bool, err error)) error {
 	if err := st.s.enter(); err != nil {
 		return err
 	}
 	defer st.s.closeMu.RUnlock()
 	st.mu.Lock()
-	head, next := st.m.head, st.readable
+	head, next, tail := st.m.head, st.readable, st.tail
 	st.mu.Unlock()
 	seq = max(seq, head)
 	if seq >= next {
 		return nil
 	}
-	var corrupt []Range
-	err := st.s.db.View(func(txn *badger.Txn) error {
+	r := blockRead{st: st, seq: seq, next: next, own: copyValue, fn: fn, prevLast: seq - 1}
+	var err error
+	if blocks, ok := st.s.tail.lookup(tail, seq, next); ok {
+		err = r.fromTail(blocks)
+	} else {
+		err = r.fromBadger()
+	}
+	if err != nil {
+		return fmt.Errorf("buffer %s: read stream %q from %d: %w", st.s.dir, st.name, seq, err)
+	}
+	for _, c := range r.corrupt {
+		if err := st.s.submit(&op{kind: opDropBlock, st: st, upTo: c.Last, reason: ReasonCorrupt}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// blockRead is one visitBlocks pass: the positions it read at, its callback
+// and the corrupt blocks it found.
+type blockRead struct {
+	st        *Stream
+	seq, next uint64 // first sequence number wanted; readable bound
+	own       bool   // records must outlive the read
+	fn        func(br *blockReader, from uint64) (done bool, err error)
+	prevLast  uint64 // last sequence number of the previous block
+	corrupt   []Range
+}
+
+// fromTail reads cached blocks, the first of them holding r.seq.
+func (r *blockRead) fromTail(blocks []tailBlock) error {
+	for _, b := range blocks {
+		if b.last >= r.next {
+			return nil // not yet readable, as in fromBadger
+		}
+		if done, err := r.block(b.v, b.last); done || err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fromBadger reads blocks from Badger, seeking to the one that holds r.seq.
+func (r *blockRead) fromBadger() error {
+	st := r.st
+	return st.s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})
 		defer it.Close()
-		prevLast := seq - 1
 		// The loop returns as soon as fn is done rather than stepping on:
 		// Badger copies every value the iterator moves onto, so a read that
 		// ends on a block boundary must not touch the next block.
-		for it.Seek(blockSeekKey(st.num, seq)); it.Valid(); it.Next() {
+		for it.Seek(blockSeekKey(st.num, r.seq)); it.Valid(); it.Next() {
 			b, ok := parseBlockKey(it.Item().Key())
 			if !ok {
 				return fmt.Errorf("%w: block key %x has the wrong shape", ErrCorrupt, it.Item().Key())
 			}
-			if b.lastSeq >= next {
+			if b.lastSeq >= r.next {
 				// Written but not yet durable (or not yet published by the
 				// committer): blocks are whole, so nothing here is readable.
 				return nil
 			}
 			done := false
-			err := it.Item().Value(func(v []byte) error {
-				br, err := openBlock(v, b.lastSeq, copyValue)
-				if err != nil {
-					st.s.opts.Logger.Error("buffer: dropping corrupt block", "dir", st.s.dir, "stream", st.name, "first", prevLast+1, "last", b.lastSeq, "err", err)
-					corrupt = append(corrupt, Range{prevLast + 1, b.lastSeq})
-					return nil
-				}
-				done, err = fn(&br, seq)
+			err := it.Item().Value(func(v []byte) (err error) {
+				done, err = r.block(v, b.lastSeq)
 				return err
 			})
-			if err != nil {
+			if done || err != nil {
 				return err
-			}
-			prevLast = b.lastSeq
-			if done {
-				return nil
 			}
 		}
 		return nil
 	})
+}
+
+// block hands one block's value, whichever source it came from, to fn. A
+// corrupt block is logged and noted for dropping, and the read goes on.
+func (r *blockRead) block(v []byte, lastSeq uint64) (done bool, err error) {
+	br, err := openBlock(v, lastSeq, r.own)
+	first := r.prevLast + 1
+	r.prevLast = lastSeq
 	if err != nil {
-		return fmt.Errorf("buffer %s: read stream %q from %d: %w", st.s.dir, st.name, seq, err)
+		st := r.st
+		st.s.opts.Logger.Error("buffer: dropping corrupt block", "dir", st.s.dir, "stream", st.name, "first", first, "last", lastSeq, "err", err)
+		r.corrupt = append(r.corrupt, Range{first, lastSeq})
+		return false, nil
 	}
-	for _, r := range corrupt {
-		if err := st.s.submit(&op{kind: opDropBlock, st: st, upTo: r.Last, reason: ReasonCorrupt}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.fn(&br, r.seq)
 }
 
 // Ack frees every record with a sequence number up to upTo: the hub has them.
