@@ -30,6 +30,11 @@ type VerifyOptions struct {
 	// MaxTimeDevices bounds the devices whose events are fetched for the
 	// event-time error. Default 200.
 	MaxTimeDevices int
+	// Settle is how long a device whose applied ranges miss events is asked
+	// again before they count as lost: the hub acks a batch once it is
+	// durable and applies it a moment later, so a verification that starts
+	// as the last ack arrives may find it not yet applied. Default 10 s.
+	Settle time.Duration
 }
 
 // Validate names the first field that is out of range.
@@ -38,8 +43,8 @@ func (o *VerifyOptions) Validate() error {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return fmt.Errorf("simulator: HubURL %q: want http://host:port", o.HubURL)
 	}
-	if o.Concurrency < 0 || o.MaxTimeDevices < 0 {
-		return errors.New("simulator: Concurrency and MaxTimeDevices must not be negative")
+	if o.Concurrency < 0 || o.MaxTimeDevices < 0 || o.Settle < 0 {
+		return errors.New("simulator: Concurrency, MaxTimeDevices and Settle must not be negative")
 	}
 	return nil
 }
@@ -97,6 +102,7 @@ func Verify(ctx context.Context, t *Truth, o VerifyOptions) (*VerifyReport, erro
 	}
 	def(&o.Concurrency, 16)
 	def(&o.MaxTimeDevices, 200)
+	def(&o.Settle, 10*time.Second)
 	if len(o.Windows) == 0 {
 		o.Windows = t.Windows
 	}
@@ -176,28 +182,40 @@ func (v *verifier) checkDevices(ctx context.Context, rep *VerifyReport) error {
 	var firstErr error
 	sem := make(chan struct{}, v.o.Concurrency)
 	var wg sync.WaitGroup
+	settled := time.Now().Add(v.o.Settle)
 	for _, d := range v.t.Devices {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			var hd hubDevice
-			err := v.get(ctx, "/v1/devices/"+url.PathEscape(d.Device), nil, &hd)
-			var he *httpError
-			unknown := errors.As(err, &he) && he.code == http.StatusNotFound
-			if err != nil && !unknown {
-				mu.Lock()
-				firstErr = cmpOr(firstErr, fmt.Errorf("simulator: verify device %s: %w", d.Device, err))
-				mu.Unlock()
-				return
-			}
-			var applied, gaps [][2]uint64
-			for _, s := range hd.Streams {
-				if s.StreamID == d.StreamID {
-					applied, gaps = s.Applied, s.Gaps
+			var (
+				applied, gaps [][2]uint64
+				lc            RangeCheck
+				unknown       bool
+			)
+			for {
+				var hd hubDevice
+				err := v.get(ctx, "/v1/devices/"+url.PathEscape(d.Device), nil, &hd)
+				var he *httpError
+				unknown = errors.As(err, &he) && he.code == http.StatusNotFound
+				if err != nil && !unknown {
+					mu.Lock()
+					firstErr = cmpOr(firstErr, fmt.Errorf("simulator: verify device %s: %w", d.Device, err))
+					mu.Unlock()
+					return
 				}
+				applied, gaps = nil, nil
+				for _, s := range hd.Streams {
+					if s.StreamID == d.StreamID {
+						applied, gaps = s.Applied, s.Gaps
+					}
+				}
+				lc = CompareRanges(d.Appended, applied, gaps)
+				if lc.Lost == 0 || time.Now().After(settled) || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(100 * time.Millisecond) // not applied yet, or lost
 			}
-			lc := CompareRanges(d.Appended, applied, gaps)
 			mu.Lock()
 			defer mu.Unlock()
 			if unknown {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -135,12 +136,41 @@ func TestVerifyAgainstFakeHub(t *testing.T) {
 		d.Appended = 8 // the hub applied only 6
 		lossy.Devices = []*DeviceTruth{&d}
 		srv := fakeHub(t, tr, false, nil)
-		vr, err := Verify(context.Background(), &lossy, VerifyOptions{HubURL: srv.URL})
+		vr, err := Verify(context.Background(), &lossy, VerifyOptions{HubURL: srv.URL, Settle: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if vr.OK || vr.Lost != 2 || len(vr.LossDevices) != 1 {
 			t.Errorf("%+v", vr)
+		}
+	})
+	t.Run("applied after the ack", func(t *testing.T) {
+		// The hub answers the first two reads before applying the last two
+		// events (acked, durable, not yet applied): not a loss.
+		d := *tr.Devices[0]
+		d.Appended = 8
+		one := *tr
+		one.Devices = []*DeviceTruth{&d}
+		var reads atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/devices/"+d.Device {
+				http.NotFound(w, r) // no aggregates, no events
+				return
+			}
+			applied := uint64(6)
+			if reads.Add(1) > 2 {
+				applied = 8
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"streams": []any{map[string]any{
+				"stream_id": d.StreamID, "applied": [][2]uint64{{1, applied}}, "gaps": [][2]uint64{}}}})
+		}))
+		t.Cleanup(srv.Close)
+		vr, err := Verify(context.Background(), &one, VerifyOptions{HubURL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vr.Lost != 0 || vr.Applied != 8 || reads.Load() != 3 {
+			t.Errorf("lost %d applied %d after %d reads, want 0, 8 after 3", vr.Lost, vr.Applied, reads.Load())
 		}
 	})
 }
