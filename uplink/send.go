@@ -67,10 +67,10 @@ func (u *Uplink) ready(now time.Time) bool {
 	}
 	s := u.st.Stats()
 	if s.Next <= u.next {
-		u.lingerSince = time.Time{}
+		u.lingerSince, u.lingered = time.Time{}, false
 		return false
 	}
-	if s.Next-u.next >= uint64(u.opts.MaxBatchEvents) {
+	if u.lingered || s.Next-u.next >= uint64(u.opts.MaxBatchEvents) {
 		return true
 	}
 	if u.lingerSince.IsZero() {
@@ -128,9 +128,13 @@ func (u *Uplink) readBatches(now time.Time, n int) ([]*flight, error) {
 	}
 	u.lingerSince = time.Time{}
 	if len(as) == 0 {
-		u.draining = false
+		// Appended but not readable yet (a buffer that syncs on an
+		// interval): they have waited their linger, so they go as soon as
+		// the buffer says they are readable, without a second one.
+		u.draining, u.lingered = false, true
 		return nil, nil
 	}
+	u.lingered = false
 	// One header for the pass: the backlog, gaps and clock estimate are
 	// read once, not once per batch.
 	stats := u.st.Stats()

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"edgeflow/buffer"
 )
 
 func TestBackoff(t *testing.T) {
@@ -169,5 +171,57 @@ func TestReasonLabelBounded(t *testing.T) {
 	}
 	if got := m.reasonLabel("brand_new"); got != "other" {
 		t.Fatalf("label after %d reasons: %q, want other", maxReasonLabels, got)
+	}
+}
+
+// hidingStream hides its records from Scan while hide is set, as a buffer
+// that syncs on an interval does between an append and the next sync.
+type hidingStream struct {
+	*buffer.Stream
+	hide bool
+}
+
+func (h *hidingStream) Scan(seq uint64, maxEvents, maxBytes int, fn func(uint64, []byte) bool) (int, error) {
+	if h.hide {
+		return 0, nil
+	}
+	return h.Stream.Scan(seq, maxEvents, maxBytes, fn)
+}
+
+// TestLingerNotRestartedByUnreadable: events that waited their linger but
+// were not readable yet go as soon as they are, without a second linger,
+// and the send loop does not spin while it waits for them.
+func TestLingerNotRestartedByUnreadable(t *testing.T) {
+	_, st := openStream(t, "dev-linger")
+	h := &hidingStream{Stream: st, hide: true}
+	u, err := New(h, Options{DeviceID: "dev-linger", Brokers: []string{"tcp://127.0.0.1:1"}, Linger: 100 * time.Millisecond,
+		PollInterval: time.Second, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.next = 1
+	appendEvents(t, st, 1, 1)
+	t0 := time.Now()
+	if fs, err := u.readBatches(t0, 1); len(fs) != 0 || err != nil {
+		t.Fatalf("read before the linger: %d batches, %v", len(fs), err)
+	}
+	if fs, err := u.readBatches(t0.Add(100*time.Millisecond), 1); len(fs) != 0 || err != nil {
+		t.Fatalf("read a record not yet readable: %d batches, %v", len(fs), err)
+	}
+	now := t0.Add(101 * time.Millisecond)
+	if w := u.nextWake(now); !w.After(now) {
+		t.Fatalf("waiting for readable records, the loop would wake at once (%v)", w.Sub(now))
+	}
+	h.hide = false
+	if fs, err := u.readBatches(t0.Add(110*time.Millisecond), 1); len(fs) != 1 || err != nil {
+		t.Fatalf("lingered events once readable: %d batches, %v, want 1 at once", len(fs), err)
+	}
+	// The next event lingers again from when it is first seen.
+	appendEvents(t, st, 1, 1)
+	if fs, _ := u.readBatches(t0.Add(120*time.Millisecond), 1); len(fs) != 0 {
+		t.Fatal("a new event went without its linger")
+	}
+	if fs, _ := u.readBatches(t0.Add(220*time.Millisecond), 1); len(fs) != 1 {
+		t.Fatal("a new event did not go after its linger")
 	}
 }

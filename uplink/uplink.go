@@ -57,14 +57,17 @@ type Uplink struct {
 	next        uint64 // next sequence number to read from the buffer
 	draining    bool   // the last batch left more events behind it: skip linger
 	lingerSince time.Time
-	bw          *bucket
-	bwUntil     time.Time
-	statusDue   time.Time
-	conn        *conn
-	fails       int // connection attempts since the last stable connection
-	everUp      bool
-	rejLog      lograte.Limiter
-	warnLog     lograte.Limiter
+	// lingered: the waiting events have lingered and were not yet
+	// readable (the buffer's interval sync), so they go once they are.
+	lingered  bool
+	bw        *bucket
+	bwUntil   time.Time
+	statusDue time.Time
+	conn      *conn
+	fails     int // connection attempts since the last stable connection
+	everUp    bool
+	rejLog    lograte.Limiter
+	warnLog   lograte.Limiter
 
 	mu   sync.Mutex
 	snap Status
