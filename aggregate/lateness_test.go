@@ -212,3 +212,42 @@ func TestUntrustedAndInvalid(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// TestBehindPerDevice: grouped by device, a window's behind counts only
+// that device's streams, with or without a device filter; ungrouped, it
+// counts every known stream.
+func TestBehindPerDevice(t *testing.T) {
+	e := newEngine(t, testOptions())
+	var sa, sb uint64
+	mustApply(t, e, series10s("b", 2, &sb, 0, 30*time.Second, at(time.Minute)))
+	mustApply(t, e, series10s("a", 1, &sa, 0, 50*time.Second, at(time.Minute)))
+	w10 := WindowSpec{Kind: Tumbling, Size: 10 * time.Second}
+	behind := func(q Query, device string) int {
+		t.Helper()
+		for _, w := range mustQuery(t, e, q) {
+			if w.Start.Equal(t0.Add(20*time.Second)) && (device == "" || w.Group["device"] == device) {
+				return w.Behind
+			}
+		}
+		t.Fatalf("no window at 20s for %q", device)
+		return -1
+	}
+	byDevice := dayQuery("m", w10, "device")
+	onlyB := byDevice
+	onlyB.Device = "b"
+	for _, c := range []struct {
+		name   string
+		q      Query
+		device string
+		want   int
+	}{
+		{"ungrouped", dayQuery("m", w10), "", 1},
+		{"device a", byDevice, "a", 0},
+		{"device b", byDevice, "b", 1},
+		{"device b, filtered", onlyB, "b", 1},
+	} {
+		if got := behind(c.q, c.device); got != c.want {
+			t.Errorf("%s: behind %d, want %d", c.name, got, c.want)
+		}
+	}
+}

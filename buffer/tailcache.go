@@ -73,20 +73,15 @@ func (b tailBlock) info() blockInfo {
 }
 
 // cachedFrom returns st's committed blocks from the one holding seq on, if
-// the cache holds that block (and with it, being a suffix of the stream,
-// every later committed one). Only the committer may call it: it reads the
+// the cache holds that block and every later committed one (tailFind up to
+// the committed end rather than the readable one). Only the committer may call it: it reads the
 // cache without st.mu, which the committer alone changes. Blocks written by
 // the commit in progress are in neither the cache nor Badger's view.
 func (st *Stream) cachedFrom(seq uint64) ([]tailBlock, bool) {
 	if !st.s.tail.enabled() {
 		return nil, false
 	}
-	blocks := st.tail
-	if len(blocks) == 0 || blocks[0].first > seq || blocks[len(blocks)-1].last+1 != st.m.next {
-		return nil, false
-	}
-	i := sort.Search(len(blocks), func(i int) bool { return blocks[i].last >= seq })
-	return blocks[i:], true
+	return tailFind(st.tail, seq, st.m.next)
 }
 
 // oldestCached returns the append time of the block holding head, looking

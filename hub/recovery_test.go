@@ -97,25 +97,10 @@ func TestCheckpointReplayEquality(t *testing.T) {
 		t.Fatal(err)
 	}
 	feed(t, s1, devs, 501, 1000)
-	before, pos, err := s1.StateDump()
-	if err != nil {
-		t.Fatal(err)
-	}
+	before, s2 := crashAndRecover(t, s1, opts())
 	var doc stateDoc
 	if err := json.Unmarshal(before, &doc); err != nil || !bytes.Contains(doc.Consumers["count"], []byte(`"hub_estimated":`)) {
 		t.Fatalf("dump lacks the consumer state: %v", err)
-	}
-	s1.skipFinalCheckpoint = true
-	if err := s1.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	s2 := startHub(t, opts())
-	after, pos2, err := s2.StateDump()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if pos != pos2 || !bytes.Equal(before, after) {
-		t.Fatalf("state after replay differs (positions %d, %d):\nbefore %s\nafter  %s", pos, pos2, before, after)
 	}
 	if err := s2.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
@@ -214,6 +199,15 @@ func TestCheckpointsDuringIngest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	_, s2 := crashAndRecover(t, s1, opts())
+	hubEstimated(t, s2)
+}
+
+// crashAndRecover dumps s1's state, stops it as a crash would (no final
+// checkpoint), starts a hub with o on the same directory and requires the
+// same state at the same log position. It returns the state and the new hub.
+func crashAndRecover(t *testing.T, s1 *Server, o Options) ([]byte, *Server) {
+	t.Helper()
 	before, pos, err := s1.StateDump()
 	if err != nil {
 		t.Fatal(err)
@@ -222,15 +216,15 @@ func TestCheckpointsDuringIngest(t *testing.T) {
 	if err := s1.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s2 := startHub(t, opts())
+	s2 := startHub(t, o)
 	after, pos2, err := s2.StateDump()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if pos != pos2 || !bytes.Equal(before, after) {
-		t.Fatalf("state after recovery differs (positions %d, %d)", pos, pos2)
+		t.Fatalf("state after recovery differs (positions %d, %d):\nbefore %s\nafter  %s", pos, pos2, before, after)
 	}
-	hubEstimated(t, s2)
+	return before, s2
 }
 
 // recoveryOptions makes options for successive hubs on one data directory
