@@ -44,8 +44,13 @@ func (s *Store) submit(o *op) error {
 	return o.err
 }
 
-// maxGroup bounds how many queued ops one commit takes.
-const maxGroup = 256
+// maxGroup bounds how many queued ops one commit takes. It is large
+// because each commit's hand-offs to Badger's writer and back wait in the Go
+// run queue: in a busy process with thousands of streams (fleetsim's 10,000
+// agents on one store) that wait, not the write, sets the commit rate, so
+// the commit must take all that queued behind it. At 256 the committer fell
+// behind at 10,000 devices and held every device's appends.
+const maxGroup = 4096
 
 // commitLoop is the single writer: it takes every queued op, writes them in
 // one Badger write batch, syncs per the durability mode and answers them.

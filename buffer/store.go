@@ -67,7 +67,7 @@ func Open(dir string, o Options) (s *Store, err error) {
 	}
 	s = &Store{
 		dir: dir, opts: o, db: db,
-		ops:     make(chan *op, 1024),
+		ops:     make(chan *op, maxGroup),
 		stop:    make(chan struct{}),
 		streams: make(map[string]*Stream),
 	}

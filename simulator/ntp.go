@@ -80,6 +80,11 @@ func (c *ntpConn) Read(b []byte) (int, error) {
 	dl := c.deadline
 	c.mu.Unlock()
 	var timeout <-chan time.Time
+	select {
+	case <-c.ready: // answered at Write, as a rule: no timer needed
+		dl = time.Time{}
+	default:
+	}
 	if !dl.IsZero() {
 		t := time.NewTimer(time.Until(dl))
 		defer t.Stop()

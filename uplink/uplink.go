@@ -192,8 +192,8 @@ func (u *Uplink) loop(ctx context.Context, acks chan uint64) error {
 	if u.opts.BandwidthBytesPerSec > 0 {
 		u.bw = newBucket(u.opts.BandwidthBytesPerSec, u.opts.MaxBatchBytes+4096, time.Now())
 	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	var wake wakeTimer
+	defer wake.stop()
 	for {
 		if u.conn == nil {
 			if err := u.connectLoop(ctx, acks); err != nil {
@@ -206,7 +206,7 @@ func (u *Uplink) loop(ctx context.Context, acks chan uint64) error {
 			return err
 		}
 		u.publishSnap()
-		timer.Reset(u.nextWake(now).Sub(now))
+		wake.set(now, u.nextWake(now))
 		select {
 		case <-ctx.Done():
 			u.shutdown()
@@ -226,7 +226,8 @@ func (u *Uplink) loop(ctx context.Context, acks chan uint64) error {
 			}
 		case <-u.notify:
 		case <-u.readable:
-		case <-timer.C:
+		case <-wake.C():
+			wake.fired()
 		}
 	}
 }

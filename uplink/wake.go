@@ -1,0 +1,51 @@
+package uplink
+
+import "time"
+
+// wakeTimer is the send loop's alarm. It never calls Reset: from Go 1.23
+// on, a Reset of a timer that sits in the runtime's heap marks it
+// modified, and once the earliest modified time passes the scheduler scans
+// the whole heap of its P (runtime.(*timers).adjust). With thousands of
+// uplinks in one process (fleetsim), each re-arming for a linger or poll
+// deadline several times per event, those scans took a tenth of the
+// process's CPU. A replaced timer instead leaves a stopped one behind,
+// which the runtime drops in bulk, and a new one that costs a heap push
+// only once the loop blocks on it.
+//
+// A deadline within wakeSlack of the armed one keeps the armed timer.
+type wakeTimer struct {
+	t  *time.Timer
+	at time.Time // when t fires; zero when no timer is armed
+}
+
+// wakeSlack is how far apart two deadlines may be and still count as the
+// same: the loop recomputes its poll deadline from the clock on every pass.
+const wakeSlack = time.Millisecond
+
+// set arms C to fire at at (or within wakeSlack of it).
+func (w *wakeTimer) set(now, at time.Time) {
+	if w.t != nil && at.Sub(w.at).Abs() <= wakeSlack {
+		return
+	}
+	w.stop()
+	w.t, w.at = time.NewTimer(at.Sub(now)), at
+}
+
+// C is the armed timer's channel, or nil (blocks forever) with none armed.
+func (w *wakeTimer) C() <-chan time.Time {
+	if w.t == nil {
+		return nil
+	}
+	return w.t.C
+}
+
+// fired records that C delivered: nothing is armed until the next set.
+func (w *wakeTimer) fired() { w.t, w.at = nil, time.Time{} }
+
+// stop disarms the timer.
+func (w *wakeTimer) stop() {
+	if w.t != nil {
+		w.t.Stop()
+		w.fired()
+	}
+}
