@@ -9,6 +9,10 @@
 #   scripts/fleet-run.sh configs/fleetsim-catchup.yaml
 #
 # FLEET_RUN_DIR sets the run directory (default: a new one under /tmp).
+# FLEET_BROKER=mosquitto puts a Mosquitto of the run's own (free port,
+# no persistence, no in-flight limit) between the fleet and hubd, which then
+# uses it as its external broker (--mqtt-url) instead of its embedded one.
+# HUBD_FLAGS adds flags to hubd's command line (e.g. "--ack-qos 0").
 # FLEETSIM_NICE (default 10) is fleetsim's nice value: the simulated fleet
 # stands in for thousands of devices with CPUs of their own, so on a shared
 # machine the hub it measures gets the CPU first. The latencies fleetsim
@@ -26,13 +30,28 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 mqtt=$(free_port)
 http=$(free_port)
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-"$dir/hubd" --mqtt-listen "127.0.0.1:$mqtt" --http-addr "127.0.0.1:$http" --data-dir "$dir/hub" >"$dir/hubd.log" 2>&1 &
+broker=()
+hubmqtt=(--mqtt-listen "127.0.0.1:$mqtt")
+if [[ ${FLEET_BROKER:-embedded} == mosquitto ]]; then
+	printf 'listener %s 127.0.0.1\nallow_anonymous true\nmax_inflight_messages 0\nmax_queued_messages 1000000\npersistence false\n' "$mqtt" >"$dir/mosquitto.conf"
+	mosquitto -c "$dir/mosquitto.conf" >"$dir/mosquitto.log" 2>&1 &
+	broker=($!)
+	for _ in $(seq 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$mqtt") 2>/dev/null && break
+		sleep 0.1
+	done
+	hubmqtt=(--mqtt-url "tcp://127.0.0.1:$mqtt")
+elif [[ ${FLEET_BROKER:-embedded} != embedded ]]; then
+	echo "FLEET_BROKER=$FLEET_BROKER: want embedded or mosquitto" >&2
+	exit 2
+fi
+"$dir/hubd" "${hubmqtt[@]}" ${HUBD_FLAGS:-} --http-addr "127.0.0.1:$http" --data-dir "$dir/hub" >"$dir/hubd.log" 2>&1 &
 hub=$!
-trap 'kill $hub 2>/dev/null; wait $hub 2>/dev/null || true' EXIT
+trap 'kill $hub 2>/dev/null; wait $hub 2>/dev/null || true; kill "${broker[@]}" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
 	curl -sf "http://127.0.0.1:$http/readyz" >/dev/null && break
 	sleep 0.1
 done
-echo "run directory $dir; hubd on mqtt 127.0.0.1:$mqtt, http 127.0.0.1:$http" >&2
+echo "run directory $dir; ${FLEET_BROKER:-embedded} broker on mqtt 127.0.0.1:$mqtt, hubd http 127.0.0.1:$http" >&2
 nice -n "${FLEETSIM_NICE:-10}" "$dir/fleetsim" --scenario "$scenario" --mqtt-url "tcp://127.0.0.1:$mqtt" --hub "127.0.0.1:$http" \
 	--data-dir "$dir/sim" --verify "$@"
