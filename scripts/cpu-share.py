@@ -4,14 +4,15 @@
     scripts/cpu-share.py [--every 0.2] [--skip 50] [--span 30] NAME...
 
 Waits for a process of each NAME (its comm) to appear, samples every
---every seconds until one exits, and prints one line per sample: cores
-used by each process, system time and idle time, as a share of the whole
-machine's CPUs times their count. At the end it prints the mean over the
-samples from --skip seconds after the start, for --span seconds (all if 0).
-The README's fleet figures used it alongside scripts/fleet-run.sh:
+--every seconds until one exits, and prints one line per sample, all in
+cores: each process's CPU time (user and system), and the whole machine's
+system and idle time (summed over its CPUs). At the end it prints the mean
+over the samples from --skip seconds after the start, for --span seconds
+(all if 0). The README's fleet figures used it alongside scripts/fleet-run.sh:
 
-    scripts/cpu-share.py --skip 50 --span 30 hubd fleetsim > cpu.txt &
-    scripts/fleet-run.sh configs/fleetsim-steady.yaml --devices 10000 --duration 100s
+    scripts/cpu-share.py --skip 30 --span 60 hubd fleetsim > cpu.txt &
+    HUBD_FLAGS="--ack-qos 0" scripts/fleet-run.sh configs/fleetsim-steady.yaml \
+        --devices 10000 --duration 100s
 """
 import argparse
 import os
