@@ -308,8 +308,9 @@ func (st *Stream) ReadFrom(seq uint64, maxEvents, maxBytes int) ([]Record, error
 // declines (returns false). rec is valid only during the call and must not
 // be modified (it may be the store's own copy): Scan copies nothing, so a
 // caller that builds something from the records (the uplink's batches)
-// pays no copy it does not need; one that keeps them uses ReadFrom. Corrupt blocks are handled as ReadFrom does. It returns the
-// number of records fn took.
+// pays no copy it does not need; one that keeps them uses ReadFrom.
+// Corrupt blocks are handled as ReadFrom does. It returns the number of
+// records fn took.
 func (st *Stream) Scan(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, rec []byte) bool) (int, error) {
 	if maxEvents <= 0 {
 		return 0, nil
