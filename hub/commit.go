@@ -170,7 +170,8 @@ func (c *committer) entryKVs(p *pending, key streamKey) []kv {
 	p.accepted = true
 	out := []kv{{walKey(p.entry.seq, p.serverTimeNs), p.entry.encode()}}
 	if p.kind == entryBatch {
-		out = append(out, kv{rangesKey(key.device, key.id), encodeDedup(c.streams[key])})
+		out = append(out, kv{rangesKey(key.device, key.id), encodeDedup(c.streams[key])},
+			kv{deviceLogKey(key.device, p.serverTimeNs, p.entry.seq), nil})
 	}
 	return out
 }

@@ -12,14 +12,15 @@ import (
 )
 
 // Bounds of GET /v1/events. The endpoint reads the log itself (the engine
-// keeps aggregates, not events): it finds the first entry whose server
-// time is at or after from - max_future_skew - eventsSlack by binary search
-// over positions, then reads entries in log order until their server time
-// passes to + arrived_within, keeping the events of the device in range.
-// Cost: one log entry read (and parsed, for the device's entries) per
-// batch the whole fleet logged in that server-time span, so the scan is
-// capped at maxEventsScan entries and maxEventsMatch matching events; past
-// a cap the answer is a 400 that says to narrow from/to or arrived_within.
+// keeps aggregates, not events): the device's batch entries whose server
+// time is in [from - max_future_skew - eventsSlack, to + arrived_within),
+// found through the device log index (devicelog.go), keeping the events
+// in range. Cost: one log entry read and parsed per batch the device sent
+// in that server-time span. For arrivals from before the index existed
+// it finds the first entry of the span by binary search over positions
+// and reads the whole fleet's entries in log order. Either scan is capped
+// at maxEventsScan entries and maxEventsMatch matching events; past a cap
+// the answer is a 400 that says to narrow from/to or arrived_within.
 const (
 	maxEventsScan     = 200_000
 	maxEventsMatch    = 1_000_000
@@ -107,19 +108,13 @@ func (s *Server) storedEvents(q eventsQuery) (*EventsResponse, error) {
 	out := &EventsResponse{Device: q.device, From: rfc3339(q.from), To: rfc3339(q.to), Events: []EventJSON{}}
 	startNs := q.from.Add(-s.agg.eng.Options().MaxFutureSkew - eventsSlack).UnixNano()
 	endNs := q.to.Add(q.arrival).UnixNano()
-	start, err := s.st.firstWALAtOrAfter(startNs)
-	if err != nil {
-		return nil, err
-	}
 	app := newApplier(nil, nil, nil, s.opts.Limits)
 	fromNs, toNs := q.from.UnixNano(), q.to.UnixNano()
 	var matched []EventJSON
-	err = s.st.replay(start-1, func(e *walEntry) error {
-		if e.serverTimeNs >= endNs+int64(eventsSlack) {
-			return errStopScan
-		}
+	var reads string // what the scan reads, for the error past maxEventsScan
+	fn := func(e *walEntry) error {
 		if out.Scanned++; out.Scanned > maxEventsScan {
-			return badParam("from", "the range needs more than %d log entries read (the whole fleet's batches that arrived between from and to + arrived_within): narrow from/to or arrived_within", maxEventsScan)
+			return badParam("from", "the range needs more than %d log entries read (%s): narrow from/to or arrived_within", maxEventsScan, reads)
 		}
 		if e.kind != entryBatch || e.device != q.device || e.serverTimeNs >= endNs {
 			return nil
@@ -138,7 +133,25 @@ func (s *Server) storedEvents(q eventsQuery) (*EventsResponse, error) {
 			matched = append(matched, eventJSON(e, &ev))
 		}
 		return nil
-	})
+	}
+	var err error
+	if startNs >= s.st.deviceLogSince {
+		// The device's own entries, through the device log index.
+		reads = "the device's batches that arrived between from - max_future_skew - 1m and to + arrived_within"
+		err = s.st.deviceEntries(q.device, startNs, endNs, fn)
+	} else {
+		// Before the index: the whole fleet's entries, by position.
+		reads = "the whole fleet's batches that arrived between from and to + arrived_within; the device index covers arrivals after " + rfc3339(time.Unix(0, s.st.deviceLogSince))
+		var start uint64
+		if start, err = s.st.firstWALAtOrAfter(startNs); err == nil {
+			err = s.st.replay(start-1, func(e *walEntry) error {
+				if e.serverTimeNs >= endNs+int64(eventsSlack) {
+					return errStopScan
+				}
+				return fn(e)
+			})
+		}
+	}
 	if err != nil && !errors.Is(err, errStopScan) {
 		return nil, err
 	}

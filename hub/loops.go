@@ -162,8 +162,8 @@ func (s *Server) every(d time.Duration, fn func()) {
 const retainBatch = 10000
 
 // Retain deletes log entries older than RetentionMaxAge that the last
-// checkpoint covers, then lets Badger reclaim value log space. It returns
-// how many entries it deleted.
+// checkpoint covers, and their device log index keys, then lets Badger
+// reclaim value log space. It returns how many entries it deleted.
 func (s *Server) Retain() (int, error) {
 	cutoff := s.opts.Now().Add(-s.opts.RetentionMaxAge).UnixNano()
 	pos := s.ckptPos.Load()
@@ -171,6 +171,9 @@ func (s *Server) Retain() (int, error) {
 	for {
 		keys, err := s.expiredKeys(cutoff, pos)
 		if err != nil || len(keys) == 0 {
+			if err == nil {
+				err = s.retainDeviceLog(cutoff, pos)
+			}
 			s.collectGarbage(deleted)
 			return deleted, err
 		}
@@ -179,6 +182,21 @@ func (s *Server) Retain() (int, error) {
 		}
 		deleted += len(keys)
 		s.m.walDeleted.Add(float64(len(keys)))
+	}
+}
+
+// retainDeviceLog deletes the device log index keys of the entries Retain
+// deleted. They go after the entries: a key whose entry is gone is skipped
+// by readers, and one left by a crash is deleted next time.
+func (s *Server) retainDeviceLog(cutoff int64, pos uint64) error {
+	for {
+		keys, err := s.st.expiredDeviceLogKeys(cutoff, pos)
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		if err := deleteKeys(s.st.db, keys); err != nil {
+			return err
+		}
 	}
 }
 

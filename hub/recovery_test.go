@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	badger "github.com/dgraph-io/badger/v4"
+
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -151,10 +153,19 @@ func TestRetention(t *testing.T) {
 	if err != nil || n == 0 {
 		t.Fatalf("retain: %d %v", n, err)
 	}
-	left := 0
-	_ = s.st.replay(0, func(e *walEntry) error { left++; return nil })
+	left, batches := 0, 0
+	_ = s.st.replay(0, func(e *walEntry) error {
+		left++
+		if e.kind == entryBatch {
+			batches++
+		}
+		return nil
+	})
 	if left == 0 || left >= n {
 		t.Fatalf("%d entries left after deleting %d", left, n)
+	}
+	if keys := countKeys(t, s.st.db, prefixDeviceLog); keys != batches {
+		t.Fatalf("%d device log index keys left for %d batch entries", keys, batches)
 	}
 	before, _, _ := s.StateDump()
 	s.skipFinalCheckpoint = true
@@ -247,4 +258,22 @@ func recoveryDevices(t *testing.T, s *Server) []*device {
 		devs = append(devs, newDevice(t, "tcp://"+s.BrokerAddr(), id))
 	}
 	return devs
+}
+
+// countKeys counts the keys in db that start with prefix.
+func countKeys(t *testing.T, db *badger.DB, prefix byte) int {
+	t.Helper()
+	n := 0
+	err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefix}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

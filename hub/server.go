@@ -211,6 +211,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.st = st
+	if st.deviceLogSince, err = st.loadDeviceLogSince(s.opts.Now().UnixNano()); err != nil {
+		return fmt.Errorf("hub store %s: %w", st.dir, err)
+	}
 	if s.agg != nil {
 		s.agg.store.bind(st.db)
 	}

@@ -20,6 +20,9 @@ type store struct {
 	dir  string
 	sync bool
 	log  *slog.Logger
+	// deviceLogSince is the server time from which on the device log
+	// index is complete (see devicelog.go); set by the hub at start.
+	deviceLogSince int64
 }
 
 // openStore opens (or creates) the Badger directory under dataDir.
@@ -103,8 +106,14 @@ func (s *store) loadDedup() (map[streamKey]*dedupState, error) {
 
 // lastWALSeq returns the position of the newest log entry (0: none).
 func (s *store) lastWALSeq() (uint64, error) {
-	var seq uint64
-	err := s.db.View(func(txn *badger.Txn) error {
+	seq, _, err := s.lastWALEntry()
+	return seq, err
+}
+
+// lastWALEntry returns the position and server time of the newest log
+// entry (position 0: none).
+func (s *store) lastWALEntry() (seq uint64, serverTimeNs int64, err error) {
+	err = s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixWAL}, Reverse: true})
 		defer it.Close()
 		it.Seek([]byte{prefixWAL, 0xff})
@@ -112,10 +121,10 @@ func (s *store) lastWALSeq() (uint64, error) {
 			return nil
 		}
 		var err error
-		seq, _, err = parseWALKey(it.Item().Key())
+		seq, serverTimeNs, err = parseWALKey(it.Item().Key())
 		return err
 	})
-	return seq, err
+	return seq, serverTimeNs, err
 }
 
 // replay calls fn for each log entry after position from, in order.

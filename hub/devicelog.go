@@ -1,0 +1,177 @@
+package hub
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// The device log index lets GET /v1/events read one device's log entries
+// without reading the whole fleet's: every batch entry gets a key
+//
+//	e<device>\x00<serverTimeNs:8><position:8>
+//
+// with no value, written in the same transaction as the entry itself, so
+// the two are never apart after a crash. A device's keys sort by server
+// time, which is what the endpoint bounds its reads by.
+//
+// A store that logged entries before the index existed has no keys for
+// them. keyDeviceLogSince records the server time from which on the index
+// is complete; a query that starts before it reads the log itself, as
+// before.
+const (
+	prefixDeviceLog   = 'e'
+	keyDeviceLogSince = "s"
+)
+
+// deviceLogKey is the index key of the batch entry at position seq.
+func deviceLogKey(device string, serverTimeNs int64, seq uint64) []byte {
+	k := make([]byte, 0, 1+len(device)+1+16)
+	k = append(k, prefixDeviceLog)
+	k = append(k, device...)
+	k = append(k, 0)
+	k = binary.BigEndian.AppendUint64(k, uint64(serverTimeNs))
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// deviceLogPrefix is the prefix of all of device's index keys.
+func deviceLogPrefix(device string) []byte {
+	k := make([]byte, 0, 2+len(device))
+	k = append(k, prefixDeviceLog)
+	k = append(k, device...)
+	return append(k, 0)
+}
+
+// parseDeviceLogKey splits an index key. Device ids never hold a 0 byte,
+// so the last 0 before the 16 fixed bytes ends the device.
+func parseDeviceLogKey(k []byte) (device string, serverTimeNs int64, seq uint64, err error) {
+	if len(k) < 1+1+1+16 || k[0] != prefixDeviceLog || k[len(k)-17] != 0 {
+		return "", 0, 0, fmt.Errorf("%w: device log key %x", ErrCorrupt, k)
+	}
+	n := len(k) - 16
+	return string(k[1 : n-1]), int64(binary.BigEndian.Uint64(k[n:])), binary.BigEndian.Uint64(k[n+8:]), nil
+}
+
+// loadDeviceLogSince reads the server time from which the device index is
+// complete, recording it first if this store has none: the start of time
+// for an empty log, else a time after every entry already logged (server
+// times are ordered by position only up to eventsSlack).
+func (s *store) loadDeviceLogSince(nowNs int64) (int64, error) {
+	var since int64
+	found := false
+	err := s.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(keyDeviceLogSince))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			n := 0
+			since, n = binary.Varint(v)
+			if n <= 0 || n != len(v) {
+				return fmt.Errorf("%w: device log marker %x", ErrCorrupt, v)
+			}
+			found = true
+			return nil
+		})
+	})
+	if err != nil || found {
+		return since, err
+	}
+	last, lastNs, err := s.lastWALEntry()
+	if err != nil {
+		return 0, err
+	}
+	since = math.MinInt64
+	if last > 0 {
+		since = max(lastNs, nowNs) + int64(eventsSlack)
+	}
+	err = s.db.Update(func(txn *badger.Txn) error {
+		return txn.Set([]byte(keyDeviceLogSince), binary.AppendVarint(nil, since))
+	})
+	return since, err
+}
+
+// readEntry reads the log entry at position seq with server time
+// serverTimeNs; ok is false if it is gone (retention deletes entries
+// before their index keys).
+func (s *store) readEntry(txn *badger.Txn, seq uint64, serverTimeNs int64) (e *walEntry, ok bool, err error) {
+	item, err := txn.Get(walKey(seq, serverTimeNs))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, false, fmt.Errorf("read log entry %d: %w", seq, err)
+	}
+	e, err = decodeWALEntry(seq, v)
+	return e, err == nil, err
+}
+
+// deviceEntries calls fn with each of device's batch entries whose server
+// time is in [fromNs, toNs), in server-time order.
+func (s *store) deviceEntries(device string, fromNs, toNs int64, fn func(*walEntry) error) error {
+	return s.db.View(func(txn *badger.Txn) error {
+		prefix := deviceLogPrefix(device)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(binary.BigEndian.AppendUint64(prefix, uint64(fromNs))); it.Valid(); it.Next() {
+			_, t, seq, err := parseDeviceLogKey(it.Item().Key())
+			if err != nil {
+				return err
+			}
+			if t >= toNs {
+				return nil
+			}
+			e, ok, err := s.readEntry(txn, seq, t)
+			if err != nil {
+				return err
+			}
+			if ok {
+				if err := fn(e); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// expiredDeviceLogKeys returns up to retainBatch index keys older than
+// cutoff and at or below position pos. It walks device by device,
+// skipping to the next device at its first key that is kept, so the cost
+// is the expired keys plus one seek per device.
+func (s *store) expiredDeviceLogKeys(cutoff int64, pos uint64) ([][]byte, error) {
+	var keys [][]byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixDeviceLog}})
+		defer it.Close()
+		it.Rewind()
+		for it.Valid() && len(keys) < retainBatch {
+			dev, t, seq, err := parseDeviceLogKey(it.Item().Key())
+			if err != nil {
+				return err
+			}
+			if t < cutoff && seq <= pos {
+				keys = append(keys, it.Item().KeyCopy(nil))
+				it.Next()
+				continue
+			}
+			// Keys sort by time within a device: none after this one
+			// expires. The next device starts after every key of this one.
+			next := deviceLogPrefix(dev)
+			next[len(next)-1] = 1
+			it.Seek(next)
+		}
+		return nil
+	})
+	return keys, err
+}
