@@ -34,6 +34,28 @@ func TestReadableSignals(t *testing.T) {
 			if got, err := st.ReadFrom(1, 100, 1<<20); err != nil || len(got) != 5 {
 				t.Fatalf("after the signal: %d records, %v", len(got), err)
 			}
+			if s := st.Stats(); s.Readable != 6 || s.Next != 6 {
+				t.Fatalf("after the signal: Stats readable %d next %d, want 6 and 6", s.Readable, s.Next)
+			}
 		})
+	}
+}
+
+// TestStatsReadable checks that Stats says how far records are readable:
+// in the interval mode, appended records are not until the next sync.
+func TestStatsReadable(t *testing.T) {
+	s := openTest(t, t.TempDir(), Options{Durability: DurabilityInterval, SyncInterval: time.Minute})
+	st, err := s.Stream("d", StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Append(context.Background(), recs(1, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if s := st.Stats(); s.Readable != 1 || s.Next != 6 {
+		t.Fatalf("before a sync: Stats readable %d next %d, want 1 and 6", s.Readable, s.Next)
+	}
+	if got, err := st.ReadFrom(1, 100, 1<<20); err != nil || len(got) != 0 {
+		t.Fatalf("before a sync: %d records readable, %v", len(got), err)
 	}
 }

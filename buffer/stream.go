@@ -473,6 +473,7 @@ type Stats struct {
 	Acked    uint64 // every seq <= Acked is acknowledged
 	Head     uint64 // first seq still held
 	Next     uint64 // seq the next Append gets
+	Readable uint64 // records below it can be read (the interval mode holds the rest until a sync)
 	Depth    uint64 // records held (Next - Head)
 	Bytes    int64  // bytes held, as uncompressed blocks
 	OldestMs int64  // append time of the oldest held block, Unix ms (0: empty)
@@ -484,7 +485,7 @@ type Stats struct {
 // Stats returns the stream's positions and totals.
 func (st *Stream) Stats() Stats {
 	st.mu.Lock()
-	s := Stats{Acked: st.m.acked, Head: st.m.head, Next: st.m.next, Depth: st.m.next - st.m.head, Bytes: st.bytes, OldestMs: st.oldest, Gaps: len(st.m.gaps)}
+	s := Stats{Acked: st.m.acked, Head: st.m.head, Next: st.m.next, Readable: min(st.readable, st.m.next), Depth: st.m.next - st.m.head, Bytes: st.bytes, OldestMs: st.oldest, Gaps: len(st.m.gaps)}
 	st.mu.Unlock()
 	s.Appended, s.AckedTotal, s.Dropped = st.appended.Load(), st.acked.Load(), st.dropped.Load()
 	return s

@@ -12,7 +12,9 @@
 # FLEET_BROKER=mosquitto puts a Mosquitto of the run's own (free port,
 # no persistence, no in-flight limit) between the fleet and hubd, which then
 # uses it as its external broker (--mqtt-url) instead of its embedded one.
-# HUBD_FLAGS adds flags to hubd's command line (e.g. "--ack-qos 0").
+# HUBD_FLAGS adds flags to hubd's command line (e.g. "--ack-qos 0");
+# FLEETSIM_ENV adds environment variables to fleetsim's alone (e.g.
+# "GOGC=off GOMEMLIMIT=16GiB").
 # FLEETSIM_NICE (default 10) is fleetsim's nice value: the simulated fleet
 # stands in for thousands of devices with CPUs of their own, so on a shared
 # machine the hub it measures gets the CPU first. The latencies fleetsim
@@ -53,5 +55,5 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 echo "run directory $dir; ${FLEET_BROKER:-embedded} broker on mqtt 127.0.0.1:$mqtt, hubd http 127.0.0.1:$http" >&2
-nice -n "${FLEETSIM_NICE:-10}" "$dir/fleetsim" --scenario "$scenario" --mqtt-url "tcp://127.0.0.1:$mqtt" --hub "127.0.0.1:$http" \
+env ${FLEETSIM_ENV:-} nice -n "${FLEETSIM_NICE:-10}" "$dir/fleetsim" --scenario "$scenario" --mqtt-url "tcp://127.0.0.1:$mqtt" --hub "127.0.0.1:$http" \
 	--data-dir "$dir/sim" --verify "$@"

@@ -108,7 +108,10 @@ type Options struct {
 	// MaxAckTimeout caps the doubled ack timeout. Default 8 x AckTimeout.
 	MaxAckTimeout time.Duration
 	// PollInterval is how often the buffer is checked for new events when
-	// nobody calls Notify. Default 100 ms; 1 ms..1 minute.
+	// nobody calls Notify. Default 100 ms; 1 ms..1 minute. A stream that
+	// says when records become readable (buffer.Stream does) wakes the
+	// uplink itself and is polled only every 5 s or PollInterval if
+	// longer, as a safety net.
 	PollInterval time.Duration
 	// BandwidthBytesPerSec caps the bytes published per second (token
 	// bucket over frames, resends included). 0, the default, is unlimited:

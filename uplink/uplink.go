@@ -123,7 +123,8 @@ func New(st Stream, o Options) (*Uplink, error) {
 func (u *Uplink) Metrics() *Metrics { return u.m }
 
 // Notify tells the Uplink that events were appended, so it need not wait
-// for its next poll. It never blocks.
+// for its next poll (and, with a stream that says when records become
+// readable, so their linger starts at the append). It never blocks.
 func (u *Uplink) Notify() {
 	select {
 	case u.notify <- struct{}{}:
@@ -240,9 +241,24 @@ type readableStream interface {
 	Readable() <-chan struct{}
 }
 
+// readablePollFloor is the shortest poll of a stream that says when
+// records become readable: its signal wakes the send loop for new records,
+// so the poll is only a safety net. At the 100 ms default a process with
+// thousands of uplinks (the fleet simulator) spent much of its CPU on
+// passes that found nothing.
+const readablePollFloor = 5 * time.Second
+
+// pollInterval is how long the send loop waits for nothing in particular.
+func (u *Uplink) pollInterval() time.Duration {
+	if u.readable != nil {
+		return max(u.opts.PollInterval, readablePollFloor)
+	}
+	return u.opts.PollInterval
+}
+
 // nextWake is when the send loop must look again without being poked.
 func (u *Uplink) nextWake(now time.Time) time.Time {
-	wake := now.Add(u.opts.PollInterval)
+	wake := now.Add(u.pollInterval())
 	earlier := func(t time.Time) {
 		if !t.IsZero() && t.Before(wake) {
 			wake = t
@@ -253,7 +269,10 @@ func (u *Uplink) nextWake(now time.Time) time.Time {
 			earlier(f.deadline)
 		}
 	}
-	if !u.lingerSince.IsZero() {
+	if !u.lingerSince.IsZero() && (u.readable == nil || u.st.Stats().Readable > u.next) {
+		// A stream that signals readability wakes the loop when the
+		// lingering records can be read; until then a linger deadline
+		// would only add a pass that finds nothing.
 		earlier(u.lingerSince.Add(u.opts.linger()))
 	}
 	if u.bwUntil.After(now) {

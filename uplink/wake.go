@@ -10,21 +10,25 @@ import "time"
 // deadline several times per event, those scans took a tenth of the
 // process's CPU. A replaced timer instead leaves a stopped one behind,
 // which the runtime drops in bulk, and a new one that costs a heap push
-// only once the loop blocks on it.
+// only once the loop blocks on it, and an allocation.
 //
-// A deadline within wakeSlack of the armed one keeps the armed timer.
+// So that the loop makes few of those, a deadline at or after the armed
+// one (less wakeSlack) keeps the armed timer: waking early costs the loop
+// one pass, which then arms for what it still needs. Only an earlier
+// deadline (a linger, a new ack timeout) replaces it.
 type wakeTimer struct {
 	t  *time.Timer
 	at time.Time // when t fires; zero when no timer is armed
 }
 
-// wakeSlack is how far apart two deadlines may be and still count as the
-// same: the loop recomputes its poll deadline from the clock on every pass.
+// wakeSlack is how much later than wanted the armed timer may fire and
+// still be kept.
 const wakeSlack = time.Millisecond
 
-// set arms C to fire at at (or within wakeSlack of it).
+// set arms C to fire by at: it keeps the armed timer if that fires no
+// later than at + wakeSlack, else it arms a new one for at.
 func (w *wakeTimer) set(now, at time.Time) {
-	if w.t != nil && at.Sub(w.at).Abs() <= wakeSlack {
+	if w.t != nil && !w.at.After(at.Add(wakeSlack)) {
 		return
 	}
 	w.stop()

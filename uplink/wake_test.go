@@ -17,9 +17,13 @@ func TestWakeTimer(t *testing.T) {
 	if w.t != first || !w.at.Equal(now.Add(time.Hour)) {
 		t.Fatalf("a deadline within the slack replaced the armed timer (at %v)", w.at.Sub(now))
 	}
-	w.set(now, now.Add(2*time.Hour)) // later: a new timer
-	if w.t == first || !w.at.Equal(now.Add(2*time.Hour)) {
-		t.Fatalf("a later deadline kept the armed timer (at %v)", w.at.Sub(now))
+	w.set(now, now.Add(2*time.Hour)) // later: the armed timer wakes the loop early, and stays
+	if w.t != first || !w.at.Equal(now.Add(time.Hour)) {
+		t.Fatalf("a later deadline replaced the armed timer (at %v)", w.at.Sub(now))
+	}
+	w.set(now, now.Add(time.Hour-2*wakeSlack)) // earlier: a new timer
+	if w.t == first || !w.at.Equal(now.Add(time.Hour-2*wakeSlack)) {
+		t.Fatalf("an earlier deadline kept the armed timer (at %v)", w.at.Sub(now))
 	}
 	if first.Stop() {
 		t.Fatal("the replaced timer was still running")
