@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,12 +114,25 @@ type externalBroker struct {
 	// are acknowledged: until then batches published would find no
 	// subscriber (and be dropped by the broker), so the hub is not ready.
 	subscribed atomic.Bool
+	// conns counts connections, so a subscription retry of an older one
+	// stops once a newer one subscribes for itself.
+	conns     atomic.Uint64
+	closed    chan struct{} // closed by Close; ends subscription retries
+	closeOnce sync.Once
 }
+
+// Subscription retry: a refused or unanswered subscription is tried again
+// after subscribeRetryMin, doubling to subscribeRetryMax, while the
+// connection lasts.
+const (
+	subscribeRetryMin = time.Second
+	subscribeRetryMax = 30 * time.Second
+)
 
 // NewExternalBroker prepares a paho client; Start connects it (and
 // reports a TLS file that could not be loaded).
 func NewExternalBroker(o ExternalOptions) Transport {
-	e := &externalBroker{opts: o}
+	e := &externalBroker{opts: o, closed: make(chan struct{})}
 	broker := o.URL
 	var tc *tls.Config
 	if o.TLS.enabled() {
@@ -162,22 +177,83 @@ func (e *externalBroker) Start(h MessageHandler) error {
 }
 
 // onConnect (re)subscribes on every connection: cheap, and right even if
-// the broker lost the hub's session.
+// the broker lost the hub's session. A subscription the broker refuses (an
+// ACL that does not let the hub's user read the topic) or does not answer
+// is retried in the background while the connection lasts; until it is in
+// place the hub is not ready.
 func (e *externalBroker) onConnect(c paho.Client) {
+	conn := e.conns.Add(1)
+	e.subscribed.Store(false)
+	if !e.trySubscribe(c) {
+		go e.retrySubscribe(c, conn)
+	}
+}
+
+// trySubscribe subscribes once and reports whether every subscription is
+// in place.
+func (e *externalBroker) trySubscribe(c paho.Client) bool {
 	e.subscribe.Lock()
 	defer e.subscribe.Unlock()
-	b, s, t := subscriptions(e.opts.Group)
-	tok := c.SubscribeMultiple(map[string]byte{b: 1, s: 1, t: 1}, e.deliver)
-	if !tok.WaitTimeout(e.opts.Timeout) {
-		e.opts.Logger.Error("subscribe timed out", "url", redactURL(e.opts.URL))
-		return
-	}
-	if err := tok.Error(); err != nil {
-		e.opts.Logger.Error("subscribe failed", "url", redactURL(e.opts.URL), "err", err)
-		return
+	if err := e.subscribeAll(c); err != nil {
+		e.opts.Logger.Error("subscribe failed: the hub is not ready and tries again", "url", redactURL(e.opts.URL), "client_id", e.opts.ClientID, "err", err)
+		return false
 	}
 	e.subscribed.Store(true)
 	e.opts.Logger.Info("connected to broker", "url", redactURL(e.opts.URL), "client_id", e.opts.ClientID)
+	return true
+}
+
+// subscribeAll subscribes to the hub's topics and checks every grant: an
+// MQTT 3.1.1 broker refuses one topic of a SUBSCRIBE with return code 0x80
+// in an otherwise successful SUBACK, which paho does not report as an
+// error.
+func (e *externalBroker) subscribeAll(c paho.Client) error {
+	b, s, t := subscriptions(e.opts.Group)
+	tok := c.SubscribeMultiple(map[string]byte{b: 1, s: 1, t: 1}, e.deliver)
+	if !tok.WaitTimeout(e.opts.Timeout) {
+		return fmt.Errorf("no SUBACK within %v", e.opts.Timeout)
+	}
+	if err := tok.Error(); err != nil {
+		return err
+	}
+	st, ok := tok.(*paho.SubscribeToken)
+	if !ok {
+		return nil
+	}
+	var refused []string
+	for topic, code := range st.Result() {
+		if code >= 0x80 {
+			refused = append(refused, topic)
+		}
+	}
+	if len(refused) > 0 {
+		slices.Sort(refused)
+		return fmt.Errorf("the broker refused the subscription to %s (SUBACK return code 0x80): check that its ACL lets the hub's user read these topics", strings.Join(refused, ", "))
+	}
+	return nil
+}
+
+// retrySubscribe tries the subscriptions of connection conn again, with
+// backoff, until they are in place, the connection is gone or replaced,
+// or the broker client is closed.
+func (e *externalBroker) retrySubscribe(c paho.Client, conn uint64) {
+	d := subscribeRetryMin
+	for {
+		t := time.NewTimer(d)
+		select {
+		case <-e.closed:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if e.conns.Load() != conn || !c.IsConnectionOpen() {
+			return // the next connection's onConnect subscribes
+		}
+		if e.trySubscribe(c) {
+			return
+		}
+		d = min(2*d, subscribeRetryMax)
+	}
 }
 
 // deliver hands a message to the hub and then acknowledges it.
@@ -221,6 +297,7 @@ func (e *externalBroker) Pause() { e.paused.Store(true) }
 // Close disconnects, giving in-flight work a moment.
 func (e *externalBroker) Close() error {
 	e.paused.Store(true)
+	e.closeOnce.Do(func() { close(e.closed) })
 	e.client.Disconnect(250)
 	return nil
 }

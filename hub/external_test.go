@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/big"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 
 	"edgeflow/internal/testbroker"
+	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
@@ -118,5 +120,46 @@ func TestExternalBrokerTLSOptions(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "/nonexistent/ca.pem") {
 		t.Fatalf("error %q does not name the CA file", err)
+	}
+}
+
+// batchACL is a broker ACL that lets nobody read batches until allow is
+// set; everything else is allowed.
+type batchACL struct {
+	auth.AllowHook
+	allow atomic.Bool
+}
+
+func (h *batchACL) ID() string { return "batch-acl" }
+func (h *batchACL) OnACLCheck(_ *mqtt.Client, topic string, write bool) bool {
+	return write || !strings.HasSuffix(topic, "/"+wire.KindBatch) || h.allow.Load()
+}
+
+// TestExternalSubscribeRefused runs the hub on an external broker whose ACL
+// does not let it read batches: the broker refuses that one subscription
+// (return code 0x80 inside a SUBACK that paho reports as a success). The
+// hub must not call itself ready, must log which topic was refused, and
+// must subscribe once the ACL lets it, without a restart.
+func TestExternalSubscribeRefused(t *testing.T) {
+	acl := new(batchACL)
+	url, _ := testbroker.EmbeddedWith(t, acl)
+	logs := &lockedBuffer{}
+	o := testOptions(t, t.TempDir())
+	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	o.MQTTURL, o.ClientID = url, "hub-acl-test"
+	s := startHub(t, o)
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "refused the subscription") })
+	if line := logs.String(); !strings.Contains(line, wire.TopicPrefix+"+/"+wire.KindBatch) || !strings.Contains(line, "ACL") {
+		t.Fatalf("the log does not name the refused topic and the ACL:\n%s", line)
+	}
+	if s.Ready() {
+		t.Fatal("ready without the batch subscription")
+	}
+
+	acl.allow.Store(true)
+	waitFor(t, s.Ready) // the hub's retry (1 s, doubling) finds the ACL fixed
+	d := newDevice(t, url, "acl1")
+	if ack := d.send(makeBatch("acl1", d.stream, 1, 10)); ack.Status != wirepb.AckStatus_ACK_STATUS_OK {
+		t.Fatalf("after the ACL fix: %v", ack)
 	}
 }

@@ -172,6 +172,20 @@ func (m *Mosquitto) Kill() {
 	}
 }
 
+// Reload sends the broker SIGHUP, which makes Mosquitto read its password
+// and ACL files again.
+func (m *Mosquitto) Reload() {
+	m.mu.Lock()
+	cmd := m.cmd
+	m.mu.Unlock()
+	if cmd == nil {
+		m.t.Fatal("mosquitto reload: not running")
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		m.t.Fatalf("mosquitto reload: %v", err)
+	}
+}
+
 // Restart kills the broker and starts it again on the same port.
 func (m *Mosquitto) Restart() {
 	m.Kill()
@@ -182,8 +196,19 @@ func (m *Mosquitto) Restart() {
 // loopback port until the test ends and returns its URL and server.
 func Embedded(t testing.TB) (string, *mochi.Server) {
 	t.Helper()
+	return EmbeddedWith(t, nil)
+}
+
+// EmbeddedWith is Embedded with hook deciding who may connect, publish and
+// subscribe instead of the allow-all hook (mochi lets a client in if any
+// hook allows it). A nil hook is the allow-all one.
+func EmbeddedWith(t testing.TB, hook mochi.Hook) (string, *mochi.Server) {
+	t.Helper()
 	srv := mochi.New(&mochi.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
+	if hook == nil {
+		hook = new(auth.AllowHook)
+	}
+	if err := srv.AddHook(hook, nil); err != nil {
 		t.Fatal(err)
 	}
 	l := listeners.NewTCP(listeners.Config{ID: "test", Address: "127.0.0.1:0"})
