@@ -137,6 +137,14 @@ type Options struct {
 	RetentionMaxAge time.Duration
 	// RetentionInterval is the time between retention passes. Default 5m.
 	RetentionInterval time.Duration
+	// ShutdownTimeout bounds Run's shutdown (final writes, checkpoint,
+	// closing the store) once ctx ends or the log fails; past it Run
+	// returns an error without waiting further. What was acknowledged is
+	// durable already; a restart replays the log after the last
+	// checkpoint. Badger's close retries a failed memtable flush forever
+	// (a data directory deleted under a running hub), so without a bound
+	// a SIGTERM could hang. Default 30s.
+	ShutdownTimeout time.Duration
 	// RejectLogInterval bounds rejection log lines to one per interval (the
 	// line says how many were suppressed). Default 1s.
 	RejectLogInterval time.Duration
@@ -193,6 +201,7 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.CheckpointInterval, time.Minute)
 	setDefault(&o.RetentionMaxAge, 7*24*time.Hour)
 	setDefault(&o.RetentionInterval, 5*time.Minute)
+	setDefault(&o.ShutdownTimeout, 30*time.Second)
 	setDefault(&o.RejectLogInterval, time.Second)
 	setDefault(&o.TickInterval, time.Second)
 	setDefault(&o.StreamHeartbeat, 15*time.Second)
@@ -280,6 +289,8 @@ func (o *Options) Validate() error {
 		return bad("RetentionMaxAge", "%v must be positive", o.RetentionMaxAge)
 	case o.RetentionInterval <= 0:
 		return bad("RetentionInterval", "%v must be positive", o.RetentionInterval)
+	case o.ShutdownTimeout <= 0:
+		return bad("ShutdownTimeout", "%v must be positive", o.ShutdownTimeout)
 	case o.RejectLogInterval <= 0:
 		return bad("RejectLogInterval", "%v must be positive", o.RejectLogInterval)
 	case o.TickInterval <= 0:

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"edgeflow/internal/lograte"
 )
@@ -190,9 +189,16 @@ func (s *Server) Run(ctx context.Context) error {
 	case runErr = <-s.fatal:
 		s.log.Error("hub stopping: the log failed", "err", runErr)
 	}
-	shutCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	shutCtx, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
-	return errors.Join(runErr, s.Shutdown(shutCtx))
+	done := make(chan error, 1)
+	go func() { done <- s.Shutdown(shutCtx) }()
+	select {
+	case err := <-done:
+		return errors.Join(runErr, err)
+	case <-shutCtx.Done():
+		return errors.Join(runErr, fmt.Errorf("hub: shutdown did not finish within %v (shutdown-timeout); stopping without it: what was acknowledged is durable and a restart replays the log after the last checkpoint (a store that cannot close is the usual cause: is the data directory %s still there and writable?)", s.opts.ShutdownTimeout, s.opts.DataDir))
+	}
 }
 
 // Start serves HTTP, opens the store, recovers the state (checkpoint plus

@@ -42,6 +42,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("checkpoint-interval", "1m", "time between checkpoints")
 	fs.String("retention-max-age", "168h", "how long logged batches are kept")
 	fs.String("retention-interval", "5m", "time between retention passes")
+	fs.String("shutdown-timeout", "30s", "how long a stop (SIGINT, SIGTERM) may take to write, checkpoint and close the store before hubd exits without it")
 	fs.Int("ack-qos", 1, "MQTT QoS of the hub's acks: 1, or 0 to save a PUBACK per batch (an agent resends what a lost ack leaves unanswered)")
 	fs.Int("workers", 0, "decode workers (0: one per CPU)")
 	fs.Int("max-events", 0, "max events per batch (0: wire default)")
@@ -115,6 +116,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 	dur("checkpoint-interval", &o.CheckpointInterval)
 	dur("retention-max-age", &o.RetentionMaxAge)
 	dur("retention-interval", &o.RetentionInterval)
+	dur("shutdown-timeout", &o.ShutdownTimeout)
 	dur("tick-interval", &o.TickInterval)
 	num("workers", &o.Workers)
 	switch q := v.GetString("ack-qos"); q {
@@ -149,7 +151,7 @@ var optionKeys = map[string]string{
 	"DataDir": "data-dir", "HTTPAddr": "http-addr", "MQTTListen": "mqtt-listen", "MQTTURL": "mqtt-url",
 	"Group": "group", "Workers": "workers", "Limits.MaxEvents": "max-events",
 	"CheckpointInterval": "checkpoint-interval", "RetentionMaxAge": "retention-max-age",
-	"RetentionInterval": "retention-interval", "ClientID": "client-id", "TickInterval": "tick-interval",
+	"RetentionInterval": "retention-interval", "ShutdownTimeout": "shutdown-timeout", "ClientID": "client-id", "TickInterval": "tick-interval",
 	"MQTTAuthFile": "mqtt-auth-file", "MQTTTLSCertFile": "mqtt-tls-cert", "MQTTTLSClientCAFile": "mqtt-tls-client-ca",
 	"MQTTDenyAnonymous": "mqtt-allow-anonymous", "MQTTMaxConnsPerDevice": "mqtt-max-conns-per-device",
 	"MaxEventsPerSecond": "max-events-per-second", "EventsBurst": "events-burst",
