@@ -183,6 +183,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.Start(ctx); err != nil {
 		return errors.Join(err, s.Shutdown(context.Background()))
 	}
+	return s.serve(ctx)
+}
+
+// serve is Run after Start: it waits for ctx or a failed log, then shuts
+// down within ShutdownTimeout.
+func (s *Server) serve(ctx context.Context) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
