@@ -225,3 +225,50 @@ func TestLingerNotRestartedByUnreadable(t *testing.T) {
 		t.Fatal("a new event did not go after its linger")
 	}
 }
+
+// TestWakeWithReadableStream: the send loop of a stream that signals
+// readability neither polls at PollInterval nor arms its linger while the
+// lingering records are not readable yet (the buffer's interval sync); once
+// they are, the linger deadline counts again from the first sight.
+func TestWakeWithReadableStream(t *testing.T) {
+	s, err := buffer.Open(t.TempDir(), buffer.Options{Logger: quietLogger(), Durability: buffer.DurabilityInterval, SyncInterval: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	st, err := s.Stream("dev-wake", buffer.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := New(st, Options{DeviceID: "dev-wake", Brokers: []string{"tcp://127.0.0.1:1"}, Linger: 50 * time.Millisecond,
+		PollInterval: 10 * time.Millisecond, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.next = 1
+	if w := u.nextWake(time.Now()); time.Until(w) < readablePollFloor-time.Second {
+		t.Fatalf("idle, the loop wakes in %v: polling at PollInterval", time.Until(w))
+	}
+	appendEvents(t, st, 1, 1)
+	t0 := time.Now()
+	if fs, err := u.readBatches(t0, 1); len(fs) != 0 || err != nil { // the linger starts
+		t.Fatalf("read before the linger: %d batches, %v", len(fs), err)
+	}
+	if st.Stats().Readable > 1 {
+		t.Skip("the buffer synced before the check (a slow machine): nothing to test")
+	}
+	if w := u.nextWake(t0); w.Sub(t0) < readablePollFloor-time.Second {
+		t.Fatalf("lingering records not yet readable: the loop wakes after %v, want the poll floor", w.Sub(t0))
+	}
+	select {
+	case <-st.Readable():
+	case <-time.After(10 * time.Second):
+		t.Fatal("never readable")
+	}
+	if w := u.nextWake(t0); !w.Equal(t0.Add(50 * time.Millisecond)) {
+		t.Fatalf("readable lingering records: the loop wakes after %v, want the linger's 50ms", w.Sub(t0))
+	}
+	if fs, err := u.readBatches(t0.Add(50*time.Millisecond), 1); len(fs) != 1 || err != nil {
+		t.Fatalf("after the linger: %d batches, %v", len(fs), err)
+	}
+}

@@ -9,8 +9,8 @@ import "time"
 // uplinks in one process (fleetsim), each re-arming for a linger or poll
 // deadline several times per event, those scans took a tenth of the
 // process's CPU. A replaced timer instead leaves a stopped one behind,
-// which the runtime drops in bulk, and a new one that costs a heap push
-// only once the loop blocks on it, and an allocation.
+// which the runtime drops in bulk; the new one costs an allocation, and a
+// heap push once the loop blocks on it.
 //
 // So that the loop makes few of those, a deadline at or after the armed
 // one (less wakeSlack) keeps the armed timer: waking early costs the loop
