@@ -246,13 +246,14 @@ func (f *Fleet) Run(ctx context.Context) (Report, error) {
 	duration := f.sc.scaled(f.sc.Duration)
 	var producing atomic.Bool
 	producing.Store(true)
+	var passes sync.RWMutex // held (read) by each worker's pass over its devices
 	var wg sync.WaitGroup
 	shards := f.opts.Workers
 	for w := range shards {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f.work(runCtx, w, shards, &producing)
+			f.work(runCtx, w, shards, &producing, &passes)
 		}()
 	}
 	repDone := make(chan struct{})
@@ -266,6 +267,11 @@ func (f *Fleet) Run(ctx context.Context) (Report, error) {
 	select {
 	case <-time.After(duration):
 		producing.Store(false)
+		// A pass that read producing before the store may still append:
+		// wait for those to end, so the drain cannot see an empty backlog
+		// that one more event then joins, never to be sent.
+		passes.Lock()
+		passes.Unlock()
 		phase = "drained"
 		if !f.waitDrain(runCtx) {
 			phase = "drain_timeout"
@@ -293,20 +299,25 @@ func (f *Fleet) Run(ctx context.Context) (Report, error) {
 	return r, nil
 }
 
-// work drives shard w of the devices every Tick until ctx ends.
-func (f *Fleet) work(ctx context.Context, w, shards int, producing *atomic.Bool) {
+// work drives shard w of the devices every Tick until ctx ends. Each pass
+// holds passes (read), so Run can wait for the passes that still saw
+// producing set.
+func (f *Fleet) work(ctx context.Context, w, shards int, producing *atomic.Bool, passes *sync.RWMutex) {
 	t := time.NewTicker(f.opts.Tick)
 	defer t.Stop()
 	for {
 		now := f.opts.Now()
 		el := now.Sub(f.start)
+		passes.RLock()
 		p := producing.Load()
 		for i := w; i < len(f.devices); i += shards {
 			if ctx.Err() != nil {
+				passes.RUnlock()
 				return
 			}
 			f.devices[i].tick(now, el, p)
 		}
+		passes.RUnlock()
 		select {
 		case <-ctx.Done():
 			return
