@@ -392,15 +392,7 @@ func TestEventsEndpoint(t *testing.T) {
 	d.send(timedBatch("ev1", d.stream, 1, []int64{at(5), at(1), at(3)}, []float64{5, 1, 3}))
 	d.send(timedBatch("ev1", d.stream, 4, []int64{at(2), at(4), at(100)}, []float64{2, 4, 100}))
 	other.send(timedBatch("ev2", other.stream, 1, []int64{at(2)}, []float64{-1}))
-	var r EventsResponse
-	code, body := getJSON(t, s.Handler(), fmt.Sprintf("/v1/events?device=ev1&from=%d&to=%d", base.UnixMilli(), base.Add(time.Minute).UnixMilli()), &r)
-	if code != 200 {
-		t.Fatalf("%d %s", code, body)
-	}
-	var got []float64
-	for _, e := range r.Events {
-		got = append(got, e.Value)
-	}
+	r, got := eventValues(t, s, "ev1", base, base.Add(time.Minute))
 	if !slices.Equal(got, []float64{1, 2, 3, 4, 5}) || r.Truncated {
 		t.Fatalf("events %v truncated %v", got, r.Truncated)
 	}
@@ -409,10 +401,26 @@ func TestEventsEndpoint(t *testing.T) {
 	if r.Scanned != 2 {
 		t.Fatalf("scanned %d log entries, want ev1's 2", r.Scanned)
 	}
-	code, _ = getJSON(t, s.Handler(), fmt.Sprintf("/v1/events?device=ev1&from=%d&to=%d&limit=2&metric=temp", base.UnixMilli(), base.Add(time.Minute).UnixMilli()), &r)
+	code, _ := getJSON(t, s.Handler(), fmt.Sprintf("/v1/events?device=ev1&from=%d&to=%d&limit=2&metric=temp", base.UnixMilli(), base.Add(time.Minute).UnixMilli()), &r)
 	if code != 200 || len(r.Events) != 2 || !r.Truncated || r.NextFrom != rfc3339(time.Unix(0, at(3))) {
 		t.Fatalf("limited: %d %+v", code, r)
 	}
+}
+
+// eventValues asks s's GET /v1/events for device's events in [from, to)
+// and returns the answer and the events' values in order.
+func eventValues(t *testing.T, s *Server, device string, from, to time.Time) (EventsResponse, []float64) {
+	t.Helper()
+	var r EventsResponse
+	code, body := getJSON(t, s.Handler(), fmt.Sprintf("/v1/events?device=%s&from=%d&to=%d", device, from.UnixMilli(), to.UnixMilli()), &r)
+	if code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	var got []float64
+	for _, e := range r.Events {
+		got = append(got, e.Value)
+	}
+	return r, got
 }
 
 // TestEventsBeforeDeviceIndex opens a store written before the device log
@@ -450,15 +458,7 @@ func TestEventsBeforeDeviceIndex(t *testing.T) {
 	if n := countKeys(t, s2.st.db, prefixDeviceLog); n != 1 {
 		t.Fatalf("%d index keys, want the new batch's 1", n)
 	}
-	var r EventsResponse
-	code, body := getJSON(t, s2.Handler(), fmt.Sprintf("/v1/events?device=old1&from=%d&to=%d", base.UnixMilli(), base.Add(time.Minute).UnixMilli()), &r)
-	if code != 200 {
-		t.Fatalf("%d %s", code, body)
-	}
-	var got []float64
-	for _, e := range r.Events {
-		got = append(got, e.Value)
-	}
+	r, got := eventValues(t, s2, "old1", base, base.Add(time.Minute))
 	if !slices.Equal(got, []float64{1, 2, 3}) || r.Scanned < 2 {
 		t.Fatalf("events %v, %d entries scanned", got, r.Scanned)
 	}
