@@ -272,3 +272,64 @@ func TestWakeWithReadableStream(t *testing.T) {
 		t.Fatalf("after the linger: %d batches, %v", len(fs), err)
 	}
 }
+
+// ackMessage is an MQTT message on a device's ack topic.
+type ackMessage struct {
+	topic   string
+	payload []byte
+}
+
+func (m ackMessage) Duplicate() bool   { return false }
+func (m ackMessage) Qos() byte         { return 1 }
+func (m ackMessage) Retained() bool    { return false }
+func (m ackMessage) Topic() string     { return m.topic }
+func (m ackMessage) MessageID() uint16 { return 0 }
+func (m ackMessage) Payload() []byte   { return m.payload }
+func (m ackMessage) Ack()              {}
+
+// TestOnMessageNeverBlocks: the ack handler runs on paho's router
+// goroutine, so it must return at once even when the send loop is not
+// taking acks (paho #208, #453); none may be lost.
+func TestOnMessageNeverBlocks(t *testing.T) {
+	_, st := openStream(t, "dev-acks")
+	u, err := New(st, Options{DeviceID: "dev-acks", Brokers: []string{"tcp://127.0.0.1:1"}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 3*cap(u.acks) + 5
+	if n > 256 {
+		t.Fatalf("%d acks do not fit the one-byte payloads", n)
+	}
+	returned := make(chan struct{})
+	go func() {
+		for i := range n {
+			u.onMessage(nil, ackMessage{u.ackTopic, []byte{byte(i)}})
+		}
+		u.onMessage(nil, ackMessage{"edge/v1/other/ack", []byte{0}}) // not ours: dropped
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the handler blocked with %d acks waiting", len(u.acks))
+	}
+	seen := map[byte]int{}
+	for range n {
+		select {
+		case p := <-u.acks:
+			seen[p[0]]++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d acks reached the loop", len(seen), n)
+		}
+	}
+	for i := range n {
+		if seen[byte(i)] != 1 {
+			t.Fatalf("ack %d reached the loop %d times", i, seen[byte(i)])
+		}
+	}
+	select {
+	case p := <-u.acks:
+		t.Fatalf("an extra payload reached the loop: %v", p)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
