@@ -148,11 +148,9 @@ func (u *Uplink) clientOptions() *mqtt.ClientOptions {
 	o.SetConnectRetry(false)
 	// Paho traps #208 and #453: with OrderMatters (the default) every
 	// message handler runs on paho's router goroutine, and a slow one
-	// stalls keep-alives until the broker drops us. OrderMatters(false)
-	// avoids that by starting a goroutine per message, which a process
-	// with thousands of uplinks pays for every ack; instead the handler
-	// here runs on the router and never blocks it (see onMessage).
-	o.SetOrderMatters(true)
+	// stalls keep-alives until the broker drops us. Handlers here only
+	// hand the payload to a channel, and run concurrently.
+	o.SetOrderMatters(false)
 	o.SetResumeSubs(false)
 	o.SetKeepAlive(u.opts.KeepAlive)
 	o.SetPingTimeout(min(u.opts.KeepAlive, 10*time.Second))
@@ -203,25 +201,14 @@ func (u *Uplink) openConn(uri *url.URL, co mqtt.ClientOptions) (net.Conn, error)
 
 // onMessage is paho's handler for the ack topic (and the default handler,
 // which gets acks a kept session delivers before Subscribe returns). It
-// runs on paho's router goroutine, which must never wait (paho #208,
-// #453: keep-alives stall behind it): it hands the payload to the send
-// loop, and only when the channel is full does it leave the hand-off to
-// a goroutine of its own. Acks may then reach the loop out of order,
-// which it does not mind: each names the range it answers.
+// must stay tiny (paho #208, #453): it hands the payload to the send loop.
 func (u *Uplink) onMessage(_ mqtt.Client, m mqtt.Message) {
 	if m.Topic() != u.ackTopic {
 		return
 	}
-	p := m.Payload()
 	select {
-	case u.acks <- p:
-	default:
-		go func() {
-			select {
-			case u.acks <- p:
-			case <-u.stop:
-			}
-		}()
+	case u.acks <- m.Payload():
+	case <-u.stop:
 	}
 }
 
