@@ -145,17 +145,25 @@ func (s *store) deviceEntries(device string, fromNs, toNs int64, fn func(*walEnt
 	})
 }
 
-// expiredDeviceLogKeys returns up to retainBatch index keys older than
-// cutoff and at or below position pos. It walks device by device,
-// skipping to the next device at its first key that is kept, so the cost
-// is the expired keys plus one seek per device.
-func (s *store) expiredDeviceLogKeys(cutoff int64, pos uint64) ([][]byte, error) {
-	var keys [][]byte
-	err := s.db.View(func(txn *badger.Txn) error {
+// expiredDeviceLogKeys returns up to limit index keys older than cutoff
+// and at or below position pos, starting at key from (nil: the first),
+// and the key to start the next call at (nil: none left). It walks device
+// by device, skipping to the next device at its first key that is kept,
+// so a whole retention pass costs the expired keys plus one seek per
+// device.
+func (s *store) expiredDeviceLogKeys(cutoff int64, pos uint64, from []byte, limit int) (keys [][]byte, next []byte, err error) {
+	err = s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixDeviceLog}})
 		defer it.Close()
-		it.Rewind()
-		for it.Valid() && len(keys) < retainBatch {
+		if from == nil {
+			from = []byte{prefixDeviceLog}
+		}
+		it.Seek(from)
+		for it.Valid() {
+			if len(keys) == limit {
+				next = it.Item().KeyCopy(nil)
+				return nil
+			}
 			dev, t, seq, err := parseDeviceLogKey(it.Item().Key())
 			if err != nil {
 				return err
@@ -167,11 +175,11 @@ func (s *store) expiredDeviceLogKeys(cutoff int64, pos uint64) ([][]byte, error)
 			}
 			// Keys sort by time within a device: none after this one
 			// expires. The next device starts after every key of this one.
-			next := deviceLogPrefix(dev)
-			next[len(next)-1] = 1
-			it.Seek(next)
+			after := deviceLogPrefix(dev)
+			after[len(after)-1] = 1
+			it.Seek(after)
 		}
 		return nil
 	})
-	return keys, err
+	return keys, next, err
 }

@@ -189,14 +189,21 @@ func (s *Server) Retain() (int, error) {
 // deleted. They go after the entries: a key whose entry is gone is skipped
 // by readers, and one left by a crash is deleted next time.
 func (s *Server) retainDeviceLog(cutoff int64, pos uint64) error {
+	var from []byte
 	for {
-		keys, err := s.st.expiredDeviceLogKeys(cutoff, pos)
-		if err != nil || len(keys) == 0 {
+		keys, next, err := s.st.expiredDeviceLogKeys(cutoff, pos, from, retainBatch)
+		if err != nil {
 			return err
 		}
-		if err := deleteKeys(s.st.db, keys); err != nil {
-			return err
+		if len(keys) > 0 {
+			if err := deleteKeys(s.st.db, keys); err != nil {
+				return err
+			}
 		}
+		if next == nil {
+			return nil
+		}
+		from = next
 	}
 }
 
