@@ -172,20 +172,6 @@ func (m *Mosquitto) Kill() {
 	}
 }
 
-// Reload sends the broker SIGHUP, which makes Mosquitto read its password
-// and ACL files again.
-func (m *Mosquitto) Reload() {
-	m.mu.Lock()
-	cmd := m.cmd
-	m.mu.Unlock()
-	if cmd == nil {
-		m.t.Fatal("mosquitto reload: not running")
-	}
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		m.t.Fatalf("mosquitto reload: %v", err)
-	}
-}
-
 // Restart kills the broker and starts it again on the same port.
 func (m *Mosquitto) Restart() {
 	m.Kill()
