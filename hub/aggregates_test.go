@@ -441,7 +441,10 @@ func TestEventsBeforeDeviceIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.DropPrefix([]byte{prefixDeviceLog}, []byte(keyDeviceLogSince))
+	err = db.DropPrefix([]byte{prefixDeviceLog})
+	if err == nil {
+		err = db.Update(func(txn *badger.Txn) error { return txn.Delete([]byte(keyDeviceLogSince)) })
+	}
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}

@@ -29,17 +29,14 @@ const (
 
 // deviceLogKey is the index key of the batch entry at position seq.
 func deviceLogKey(device string, serverTimeNs int64, seq uint64) []byte {
-	k := make([]byte, 0, 1+len(device)+1+16)
-	k = append(k, prefixDeviceLog)
-	k = append(k, device...)
-	k = append(k, 0)
-	k = binary.BigEndian.AppendUint64(k, uint64(serverTimeNs))
+	k := binary.BigEndian.AppendUint64(deviceLogPrefix(device), uint64(serverTimeNs))
 	return binary.BigEndian.AppendUint64(k, seq)
 }
 
-// deviceLogPrefix is the prefix of all of device's index keys.
+// deviceLogPrefix is the prefix of all of device's index keys, with room
+// for the rest of a key.
 func deviceLogPrefix(device string) []byte {
-	k := make([]byte, 0, 2+len(device))
+	k := make([]byte, 0, 2+len(device)+16)
 	k = append(k, prefixDeviceLog)
 	k = append(k, device...)
 	return append(k, 0)
@@ -108,11 +105,7 @@ func (s *store) readEntry(txn *badger.Txn, seq uint64, serverTimeNs int64) (e *w
 	if err != nil {
 		return nil, false, err
 	}
-	v, err := item.ValueCopy(nil)
-	if err != nil {
-		return nil, false, fmt.Errorf("read log entry %d: %w", seq, err)
-	}
-	e, err = decodeWALEntry(seq, v)
+	e, err = walItemEntry(item, seq)
 	return e, err == nil, err
 }
 
@@ -123,6 +116,7 @@ func (s *store) deviceEntries(device string, fromNs, toNs int64, fn func(*walEnt
 		prefix := deviceLogPrefix(device)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
+		// fromNs is never negative: the API takes no time before 2000.
 		for it.Seek(binary.BigEndian.AppendUint64(prefix, uint64(fromNs))); it.Valid(); it.Next() {
 			_, t, seq, err := parseDeviceLogKey(it.Item().Key())
 			if err != nil {

@@ -127,6 +127,16 @@ func (s *store) lastWALEntry() (seq uint64, serverTimeNs int64, err error) {
 	return seq, serverTimeNs, err
 }
 
+// walItemEntry reads and decodes the log entry at position seq from its
+// Badger item.
+func walItemEntry(item *badger.Item, seq uint64) (*walEntry, error) {
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, fmt.Errorf("read log entry %d: %w", seq, err)
+	}
+	return decodeWALEntry(seq, v)
+}
+
 // replay calls fn for each log entry after position from, in order.
 func (s *store) replay(from uint64, fn func(*walEntry) error) error {
 	return s.db.View(func(txn *badger.Txn) error {
@@ -137,11 +147,7 @@ func (s *store) replay(from uint64, fn func(*walEntry) error) error {
 			if err != nil {
 				return err
 			}
-			v, err := it.Item().ValueCopy(nil)
-			if err != nil {
-				return fmt.Errorf("read log entry %d: %w", seq, err)
-			}
-			e, err := decodeWALEntry(seq, v)
+			e, err := walItemEntry(it.Item(), seq)
 			if err != nil {
 				return err
 			}
