@@ -81,6 +81,7 @@ type brokerMetrics struct {
 	refused     *prometheus.CounterVec // connections refused, by why
 	denied      *prometheus.CounterVec // publishes and subscriptions denied, by action
 	disconnects *prometheus.CounterVec // clients dropped for a protocol error, by why
+	dropped     prometheus.Counter     // messages dropped on a full client queue
 	conns       prometheus.GaugeFunc
 }
 
@@ -102,6 +103,8 @@ func newBrokerMetrics(reg prometheus.Registerer, conns func() float64) (*brokerM
 		refused:     prometheus.NewCounterVec(f("refused_connections_total", "Connections the embedded broker refused, by why."), []string{"why"}),
 		denied:      prometheus.NewCounterVec(f("acl_denied_total", "Publishes and subscriptions outside the client's device topics, by action."), []string{"action"}),
 		disconnects: prometheus.NewCounterVec(f("protocol_disconnects_total", "Clients disconnected for a protocol violation, by why."), []string{"why"}),
+		dropped: prometheus.NewCounter(f("dropped_messages_total", "Messages to a client dropped because its queue (mqtt-client-queue) was full: "+
+			"the client had stopped reading. A dropped ack makes its agent resend the batch.")),
 		conns: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub_broker", Name: "device_connections",
 			Help: "Open connections of verified devices."}, conns),
 	}
@@ -113,7 +116,7 @@ func newBrokerMetrics(reg prometheus.Registerer, conns func() float64) (*brokerM
 	m.disconnects.WithLabelValues("packet_too_large")
 	m.disconnects.WithLabelValues("not_authorized")
 	m.disconnects.WithLabelValues(disconnectRevoked)
-	for _, c := range []prometheus.Collector{m.refused, m.denied, m.disconnects, m.conns} {
+	for _, c := range []prometheus.Collector{m.refused, m.denied, m.disconnects, m.dropped, m.conns} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -149,7 +152,7 @@ func (a *deviceAuth) ID() string { return "edgeflow-device-auth" }
 
 // Provides lists the hook methods used.
 func (a *deviceAuth) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnSessionEstablished, mqtt.OnDisconnect}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPublishDropped}, []byte{b})
 }
 
 // OnConnectAuthenticate verifies the client's certificate or password,
@@ -275,6 +278,14 @@ func (a *deviceAuth) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 		a.conns[id] = map[string]int{}
 	}
 	a.conns[id][cl.ID]++
+}
+
+// OnPublishDropped counts a message the broker dropped because the
+// client's queue was full.
+func (a *deviceAuth) OnPublishDropped(*mqtt.Client, packets.Packet) {
+	if a.m != nil {
+		a.m.dropped.Inc()
+	}
 }
 
 // OnDisconnect forgets the client's connection and counts protocol

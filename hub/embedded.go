@@ -39,6 +39,9 @@ type EmbeddedOptions struct {
 	Addr string
 	// MaxPacket bounds a packet in bytes; 0: unlimited.
 	MaxPacket uint32
+	// ClientQueue bounds the messages queued for one client (see
+	// Options.MQTTClientQueue); 0: 1024.
+	ClientQueue int
 	// Security is who may connect and what each device may do.
 	Security BrokerSecurity
 	// Registerer receives the broker's metrics. Nil: none.
@@ -52,6 +55,10 @@ type EmbeddedOptions struct {
 func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumPacketSize = o.MaxPacket
+	caps.MaximumClientWritesPending = 1024
+	if o.ClientQueue > 0 {
+		caps.MaximumClientWritesPending = int32(min(o.ClientQueue, 1<<20))
+	}
 	srv := mqtt.New(&mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,

@@ -65,6 +65,16 @@ type Options struct {
 	// a client certificate) on the embedded broker. Production sets it;
 	// the default, false, is the quick start's open broker.
 	MQTTDenyAnonymous bool
+	// MQTTClientQueue bounds the messages the embedded broker holds for
+	// one client while its connection is busy; beyond it the broker drops
+	// the client's messages and counts them
+	// (edgeflow_hub_broker_dropped_messages_total). Each slot costs 8 bytes
+	// per connection whether used or not, and the garbage collector scans
+	// them all: the broker library's default, 8192, made 64 KiB of each
+	// device's connection, two thirds of a 10,000-device hub's heap. A
+	// device has at most its uplink window (at most 1024) of acks queued.
+	// Default 1024, as Mosquitto's max_queued_messages (1000).
+	MQTTClientQueue int
 	// MQTTMaxConnsPerDevice bounds the open connections of one verified
 	// device on the embedded broker. Default 4 (an agent uses 2); -1: no
 	// bound.
@@ -206,6 +216,7 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.TickInterval, time.Second)
 	setDefault(&o.StreamHeartbeat, 15*time.Second)
 	setDefault(&o.MQTTMaxConnsPerDevice, 4)
+	setDefault(&o.MQTTClientQueue, 1024)
 	setDefault(&o.HTTPReadTimeout, 30*time.Second)
 	setDefault(&o.HTTPWriteTimeout, 2*time.Minute)
 	setDefault(&o.HTTPMaxRequestBytes, 64<<10)
@@ -381,6 +392,8 @@ func (o *Options) validateSecurity(bad func(field, format string, args ...any) e
 		return bad("MQTTTLSClientCAFile", "client certificates need TLS (MQTTTLSCertFile and MQTTTLSKeyFile)")
 	case o.MQTTDenyAnonymous && o.MQTTAuthFile == "" && o.MQTTTLSClientCAFile == "":
 		return bad("MQTTDenyAnonymous", "no device could connect: set MQTTAuthFile or MQTTTLSClientCAFile")
+	case o.MQTTClientQueue < 1 || o.MQTTClientQueue > 1<<20:
+		return bad("MQTTClientQueue", "%d: want 1..1048576", o.MQTTClientQueue)
 	case o.MQTTMaxConnsPerDevice < -1:
 		return bad("MQTTMaxConnsPerDevice", "%d: want -1 (no bound) or positive", o.MQTTMaxConnsPerDevice)
 	case o.MaxEventsPerSecond < 0 || math.IsNaN(o.MaxEventsPerSecond) || math.IsInf(o.MaxEventsPerSecond, 0):

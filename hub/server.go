@@ -284,7 +284,7 @@ func (s *Server) startTransport() error {
 	if s.tr == nil {
 		if s.opts.MQTTURL == "" {
 			tr, err := NewSecureEmbeddedBroker(EmbeddedOptions{Addr: s.opts.MQTTListen,
-				MaxPacket: uint32(s.opts.Limits.MaxFrameBytes + 64<<10), Security: s.brokerSec,
+				MaxPacket: uint32(s.opts.Limits.MaxFrameBytes + 64<<10), ClientQueue: s.opts.MQTTClientQueue, Security: s.brokerSec,
 				Registerer: s.opts.Registerer, Logger: s.log})
 			if err != nil {
 				return err

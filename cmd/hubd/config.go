@@ -38,6 +38,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("mqtt-username", "", "username for the external broker")
 	fs.String("mqtt-password", "", "password for the external broker")
 	fs.String("group", "", "shared subscription group on an external broker")
+	fs.Int("mqtt-client-queue", 1024, "messages the embedded broker queues for one client that is not reading before it drops them (8 bytes per connection each)")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	fs.String("checkpoint-interval", "1m", "time between checkpoints")
 	fs.String("retention-max-age", "168h", "how long logged batches are kept")
@@ -119,6 +120,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 	dur("shutdown-timeout", &o.ShutdownTimeout)
 	dur("tick-interval", &o.TickInterval)
 	num("workers", &o.Workers)
+	num("mqtt-client-queue", &o.MQTTClientQueue)
 	switch q := v.GetString("ack-qos"); q {
 	case "0", "1":
 		o.AcksAtMostOnce = q == "0"
@@ -153,7 +155,7 @@ var optionKeys = map[string]string{
 	"CheckpointInterval": "checkpoint-interval", "RetentionMaxAge": "retention-max-age",
 	"RetentionInterval": "retention-interval", "ShutdownTimeout": "shutdown-timeout", "ClientID": "client-id", "TickInterval": "tick-interval",
 	"MQTTAuthFile": "mqtt-auth-file", "MQTTTLSCertFile": "mqtt-tls-cert", "MQTTTLSClientCAFile": "mqtt-tls-client-ca",
-	"MQTTDenyAnonymous": "mqtt-allow-anonymous", "MQTTMaxConnsPerDevice": "mqtt-max-conns-per-device",
+	"MQTTDenyAnonymous": "mqtt-allow-anonymous", "MQTTMaxConnsPerDevice": "mqtt-max-conns-per-device", "MQTTClientQueue": "mqtt-client-queue",
 	"MaxEventsPerSecond": "max-events-per-second", "EventsBurst": "events-burst",
 	"HTTPTLSCertFile": "http-tls-cert", "HTTPReadToken": "http-read-token",
 	"MQTTCAFile": "mqtt-ca-file", "MQTTCertFile": "mqtt-cert-file",
