@@ -249,6 +249,13 @@ func (d *device) uplinkGone() bool {
 // still waits for its first sync.
 func (d *device) produce() {
 	trueNow, mono, wall := d.clock.Read()
+	// Workers look at every device every Tick (20 ms), and a device has an
+	// event due about once a second: what follows (a clock correction, an
+	// encoding) is for the passes with one. Done on every pass, it was a
+	// third of the simulator's CPU at 5,000 devices.
+	if !d.anyDue(trueNow) {
+		return
+	}
 	if nearBoundary(trueNow.UnixNano(), d.f.sc.Resolution, d.f.sc.BoundaryGuard) {
 		return
 	}
@@ -333,6 +340,16 @@ func (d *device) produce() {
 			d.truth.Samples = append(d.truth.Samples, TimeSample{Seq: seq, TrueNs: trueNow.UnixNano()})
 		}
 	}
+}
+
+// anyDue reports whether a generator has an event due by now.
+func (d *device) anyDue(now time.Time) bool {
+	for _, g := range d.gens {
+		if !g.next.After(now) {
+			return true
+		}
+	}
+	return false
 }
 
 // preload appends class.Preload of event history (true times before

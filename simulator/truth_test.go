@@ -130,3 +130,28 @@ func TestValueShapes(t *testing.T) {
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed)) }
+
+// A device's pass does its per-event work (clock correction, encoding)
+// only when one of its generators has an event due.
+func TestAnyDue(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	spec := &MetricSpec{Name: "temp", Rate: 1, Shape: ShapeConstant, Min: 1, Max: 1}
+	a := newValueGen(spec, rand.New(rand.NewPCG(1, 2)), start)
+	b := newValueGen(spec, rand.New(rand.NewPCG(3, 4)), start)
+	d := &device{gens: []*valueGen{a, b}}
+	first := a.next
+	if b.next.Before(first) {
+		first = b.next
+	}
+	if d.anyDue(first.Add(-time.Nanosecond)) {
+		t.Fatal("due before either generator's next event")
+	}
+	if !d.anyDue(first) {
+		t.Fatal("not due at the first generator's next event")
+	}
+	a.due(start.Add(time.Hour))
+	b.due(start.Add(time.Hour))
+	if d.anyDue(start.Add(time.Hour)) {
+		t.Fatal("due again after every due event was taken")
+	}
+}
