@@ -515,10 +515,13 @@ func (w *watchedStream) preloaded(last uint64) {
 }
 
 // hubAcked is the uplink's OnAck: it accounts for the events the hub's
-// acks now cover.
-func (w *watchedStream) hubAcked(upTo uint64) {
+// acks now cover, and times the way back from the hub's ack.
+func (w *watchedStream) hubAcked(upTo uint64, hubTimeNs int64) {
 	now := time.Now()
 	f := w.d.f
+	if now.UnixNano() >= f.steadyFrom.Load() {
+		f.ackReturn.Observe(time.Duration(max(now.UnixNano()-hubTimeNs, 0)), 1)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if upTo <= w.acked {

@@ -138,6 +138,7 @@ type Fleet struct {
 	preloadDone               atomic.Int64 // Unix ns when the preload was all acked
 	latency, stampErr         Histogram
 	steady, visible           Histogram    // steady-state ack latency; probed visibility latency
+	ackReturn                 Histogram    // steady state: hub's ack stamp to the uplink applying it, per ack
 	steadyFrom                atomic.Int64 // Unix ns from which appends count as steady state
 	prober                    *prober      // nil without Options.HubURL
 

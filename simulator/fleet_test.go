@@ -164,6 +164,11 @@ func TestFleetLinkModelAndProbes(t *testing.T) {
 	if s := rep.AckLatencySteady; s.Count == 0 || s.P50Ms < 120 {
 		t.Fatalf("steady ack latency %+v: want observations, none under 2 x 60 ms", s)
 	}
+	// The way back crosses the link once: at least its 60 ms, and less
+	// than the whole round.
+	if b := rep.AckReturn; b.Count == 0 || b.P50Ms < 60 || b.P50Ms >= rep.AckLatencySteady.P50Ms {
+		t.Fatalf("ack return leg %+v against the whole %+v: want observations of at least the link's 60 ms, below the whole", b, rep.AckLatencySteady)
+	}
 	if rep.Reconnects == 0 {
 		t.Fatalf("silent outages caused no reconnect")
 	}

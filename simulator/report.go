@@ -42,6 +42,12 @@ type Report struct {
 	// AckLatencySteady is AckLatency for the events appended after the
 	// ramp-up and warm-up: the fleet's steady state.
 	AckLatencySteady Quantiles `json:"ack_latency_steady"`
+	// AckReturn is, per ack in the steady state, the time from the hub's
+	// stamp on it (server_time_ns) to the device's uplink applying it: the
+	// way back, broker and device included. Read it only when fleetsim and
+	// the hub share a clock (one machine); AckLatencySteady less AckReturn
+	// is roughly the way there and the hub's own time.
+	AckReturn Quantiles `json:"ack_return"`
 	// Visible is append to counted in the hub's aggregate, from sampled
 	// probes in the steady state (with Options.HubURL).
 	Visible *Visibility `json:"visible,omitempty"`
@@ -86,7 +92,7 @@ func (f *Fleet) snapshot(phase string) Report {
 	r := Report{Scenario: f.sc.Name, Phase: phase, Elapsed: now.Sub(f.uplinkAt).Seconds(), Devices: len(f.devices),
 		Appended: f.appended.Load(), Acked: f.acked.Load(), Backlog: f.backlog(),
 		AgentStarts: f.agentStarts.Load(), PowerLosses: f.powerLosses.Load(), AckLatency: f.latency.Summary(),
-		AckLatencySteady: f.steady.Summary(), Visible: f.prober.summary()}
+		AckLatencySteady: f.steady.Summary(), AckReturn: f.ackReturn.Summary(), Visible: f.prober.summary()}
 	counters := map[string]float64{}
 	if fams, err := f.reg.Gather(); err == nil {
 		for _, mf := range fams {

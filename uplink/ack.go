@@ -61,7 +61,7 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 	u.m.InFlight.Sub(float64(before - u.win.len()))
 	u.noteAck(upTo, ok, u.opts.Now())
 	if ok && u.opts.OnAck != nil {
-		u.opts.OnAck(upTo)
+		u.opts.OnAck(upTo, a.ServerTimeNs)
 	}
 	return upTo, ok
 }

@@ -147,8 +147,11 @@ type Options struct {
 	// OnAck, if set, is called on the send loop when the hub's acks advance
 	// the cumulative position to upTo, at the ack's arrival and before the
 	// buffer is acknowledged (which may wait for a disk write): the moment
-	// an event-to-ack latency ends. It must return quickly.
-	OnAck func(upTo uint64)
+	// an event-to-ack latency ends. hubTimeNs is the hub's clock when it
+	// made that ack (the ack's server_time_ns): a caller that shares the
+	// hub's clock, as a fleet simulator on the hub's machine does, can
+	// tell the way back from the hub from the rest. It must return quickly.
+	OnAck func(upTo uint64, hubTimeNs int64)
 
 	// Dial, if set, opens the TCP connection to the broker in place of
 	// the default dialer, for tcp, mqtt and TLS broker URLs (TLS runs on

@@ -40,7 +40,10 @@ func TestDeliversEverything(t *testing.T) {
 			var onAckMu sync.Mutex
 			u := newUplink(t, st, url, func(o *Options) {
 				o.Compression = codec
-				o.OnAck = func(upTo uint64) {
+				o.OnAck = func(upTo uint64, hubTimeNs int64) {
+					if hubTimeNs <= 0 {
+						t.Errorf("OnAck hub time %d: want the ack's server time", hubTimeNs)
+					}
 					onAckMu.Lock()
 					onAck = append(onAck, upTo)
 					onAckMu.Unlock()

@@ -214,6 +214,8 @@ func (o *output) final(r simulator.Report, stamp simulator.Quantiles, dropped ui
 		r.PeakAckRate, r.AckLatency.P50Ms, r.AckLatency.P99Ms, r.AckLatency.MaxMs, r.AckLatency.Count)
 	fmt.Fprintf(o.w, "  steady state (appended after ramp-up and warm-up): ack latency p50 %.1fms p99 %.1fms max %.1fms (%d events)\n",
 		r.AckLatencySteady.P50Ms, r.AckLatencySteady.P99Ms, r.AckLatencySteady.MaxMs, r.AckLatencySteady.Count)
+	fmt.Fprintf(o.w, "    of which the way back, from the hub's ack stamp to the device (same-machine clocks only): p50 %.1fms p99 %.1fms max %.1fms (%d acks)\n",
+		r.AckReturn.P50Ms, r.AckReturn.P99Ms, r.AckReturn.MaxMs, r.AckReturn.Count)
 	if v := r.Visible; v != nil {
 		fmt.Fprintf(o.w, "  visible in the hub's aggregate (sampled probes): p50 %.1fms p99 %.1fms max %.1fms (%d probes, %d timed out, %d failed%s)\n",
 			v.Latency.P50Ms, v.Latency.P99Ms, v.Latency.MaxMs, v.Latency.Count, v.TimedOut, v.Failed, lastErr(v.LastErr))
