@@ -44,10 +44,11 @@ func TestClientQueueBound(t *testing.T) {
 	s := startHub(t, func() Options { o := testOptions(t, t.TempDir()); o.MQTTClientQueue = 2; return o }())
 	rawSubscriber(t, s.BrokerAddr(), "stalled", "edge/v1/stalled/ack")
 	m := brokerMetricsOf(s)
-	// Far more than loopback's socket buffers hold: once they are full the
+	// Far more than loopback's socket buffers hold (a few MiB each way by
+	// default, tens where they are tuned up): once they are full the
 	// broker's writer blocks and the queue fills.
 	payload := bytes.Repeat([]byte{0xA5}, 256<<10)
-	const sent = 200
+	const sent = 1000
 	for range sent {
 		if err := s.tr.Publish([]Message{{Topic: "edge/v1/stalled/ack", Payload: payload, AtMostOnce: true}}); err != nil {
 			t.Fatal(err)

@@ -33,6 +33,9 @@ func NewEmbeddedBroker(addr string, maxPacket uint32, log *slog.Logger) (Transpo
 	return NewSecureEmbeddedBroker(EmbeddedOptions{Addr: addr, MaxPacket: maxPacket, Logger: log})
 }
 
+// defaultClientQueue is the default of Options.MQTTClientQueue.
+const defaultClientQueue = 1024
+
 // EmbeddedOptions configure the embedded broker.
 type EmbeddedOptions struct {
 	// Addr is the listen address (host:port; port 0 picks a free one).
@@ -40,7 +43,7 @@ type EmbeddedOptions struct {
 	// MaxPacket bounds a packet in bytes; 0: unlimited.
 	MaxPacket uint32
 	// ClientQueue bounds the messages queued for one client (see
-	// Options.MQTTClientQueue); 0: 1024.
+	// Options.MQTTClientQueue); 0: defaultClientQueue.
 	ClientQueue int
 	// Security is who may connect and what each device may do.
 	Security BrokerSecurity
@@ -55,7 +58,7 @@ type EmbeddedOptions struct {
 func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumPacketSize = o.MaxPacket
-	caps.MaximumClientWritesPending = 1024
+	caps.MaximumClientWritesPending = defaultClientQueue
 	if o.ClientQueue > 0 {
 		caps.MaximumClientWritesPending = int32(min(o.ClientQueue, 1<<20))
 	}

@@ -216,7 +216,7 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.TickInterval, time.Second)
 	setDefault(&o.StreamHeartbeat, 15*time.Second)
 	setDefault(&o.MQTTMaxConnsPerDevice, 4)
-	setDefault(&o.MQTTClientQueue, 1024)
+	setDefault(&o.MQTTClientQueue, defaultClientQueue)
 	setDefault(&o.HTTPReadTimeout, 30*time.Second)
 	setDefault(&o.HTTPWriteTimeout, 2*time.Minute)
 	setDefault(&o.HTTPMaxRequestBytes, 64<<10)
