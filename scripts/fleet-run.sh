@@ -13,8 +13,8 @@
 # no persistence, no in-flight limit) between the fleet and hubd, which then
 # uses it as its external broker (--mqtt-url) instead of its embedded one.
 # HUBD_FLAGS adds flags to hubd's command line (e.g. "--ack-qos 0");
-# FLEETSIM_ENV adds environment variables to fleetsim's alone (e.g.
-# "GOGC=off GOMEMLIMIT=16GiB").
+# HUBD_ENV and FLEETSIM_ENV add environment variables to hubd's or
+# fleetsim's alone (e.g. "GOGC=off GOMEMLIMIT=16GiB").
 # FLEETSIM_NICE (default 10) is fleetsim's nice value: the simulated fleet
 # stands in for thousands of devices with CPUs of their own, so on a shared
 # machine the hub it measures gets the CPU first. The latencies fleetsim
@@ -47,7 +47,7 @@ elif [[ ${FLEET_BROKER:-embedded} != embedded ]]; then
 	echo "FLEET_BROKER=$FLEET_BROKER: want embedded or mosquitto" >&2
 	exit 2
 fi
-"$dir/hubd" "${hubmqtt[@]}" ${HUBD_FLAGS:-} --http-addr "127.0.0.1:$http" --data-dir "$dir/hub" >"$dir/hubd.log" 2>&1 &
+env ${HUBD_ENV:-} "$dir/hubd" "${hubmqtt[@]}" ${HUBD_FLAGS:-} --http-addr "127.0.0.1:$http" --data-dir "$dir/hub" >"$dir/hubd.log" 2>&1 &
 hub=$!
 trap 'kill $hub 2>/dev/null; wait $hub 2>/dev/null || true; kill "${broker[@]}" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
