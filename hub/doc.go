@@ -16,7 +16,9 @@
 // and their streams' applied ranges in one Badger transaction per group,
 // calls Sync once per group, and then hands the group on: acks to the ack
 // publisher, log entries to the applier, which owns the registry and calls
-// the Consumers in log order.
+// the Consumers in log order. The applier may fall behind by up to
+// applyLagBytes of payload (while it encodes a checkpoint, for one) before
+// the committer waits for it: acks do not wait for the applier.
 //
 // # Storage layout (one Badger directory)
 //

@@ -23,6 +23,7 @@ func (s *Server) applyLoop() {
 				return
 			}
 			s.applyGroup(g)
+			s.com.lag.release(groupBytes(g))
 		case req := <-s.applierReqs:
 			req.reply <- req.fn()
 		}
@@ -95,8 +96,10 @@ func (s *Server) Checkpoint() error {
 		if same = s.lastCkpt != nil && s.lastCkpt.Pos == pos; same {
 			return nil
 		}
+		start := time.Now()
 		var err error
 		state, err = s.stateBytes()
+		s.m.ckptEncode.Observe(time.Since(start).Seconds())
 		return err
 	})
 	if same {

@@ -93,7 +93,7 @@ func (s *Server) recoverState(ctx context.Context) error {
 		return err
 	}
 	s.com = &committer{in: make(chan *pending, s.opts.QueueLen), toAck: make(chan []*pending, 4),
-		toApply: make(chan []*pending, 4), st: s.st, streams: dedup, nextSeq: max(last, s.app.lastSeq) + 1,
+		toApply: make(chan []*pending, applyQueueGroups), st: s.st, streams: dedup, nextSeq: max(last, s.app.lastSeq) + 1,
 		estimator: s.opts.ClockEstimator, opts: &s.opts, m: s.m}
 	s.com.committed.Store(s.com.nextSeq - 1)
 	s.checkRecovered(dedup)
