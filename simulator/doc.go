@@ -26,6 +26,18 @@
 // a silent drop and the broker's last will; a process-level crash (SIGKILL
 // of the agent with its store) is covered by the e2e tests, not here.
 //
+// # One store for the fleet
+//
+// The devices' buffers are streams of one store, which syncs for all of
+// them at once (Scenario.Buffer.SyncInterval). Records become readable,
+// and so sent, only after the sync that makes them durable, so every sync
+// releases what the whole fleet captured since the last one: at the
+// buffer's default 100 ms and 10,000 devices of one event a second, 1,000
+// batches at the same instant, where real devices, each with a timer of
+// its own, would spread them evenly. A shorter interval spreads the
+// fleet's traffic as independent devices would, but each event then waits
+// up to that interval for its sync instead of up to a device's own.
+//
 // # Time scale
 //
 // Scenario.TimeScale divides every duration that describes the run (its

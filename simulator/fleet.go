@@ -146,6 +146,9 @@ type Fleet struct {
 	start    time.Time
 	uplinkAt time.Time // when uplinks first started (after preload)
 	last     Report
+	// lastLatency is latency's counts at the last report, for
+	// Report.AckLatencyRecent.
+	lastLatency histCounts
 }
 
 // Gatherer gives the fleet's agent metrics (package uplink's, summed over
@@ -159,7 +162,8 @@ func New(o Options) (*Fleet, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := buffer.Open(o.DataDir, buffer.Options{Durability: o.Durability, Logger: o.Logger, Now: o.Now})
+	store, err := buffer.Open(o.DataDir, buffer.Options{Durability: o.Durability,
+		SyncInterval: o.Scenario.Buffer.SyncInterval, Logger: o.Logger, Now: o.Now})
 	if err != nil {
 		return nil, fmt.Errorf("simulator: open shared buffer: %w", err)
 	}

@@ -53,25 +53,64 @@ type Quantiles struct {
 	MaxMs float64 `json:"max_ms"`
 }
 
+// histCounts is a copy of a Histogram's bucket counts.
+type histCounts [histBuckets + 1]uint64
+
+// counts copies the bucket counts; Observe may run meanwhile.
+func (h *Histogram) snapshotCounts() histCounts {
+	var c histCounts
+	for i := range c {
+		c[i] = h.counts[i].Load()
+	}
+	return c
+}
+
 // Summary returns p50, p99 and max (upper bucket bounds, within 5%).
 func (h *Histogram) Summary() Quantiles {
-	var snap [histBuckets + 1]uint64
-	var total uint64
-	for i := range snap {
-		snap[i] = h.counts[i].Load()
-		total += snap[i]
+	c := h.snapshotCounts()
+	return c.summary(ms(time.Duration(h.max.Load())))
+}
+
+// Since summarizes the observations made after prev (an earlier
+// snapshotCounts of the same Histogram) and returns them with the current
+// counts for the next call. Its max is the upper bound of the highest
+// bucket observed.
+func (h *Histogram) Since(prev histCounts) (Quantiles, histCounts) {
+	cur := h.snapshotCounts()
+	var d histCounts
+	top := -1
+	for i := range d {
+		d[i] = cur[i] - min(prev[i], cur[i])
+		if d[i] > 0 {
+			top = i
+		}
 	}
-	q := Quantiles{Count: total, MaxMs: ms(time.Duration(h.max.Load()))}
+	if top < 0 {
+		return Quantiles{}, cur
+	}
+	return d.summary(math.Min(bucketUpperMs(top), ms(time.Duration(h.max.Load())))), cur
+}
+
+// bucketUpperMs is the upper bound of bucket i in milliseconds.
+func bucketUpperMs(i int) float64 { return histMin * math.Pow(histGrowth, float64(i)) / 1e6 }
+
+// summary computes the quantiles of counts whose largest value is maxMs.
+func (c *histCounts) summary(maxMs float64) Quantiles {
+	var total uint64
+	for _, n := range c {
+		total += n
+	}
+	q := Quantiles{Count: total, MaxMs: maxMs}
 	if total == 0 {
 		return q
 	}
 	at := func(p float64) float64 {
 		rank := uint64(math.Ceil(p * float64(total)))
-		var c uint64
-		for i, n := range snap {
-			c += n
-			if c >= rank {
-				return math.Min(histMin*math.Pow(histGrowth, float64(i))/1e6, q.MaxMs)
+		var seen uint64
+		for i, n := range c {
+			seen += n
+			if seen >= rank {
+				return math.Min(bucketUpperMs(i), q.MaxMs)
 			}
 		}
 		return q.MaxMs

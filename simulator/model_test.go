@@ -174,6 +174,7 @@ func TestScenarioValidate(t *testing.T) {
 		{"latency", func(s *Scenario) { s.Classes[0].Link.Latency = -time.Second }, "link.latency"},
 		{"jitter", func(s *Scenario) { s.Classes[0].Link.Jitter = time.Hour }, "link.jitter"},
 		{"compression", func(s *Scenario) { s.Uplink.Compression = "lz4" }, "uplink.compression"},
+		{"sync interval", func(s *Scenario) { s.Buffer.SyncInterval = time.Microsecond }, "buffer.sync_interval"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {

@@ -39,6 +39,9 @@ type Report struct {
 	PowerLosses     uint64 `json:"power_losses"`
 	// AckLatency is append to hub ack, per event.
 	AckLatency Quantiles `json:"ack_latency"`
+	// AckLatencyRecent is AckLatency for the events acknowledged during
+	// the last report interval: when in the run the slow ones came.
+	AckLatencyRecent Quantiles `json:"ack_latency_recent"`
 	// AckLatencySteady is AckLatency for the events appended after the
 	// ramp-up and warm-up: the fleet's steady state.
 	AckLatencySteady Quantiles `json:"ack_latency_steady"`
@@ -93,6 +96,7 @@ func (f *Fleet) snapshot(phase string) Report {
 		Appended: f.appended.Load(), Acked: f.acked.Load(), Backlog: f.backlog(),
 		AgentStarts: f.agentStarts.Load(), PowerLosses: f.powerLosses.Load(), AckLatency: f.latency.Summary(),
 		AckLatencySteady: f.steady.Summary(), AckReturn: f.ackReturn.Summary(), Visible: f.prober.summary()}
+	r.AckLatencyRecent, f.lastLatency = f.latency.Since(f.lastLatency)
 	counters := map[string]float64{}
 	if fams, err := f.reg.Gather(); err == nil {
 		for _, mf := range fams {

@@ -61,6 +61,8 @@ type Scenario struct {
 	Classes []DeviceClass `mapstructure:"classes"`
 	// Uplink tunes every device's uplink.
 	Uplink UplinkTuning `mapstructure:"uplink"`
+	// Buffer tunes the devices' buffers (one Badger store for the fleet).
+	Buffer BufferTuning `mapstructure:"buffer"`
 	// Verify says which windows the verifier checks.
 	Verify VerifySpec `mapstructure:"verify"`
 }
@@ -218,6 +220,18 @@ type UplinkTuning struct {
 	Compression string `mapstructure:"compression"`
 }
 
+// BufferTuning is the subset of buffer.Options a scenario may set. Zero
+// values keep the buffer's defaults.
+type BufferTuning struct {
+	// SyncInterval is the buffer's group-commit period (the agent's
+	// sync-interval): records become readable, and so sent, only after the
+	// sync that makes them durable. All simulated devices share one store,
+	// so each sync releases every device's records of that period at once,
+	// where real devices with timers of their own would not be in step;
+	// see the package documentation. Default: the buffer's (100ms).
+	SyncInterval time.Duration `mapstructure:"sync_interval"`
+}
+
 // VerifySpec says what the verifier checks.
 type VerifySpec struct {
 	// Windows are window specs as the hub's API takes them
@@ -337,6 +351,9 @@ func (s *Scenario) Validate() error {
 		if _, err := wire.ParseCodec(c); err != nil {
 			bad("uplink.compression", "%v", err)
 		}
+	}
+	if d := s.Buffer.SyncInterval; d != 0 && (d < time.Millisecond || d > time.Minute) {
+		bad("buffer.sync_interval", "%v: want 1ms..1m", d)
 	}
 	return errors.Join(errs...)
 }

@@ -191,8 +191,9 @@ func (o *output) progress(r simulator.Report) {
 		o.emit("progress", r)
 		return
 	}
-	line := fmt.Sprintf("%6.0fs %-5s connected %d/%d  sent %.0f/s  acked %.0f/s  backlog %d  ack p50 %.0fms p99 %.0fms  reconnects %d",
-		r.Elapsed, r.Phase, r.Connected, r.Devices, r.PublishRate, r.AckRate, r.Backlog, r.AckLatency.P50Ms, r.AckLatency.P99Ms, r.Reconnects)
+	line := fmt.Sprintf("%6.0fs %-5s connected %d/%d  sent %.0f/s  acked %.0f/s  backlog %d  ack p50 %.0fms p99 %.0fms (this interval: p99 %.0fms max %.0fms)  reconnects %d",
+		r.Elapsed, r.Phase, r.Connected, r.Devices, r.PublishRate, r.AckRate, r.Backlog, r.AckLatency.P50Ms, r.AckLatency.P99Ms,
+		r.AckLatencyRecent.P99Ms, r.AckLatencyRecent.MaxMs, r.Reconnects)
 	if o.tty {
 		fmt.Fprintf(o.errw, "\r\033[K%s", line)
 	} else {

@@ -49,6 +49,9 @@ func TestFlagsOverrideScenario(t *testing.T) {
 	if sc.Devices != 7 || sc.Duration != 7*time.Second || sc.TimeScale != 2 || sc.Classes[0].Metrics[0].Rate != 3 {
 		t.Errorf("overrides not applied: %+v", sc)
 	}
+	if sc.Buffer.SyncInterval != 10*time.Millisecond {
+		t.Errorf("buffer.sync_interval %v: want the file's 10ms", sc.Buffer.SyncInterval)
+	}
 	if c.hub != "http://127.0.0.1:9" {
 		t.Errorf("hub %q", c.hub)
 	}
