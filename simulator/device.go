@@ -308,6 +308,7 @@ func (d *device) produce() {
 	if len(recs) == 0 {
 		return
 	}
+	at := time.Now()
 	r, err := d.st.Append(d.f.runCtx, recs)
 	if err != nil {
 		if d.f.runCtx.Err() == nil {
@@ -315,7 +316,7 @@ func (d *device) produce() {
 		}
 		return
 	}
-	d.ws.appended(r, time.Now())
+	d.ws.appended(r, at)
 	if d.up != nil {
 		d.up.Notify() // as the agent's ingest does
 	}
@@ -494,6 +495,7 @@ type watchedStream struct {
 	mu         sync.Mutex
 	q          []appendRec // appends not yet acknowledged, oldest first
 	acked      uint64
+	ackedAt    time.Time // when acked last advanced
 	preloadEnd uint64
 }
 
@@ -502,10 +504,24 @@ type appendRec struct {
 	at          time.Time
 }
 
+// appended records an append that started at at. The uplink may have
+// sent the records, and the hub acknowledged them, before the appending
+// goroutine gets here (the buffer makes them readable at its next sync,
+// whoever runs first): what acks already cover counts at once, as taking
+// until the last ack, an upper bound. Left in the queue, they would wait
+// for the next ack, a second or more later.
 func (w *watchedStream) appended(r buffer.Range, at time.Time) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r.First <= w.acked {
+		last := min(r.Last, w.acked)
+		w.d.f.observeAck(w.ackedAt.Sub(at), at, last-r.First+1)
+		if last == r.Last {
+			return
+		}
+		r.First = last + 1
+	}
 	w.q = append(w.q, appendRec{r.First, r.Last, at})
-	w.mu.Unlock()
 }
 
 func (w *watchedStream) preloaded(last uint64) {
@@ -534,19 +550,25 @@ func (w *watchedStream) hubAcked(upTo uint64, hubTimeNs int64) {
 			f.preloadDone.CompareAndSwap(0, now.UnixNano())
 		}
 	}
-	w.acked = upTo
+	w.acked, w.ackedAt = upTo, now
 	for len(w.q) > 0 && w.q[0].first <= upTo {
 		r := &w.q[0]
 		last := min(r.last, upTo)
-		f.latency.Observe(now.Sub(r.at), last-r.first+1)
-		if r.at.UnixNano() >= f.steadyFrom.Load() {
-			f.steady.Observe(now.Sub(r.at), last-r.first+1)
-		}
+		f.observeAck(now.Sub(r.at), r.at, last-r.first+1)
 		if last == r.last {
 			w.q = w.q[1:]
 		} else {
 			r.first = last + 1
 		}
+	}
+}
+
+// observeAck records the event-to-ack latency d of n events whose append
+// started at at.
+func (f *Fleet) observeAck(d time.Duration, at time.Time, n uint64) {
+	f.latency.Observe(d, n)
+	if at.UnixNano() >= f.steadyFrom.Load() {
+		f.steady.Observe(d, n)
 	}
 }
 
