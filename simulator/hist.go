@@ -71,11 +71,11 @@ func (h *Histogram) Summary() Quantiles {
 	return c.summary(ms(time.Duration(h.max.Load())))
 }
 
-// Since summarizes the observations made after prev (an earlier
+// since summarizes the observations made after prev (an earlier
 // snapshotCounts of the same Histogram) and returns them with the current
 // counts for the next call. Its max is the upper bound of the highest
 // bucket observed.
-func (h *Histogram) Since(prev histCounts) (Quantiles, histCounts) {
+func (h *Histogram) since(prev histCounts) (Quantiles, histCounts) {
 	cur := h.snapshotCounts()
 	var d histCounts
 	top := -1

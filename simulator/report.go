@@ -96,7 +96,7 @@ func (f *Fleet) snapshot(phase string) Report {
 		Appended: f.appended.Load(), Acked: f.acked.Load(), Backlog: f.backlog(),
 		AgentStarts: f.agentStarts.Load(), PowerLosses: f.powerLosses.Load(), AckLatency: f.latency.Summary(),
 		AckLatencySteady: f.steady.Summary(), AckReturn: f.ackReturn.Summary(), Visible: f.prober.summary()}
-	r.AckLatencyRecent, f.lastLatency = f.latency.Since(f.lastLatency)
+	r.AckLatencyRecent, f.lastLatency = f.latency.since(f.lastLatency)
 	counters := map[string]float64{}
 	if fams, err := f.reg.Gather(); err == nil {
 		for _, mf := range fams {

@@ -109,23 +109,23 @@ func TestHistogram(t *testing.T) {
 
 func TestHistogramSince(t *testing.T) {
 	var h Histogram
-	q, prev := h.Since(histCounts{})
+	q, prev := h.since(histCounts{})
 	if q.Count != 0 || q.MaxMs != 0 {
 		t.Fatalf("empty: %+v", q)
 	}
 	for i := 1; i <= 100; i++ {
 		h.Observe(time.Second, 1)
 	}
-	_, prev = h.Since(prev)
+	_, prev = h.since(prev)
 	for i := 1; i <= 100; i++ {
 		h.Observe(time.Duration(i)*time.Millisecond, 1)
 	}
 	// Only the second hundred, with its own max (a bucket bound within 5%).
-	q, prev = h.Since(prev)
+	q, prev = h.since(prev)
 	if q.Count != 100 || q.MaxMs < 100 || q.MaxMs > 105 || q.P50Ms < 47 || q.P50Ms > 53 || q.P99Ms < 94 || q.P99Ms > 105 {
 		t.Errorf("interval %+v: want 100 observations, p50 ~50, p99 ~99, max ~100", q)
 	}
-	if q, _ := h.Since(prev); q.Count != 0 {
+	if q, _ := h.since(prev); q.Count != 0 {
 		t.Errorf("nothing observed since, got %+v", q)
 	}
 	if all := h.Summary(); all.Count != 200 || all.MaxMs != 1000 {
