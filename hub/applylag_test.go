@@ -14,10 +14,7 @@ import (
 // committed and acknowledged, beyond the few groups the apply queue used to
 // hold; once it is free it applies them all, in order.
 func TestAcksWhileApplierBusy(t *testing.T) {
-	cc := newCountingConsumer()
-	o := testOptions(t, t.TempDir())
-	o.Consumers = []Consumer{cc}
-	s := startHub(t, o)
+	s, cc := startCountingHub(t, t.TempDir())
 	waitReady(t, s)
 	d := newDevice(t, "tcp://"+s.BrokerAddr(), "dev-busy")
 	stream := wire.NewStreamID()

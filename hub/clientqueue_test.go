@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,5 +61,17 @@ func TestClientQueueBound(t *testing.T) {
 	}
 	if dropped >= sent {
 		t.Fatalf("dropped all %d messages: the socket buffers and the queue should have taken some", sent)
+	}
+}
+
+// An out-of-range client queue is refused at validation, by name.
+func TestClientQueueValidate(t *testing.T) {
+	for _, n := range []int{-1, maxClientQueue + 1} {
+		o := testOptions(t, t.TempDir())
+		o.MQTTClientQueue = n
+		o.EnsureDefaults()
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "MQTTClientQueue") {
+			t.Errorf("MQTTClientQueue %d: %v, want an error naming it", n, err)
+		}
 	}
 }

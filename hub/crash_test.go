@@ -176,10 +176,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 
 // verifyExactlyOnce recovers the child's data directory in this process.
 func verifyExactlyOnce(t *testing.T, dir string, agents []*crashAgent, total uint64) {
-	cc := newCountingConsumer()
-	o := testOptions(t, dir)
-	o.Consumers = []Consumer{cc}
-	s := startHub(t, o)
+	s, cc := startCountingHub(t, dir)
 	for _, a := range agents {
 		info, ok := s.Device(a.id)
 		if !ok || len(info.Streams) != 1 || !slices.Equal(info.Streams[0].Applied.Ranges(), []SeqRange{{1, total}}) {

@@ -33,8 +33,12 @@ func NewEmbeddedBroker(addr string, maxPacket uint32, log *slog.Logger) (Transpo
 	return NewSecureEmbeddedBroker(EmbeddedOptions{Addr: addr, MaxPacket: maxPacket, Logger: log})
 }
 
-// defaultClientQueue is the default of Options.MQTTClientQueue.
-const defaultClientQueue = 1024
+// defaultClientQueue and maxClientQueue are the default and the bound of
+// Options.MQTTClientQueue.
+const (
+	defaultClientQueue = 1024
+	maxClientQueue     = 1 << 20
+)
 
 // EmbeddedOptions configure the embedded broker.
 type EmbeddedOptions struct {
@@ -60,7 +64,7 @@ func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 	caps.MaximumPacketSize = o.MaxPacket
 	caps.MaximumClientWritesPending = defaultClientQueue
 	if o.ClientQueue > 0 {
-		caps.MaximumClientWritesPending = int32(min(o.ClientQueue, 1<<20))
+		caps.MaximumClientWritesPending = int32(min(o.ClientQueue, maxClientQueue))
 	}
 	srv := mqtt.New(&mqtt.Options{
 		InlineClient: true,

@@ -75,6 +75,16 @@ func startHub(t testing.TB, o Options) *Server {
 	return s
 }
 
+// startCountingHub starts a hub on dir whose only consumer counts what it
+// is given.
+func startCountingHub(t testing.TB, dir string) (*Server, *countingConsumer) {
+	t.Helper()
+	cc := newCountingConsumer()
+	o := testOptions(t, dir)
+	o.Consumers = []Consumer{cc}
+	return startHub(t, o), cc
+}
+
 // device is a test agent: a plain paho client that publishes batches and
 // collects the hub's acks.
 type device struct {

@@ -110,10 +110,7 @@ func checkDeviceAPI(t *testing.T, s *Server, id string, stream wire.StreamID) {
 }
 
 func TestIngestEmbeddedBroker(t *testing.T) {
-	cc := newCountingConsumer()
-	o := testOptions(t, t.TempDir())
-	o.Consumers = []Consumer{cc}
-	s := startHub(t, o)
+	s, cc := startCountingHub(t, t.TempDir())
 	waitReady(t, s)
 	deliveryScenario(t, s, "tcp://"+s.BrokerAddr(), cc)
 	checkStatus(t, s)

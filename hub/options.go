@@ -392,8 +392,8 @@ func (o *Options) validateSecurity(bad func(field, format string, args ...any) e
 		return bad("MQTTTLSClientCAFile", "client certificates need TLS (MQTTTLSCertFile and MQTTTLSKeyFile)")
 	case o.MQTTDenyAnonymous && o.MQTTAuthFile == "" && o.MQTTTLSClientCAFile == "":
 		return bad("MQTTDenyAnonymous", "no device could connect: set MQTTAuthFile or MQTTTLSClientCAFile")
-	case o.MQTTClientQueue < 1 || o.MQTTClientQueue > 1<<20:
-		return bad("MQTTClientQueue", "%d: want 1..1048576", o.MQTTClientQueue)
+	case o.MQTTClientQueue < 1 || o.MQTTClientQueue > maxClientQueue:
+		return bad("MQTTClientQueue", "%d: want 1..%d", o.MQTTClientQueue, maxClientQueue)
 	case o.MQTTMaxConnsPerDevice < -1:
 		return bad("MQTTMaxConnsPerDevice", "%d: want -1 (no bound) or positive", o.MQTTMaxConnsPerDevice)
 	case o.MaxEventsPerSecond < 0 || math.IsNaN(o.MaxEventsPerSecond) || math.IsInf(o.MaxEventsPerSecond, 0):
