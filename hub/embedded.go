@@ -22,6 +22,7 @@ type embeddedBroker struct {
 	paused atomic.Bool
 	log    *slog.Logger
 	auth   *deviceAuth
+	direct *handoff
 }
 
 // The inline subscription ids are 1, 2 and 3: the index in subs plus 1.
@@ -83,6 +84,23 @@ func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 	if err := srv.AddHook(auth, nil); err != nil {
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
+	e := &embeddedBroker{srv: srv, log: o.Logger, auth: auth}
+	e.direct = newHandoff(e)
+	if err := srv.AddHook(e.direct, nil); err != nil {
+		return nil, fmt.Errorf("embedded broker: %w", err)
+	}
+	if o.Registerer != nil {
+		for path, n := range map[string]*atomic.Uint64{"handed_off": &e.direct.handed, "routed": &e.direct.routed} {
+			err := o.Registerer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub_broker",
+				Name: "device_messages_total", ConstLabels: prometheus.Labels{"path": path},
+				Help: "Device batches and time requests the embedded broker handed to the hub directly (handed_off) or routed through " +
+					"its topic index (routed: another client subscribes to them, or they were retained)."},
+				func() float64 { return float64(n.Load()) }))
+			if err != nil {
+				return nil, fmt.Errorf("embedded broker metrics: %w", err)
+			}
+		}
+	}
 	tcp := listeners.NewTCP(listeners.Config{ID: "tcp", Address: o.Addr, TLSConfig: o.Security.TLS})
 	if err := srv.AddListener(tcp); err != nil {
 		return nil, fmt.Errorf("embedded broker listen %s: %w", o.Addr, err)
@@ -91,7 +109,8 @@ func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
 	b, s, t := subscriptions("")
-	return &embeddedBroker{srv: srv, tcp: tcp, subs: [3]string{b, s, t}, log: o.Logger, auth: auth}, nil
+	e.tcp, e.subs = tcp, [3]string{b, s, t}
+	return e, nil
 }
 
 // Addr returns the address the broker listens on.
@@ -121,6 +140,7 @@ func (e *embeddedBroker) StartIdentified(h IdentifiedHandler) error {
 			return fmt.Errorf("embedded broker subscribe %s: %w", f, err)
 		}
 	}
+	e.direct.start(h)
 	return nil
 }
 
