@@ -67,7 +67,9 @@ func (s *Store) commitLoop() {
 	dirty := false
 	group := make([]*op, 0, maxGroup)
 	syncNow := func() {
+		start := time.Now()
 		err := s.db.Sync()
+		s.syncs.Observe(time.Since(start).Seconds())
 		if err != nil {
 			s.opts.Logger.Error("buffer: sync failed", "dir", s.dir, "err", err)
 		} else {
@@ -193,7 +195,9 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 		err = wb.Flush()
 	}
 	if err == nil && s.opts.Durability == DurabilitySync {
+		start := time.Now()
 		err = s.db.Sync()
+		s.syncs.Observe(time.Since(start).Seconds())
 	}
 	if err != nil {
 		err = fmt.Errorf("buffer %s: commit: %w", s.dir, err)

@@ -35,6 +35,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.depth, c.bytes, c.oldest, c.streams, c.appended, c.acked, c.dropped, c.gapCount} {
 		ch <- d
 	}
+	c.s.syncs.Describe(ch)
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -76,4 +77,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	k(c.appended, appended)
 	k(c.acked, acked)
 	k(c.dropped, dropped)
+	c.s.syncs.Collect(ch)
 }

@@ -23,7 +23,9 @@ func TestMetrics(t *testing.T) {
 	got := map[string]float64{}
 	for _, mf := range mfs {
 		m := mf.GetMetric()[0]
-		if m.GetCounter() != nil {
+		if h := m.GetHistogram(); h != nil {
+			got[mf.GetName()] = float64(h.GetSampleCount())
+		} else if m.GetCounter() != nil {
 			got[mf.GetName()] = m.GetCounter().GetValue()
 		} else {
 			got[mf.GetName()] = m.GetGauge().GetValue()
@@ -46,4 +48,30 @@ func TestMetrics(t *testing.T) {
 	if stats.Dropped == 0 || got["edgeflow_buffer_oldest_unacked_age_seconds"] < 0 {
 		t.Errorf("stats %+v, metrics %v", stats, got)
 	}
+}
+
+// In sync mode every commit group is synced, and each sync is timed.
+func TestSyncMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := openTest(t, t.TempDir(), Options{Registerer: reg, Durability: DurabilitySync})
+	st, _ := s.Stream("d", StreamOptions{})
+	for range 3 {
+		if _, err := st.Append(context.Background(), [][]byte{make([]byte, 100)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "edgeflow_buffer_sync_seconds" {
+			// Appends one after another: one group (and sync) each.
+			if n := mf.GetMetric()[0].GetHistogram().GetSampleCount(); n != 3 {
+				t.Fatalf("edgeflow_buffer_sync_seconds counts %d syncs after 3 appends in sync mode, want 3", n)
+			}
+			return
+		}
+	}
+	t.Fatal("no edgeflow_buffer_sync_seconds")
 }

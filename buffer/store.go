@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ type Store struct {
 	ops     chan *op
 	scratch []byte // the committer's, for encoding blocks
 	tail    tailCache
+	syncs   prometheus.Histogram // duration of the committer's syncs
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	closeMu sync.RWMutex
@@ -70,6 +72,9 @@ func Open(dir string, o Options) (s *Store, err error) {
 		ops:     make(chan *op, maxGroup),
 		stop:    make(chan struct{}),
 		streams: make(map[string]*Stream),
+		syncs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "edgeflow_buffer_sync_seconds",
+			Help:    "Duration of the store's syncs; appends wait for the next one to become durable (and, in interval mode, readable).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
 	s.tail.budget = o.TailCacheBytes
 	if err := s.loadNextNum(); err != nil {
