@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"edgeflow/agent"
 	"edgeflow/buffer"
+	"edgeflow/internal/bytesize"
 	"edgeflow/uplink"
 )
 
@@ -161,7 +161,7 @@ func (p *parser) dur(key string, zeroOK bool) time.Duration {
 }
 
 func (p *parser) size(key string) int64 {
-	n, err := parseSize(p.str(key))
+	n, err := bytesize.Parse(p.str(key))
 	if err != nil {
 		p.fail(key, "%v", err)
 	}
@@ -334,33 +334,6 @@ func memoryLimit(p *parser, profile buffer.Profile, getenv func(string) string) 
 		return defaultLowMemoryLimit
 	}
 	return 0
-}
-
-// parseSize reads a byte count: a plain integer or one with a KiB, MiB or
-// GiB suffix (K, M, G and KB, MB, GB are taken as the same binary units).
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffixes []string
-		m        int64
-	}{{[]string{"GiB", "GB", "G"}, 1 << 30}, {[]string{"MiB", "MB", "M"}, 1 << 20}, {[]string{"KiB", "KB", "K"}, 1 << 10}, {[]string{"B"}, 1}} {
-		done := false
-		for _, suf := range u.suffixes {
-			if rest, ok := strings.CutSuffix(t, suf); ok {
-				t, mult, done = strings.TrimSpace(rest), u.m, true
-				break
-			}
-		}
-		if done {
-			break
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a size like 1048576, 512KiB, 256MiB or 2GiB", s)
-	}
-	return n * mult, nil
 }
 
 // errorKeys maps the prefixes of option errors to the config key to fix.

@@ -120,19 +120,6 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"1024": 1024, "4KiB": 4096, "256MiB": 256 << 20, "2GiB": 2 << 30, "3M": 3 << 20, "5 KB": 5 << 10, "7B": 7} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "-1", "1.5MiB", "MiB", "9999999999GiB"} {
-		if _, err := parseSize(in); err == nil {
-			t.Errorf("parseSize(%q) accepted", in)
-		}
-	}
-}
-
 // TestConfigPageOut maps page-out to the buffer's interval: empty leaves the
 // profile's default, off turns it off.
 func TestConfigPageOut(t *testing.T) {
