@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ type config struct {
 	logLevel   slog.Level
 	// pprofAddr serves runtime profiles (package debugsrv); empty: off.
 	pprofAddr string
+	gc        gcMemory
 }
 
 // newFlags declares the flags. --scenario names a YAML file whose keys are
@@ -50,6 +52,8 @@ func newFlags() *pflag.FlagSet {
 	fs.String("truth", "", "ground truth file to verify (the verify subcommand)")
 	fs.Int("workers", 0, "goroutines driving the devices (0: min(devices, 64))")
 	fs.String("log-level", "warn", "debug, info, warn or error")
+	fs.String("gc-memory", gcMemoryAuto, "how fleetsim's garbage collector runs: auto (collect only as the heap nears half the memory available at start, "+
+		"so that collections, which stall every simulated device at once, are rare), off (Go's defaults) or a heap limit such as 8GiB")
 	fs.String("pprof-addr", "", "serve Go runtime profiles (/debug/pprof/) and the agents' Prometheus metrics (/metrics) on this address, e.g. 127.0.0.1:6061 (empty: off)")
 	return fs
 }
@@ -112,6 +116,11 @@ func fromViper(vs, vm *viper.Viper) (*config, error) {
 	c.workers = vm.GetInt("workers")
 	c.pprofAddr = vm.GetString("pprof-addr")
 	var errs []error
+	gc, err := parseGCMemory(vm.GetString("gc-memory"), os.Getenv, availableMemory)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.gc = gc
 	if pe := vm.GetString("probe-every"); pe != "0" {
 		d, err := time.ParseDuration(pe)
 		if err != nil || d < 10*time.Millisecond {

@@ -102,6 +102,8 @@ func runFleet(ctx context.Context, c *config, log *slog.Logger, out *output) int
 		return 2
 	}
 	defer f.Close()
+	fmt.Fprintln(out.errw, c.gc)
+	defer c.gc.apply()()
 	metrics := promhttp.HandlerFor(f.Gatherer(), promhttp.HandlerOpts{})
 	_, stopDebug, err := debugsrv.Start(c.pprofAddr, log, map[string]http.Handler{"/metrics": metrics})
 	if err != nil {
