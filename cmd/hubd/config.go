@@ -23,6 +23,8 @@ type config struct {
 	pprofAddr string
 	// demo runs a simulated fleet beside the hub (package demo).
 	demo bool
+	// gomaxprocs is the gomaxprocs key (see procsFor); 0: auto.
+	gomaxprocs int
 }
 
 // newFlags declares every configuration key as a flag; the same names are
@@ -44,11 +46,12 @@ func newFlags() *pflag.FlagSet {
 	fs.String("retention-max-age", "168h", "how long logged batches are kept")
 	fs.String("retention-interval", "5m", "time between retention passes")
 	fs.String("shutdown-timeout", "30s", "how long a stop (SIGINT, SIGTERM) may take to write, checkpoint and close the store before hubd exits without it")
-	fs.Int("ack-qos", 1, "MQTT QoS of the hub's acks: 1, or 0 to save a PUBACK per batch (an agent resends what a lost ack leaves unanswered)")
+	fs.Int("ack-qos", 0, "MQTT QoS of the hub's acks: 0 (an agent resends what a lost ack leaves unanswered), or 1 to have the broker keep acks for agents that just went offline at a PUBACK per batch")
 	fs.Int("workers", 0, "decode workers (0: one per CPU)")
 	fs.Int("max-events", 0, "max events per batch (0: wire default)")
 	fs.String("tick-interval", "1s", "time between logged ticks of the aggregate engine's processing time")
 	fs.String("pprof-addr", "", "serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (empty: off)")
+	fs.Int("gomaxprocs", 0, "Go Ps (threads running Go code) of hubd: 0 picks the runtime's choice, raised to 4 on a machine with fewer CPUs and no CPU limit (below 4 Go's garbage collector has no dedicated mark worker and its marks delay acks)")
 	fs.Bool("demo", false, "also run a simulated fleet of 20 devices against this hub (data in a temporary directory unless data-dir is set)")
 	addSecurityFlags(fs)
 	return fs
@@ -123,7 +126,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 	num("mqtt-client-queue", &o.MQTTClientQueue)
 	switch q := v.GetString("ack-qos"); q {
 	case "0", "1":
-		o.AcksAtMostOnce = q == "0"
+		o.AcksAtLeastOnce = q == "1"
 	default:
 		errs = append(errs, fmt.Errorf("config key %q: %q is not 0 or 1", "ack-qos", q))
 	}
@@ -132,6 +135,9 @@ func fromViper(v *viper.Viper) (*config, error) {
 		errs = append(errs, fmt.Errorf("config key %q: %q is not debug, info, warn or error", "log-level", v.GetString("log-level")))
 	}
 	c.demo = v.GetBool("demo")
+	if c.gomaxprocs = v.GetInt("gomaxprocs"); c.gomaxprocs < 0 || c.gomaxprocs > 1024 {
+		errs = append(errs, fmt.Errorf("config key %q: %d is not 0 (auto) or 1..1024", "gomaxprocs", c.gomaxprocs))
+	}
 	c.pprofAddr = v.GetString("pprof-addr")
 	if c.demo && !v.IsSet("data-dir") {
 		o.DataDir = "" // the demo uses a fresh temporary directory

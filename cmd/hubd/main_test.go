@@ -31,12 +31,12 @@ func TestConfigPrecedence(t *testing.T) {
 	if o.DataDir != "from-file" || o.HTTPAddr != ":9002" || o.Group != "g3" || o.CheckpointInterval != 2*time.Minute {
 		t.Fatalf("got data-dir %q http-addr %q group %q checkpoint %v", o.DataDir, o.HTTPAddr, o.Group, o.CheckpointInterval)
 	}
-	if o.MQTTListen != ":1883" || o.RetentionMaxAge != 168*time.Hour || o.AcksAtMostOnce {
-		t.Fatalf("defaults: %q %v acks at most once %v", o.MQTTListen, o.RetentionMaxAge, o.AcksAtMostOnce)
+	if o.MQTTListen != ":1883" || o.RetentionMaxAge != 168*time.Hour || o.AcksAtLeastOnce {
+		t.Fatalf("defaults: %q %v acks at least once %v", o.MQTTListen, o.RetentionMaxAge, o.AcksAtLeastOnce)
 	}
-	t.Setenv("HUBD_ACK_QOS", "0")
-	if cfg, err = loadConfig(nil); err != nil || !cfg.hub.AcksAtMostOnce {
-		t.Fatalf("HUBD_ACK_QOS=0: %v, acks at most once %v", err, err == nil && cfg.hub.AcksAtMostOnce)
+	t.Setenv("HUBD_ACK_QOS", "1")
+	if cfg, err = loadConfig(nil); err != nil || !cfg.hub.AcksAtLeastOnce {
+		t.Fatalf("HUBD_ACK_QOS=1: %v, acks at least once %v", err, err == nil && cfg.hub.AcksAtLeastOnce)
 	}
 }
 
@@ -53,6 +53,7 @@ func TestBadConfigNamesKey(t *testing.T) {
 		{[]string{"--group", "g"}, "group"},
 		{[]string{"--http-addr", "x:y"}, "http-addr"},
 		{[]string{"--ack-qos", "2"}, "ack-qos"},
+		{[]string{"--gomaxprocs", "-1"}, "gomaxprocs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
