@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,6 +61,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	restoreProcs, procs, why := setProcs(cfg.gomaxprocs, os.Getenv)
+	defer restoreProcs()
+	logger.Info("Go Ps", "gomaxprocs", procs, "cpus", runtime.NumCPU(), "why", why)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.hub.Logger, cfg.hub.Registerer, cfg.hub.Gatherer = logger, reg, reg
