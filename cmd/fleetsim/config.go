@@ -30,7 +30,8 @@ type config struct {
 	logLevel   slog.Level
 	// pprofAddr serves runtime profiles (package debugsrv); empty: off.
 	pprofAddr string
-	gc        gcMemory
+	// gc is how fleetsim's garbage collector runs (--gc-memory).
+	gc gcMemory
 }
 
 // newFlags declares the flags. --scenario names a YAML file whose keys are
