@@ -54,9 +54,10 @@ func TestParseGCMemory(t *testing.T) {
 func TestGCMemoryApplyRestores(t *testing.T) {
 	before := debug.SetGCPercent(-1)
 	debug.SetGCPercent(before)
-	restore := gcMemory{limit: 2 << 30}.apply()
-	if got := debug.SetMemoryLimit(-1); got != 2<<30 {
-		t.Errorf("memory limit %d while applied, want %d", got, 2<<30)
+	const limit int64 = 2 << 30
+	restore := gcMemory{limit: limit}.apply()
+	if got := debug.SetMemoryLimit(-1); got != limit {
+		t.Errorf("memory limit %d while applied, want %d", got, limit)
 	}
 	restore()
 	if got := debug.SetGCPercent(-1); got != before {
