@@ -25,6 +25,10 @@ type config struct {
 	demo bool
 	// gomaxprocs is the gomaxprocs key (see procsFor); 0: auto.
 	gomaxprocs int
+	// gcPercent is the gc-percent key (see gcPercentFor), gcPercentSet
+	// whether it was given at all.
+	gcPercent    int
+	gcPercentSet bool
 }
 
 // newFlags declares every configuration key as a flag; the same names are
@@ -52,6 +56,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("tick-interval", "1s", "time between logged ticks of the aggregate engine's processing time")
 	fs.String("pprof-addr", "", "serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (empty: off)")
 	fs.Int("gomaxprocs", 0, "Go Ps (threads running Go code) of hubd: 0 picks the runtime's choice, raised to 4 on a machine with fewer CPUs and no CPU limit (below 4 Go's garbage collector has no dedicated mark worker and its marks delay acks)")
+	fs.Int("gc-percent", defaultGCPercent, "Go garbage collector target (GOGC) of hubd: 200 collects half as often as Go's 100 for a heap up to three times its live data; 0 keeps Go's default (GOGC in the environment is kept unless this is set)")
 	fs.Bool("demo", false, "also run a simulated fleet of 20 devices against this hub (data in a temporary directory unless data-dir is set)")
 	addSecurityFlags(fs)
 	return fs
@@ -137,6 +142,10 @@ func fromViper(v *viper.Viper) (*config, error) {
 	c.demo = v.GetBool("demo")
 	if c.gomaxprocs = v.GetInt("gomaxprocs"); c.gomaxprocs < 0 || c.gomaxprocs > 1024 {
 		errs = append(errs, fmt.Errorf("config key %q: %d is not 0 (auto) or 1..1024", "gomaxprocs", c.gomaxprocs))
+	}
+	c.gcPercent, c.gcPercentSet = v.GetInt("gc-percent"), v.IsSet("gc-percent")
+	if c.gcPercent != 0 && (c.gcPercent < 10 || c.gcPercent > 10000) {
+		errs = append(errs, fmt.Errorf("config key %q: %d is not 0 (Go's default) or 10..10000", "gc-percent", c.gcPercent))
 	}
 	c.pprofAddr = v.GetString("pprof-addr")
 	if c.demo && !v.IsSet("data-dir") {

@@ -64,6 +64,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	restoreProcs, procs, why := setProcs(cfg.gomaxprocs, os.Getenv)
 	defer restoreProcs()
 	logger.Info("Go Ps", "gomaxprocs", procs, "cpus", runtime.NumCPU(), "why", why)
+	restoreGC, gcPct, gcWhy := setGCPercent(cfg.gcPercent, cfg.gcPercentSet, os.Getenv)
+	defer restoreGC()
+	logger.Info("Go garbage collector", "gc_percent", gcPct, "why", gcWhy)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.hub.Logger, cfg.hub.Registerer, cfg.hub.Gatherer = logger, reg, reg

@@ -54,6 +54,7 @@ func TestBadConfigNamesKey(t *testing.T) {
 		{[]string{"--http-addr", "x:y"}, "http-addr"},
 		{[]string{"--ack-qos", "2"}, "ack-qos"},
 		{[]string{"--gomaxprocs", "-1"}, "gomaxprocs"},
+		{[]string{"--gc-percent", "5"}, "gc-percent"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 )
 
 // minGCProcs is the fewest Ps (GOMAXPROCS) with which Go's garbage
@@ -48,4 +50,42 @@ func setProcs(setting int, getenv func(string) string) (restore func(), procs in
 	}
 	runtime.GOMAXPROCS(n)
 	return func() { runtime.GOMAXPROCS(prev) }, n, why
+}
+
+// defaultGCPercent is hubd's garbage-collection target (GOGC) unless the
+// gc-percent key or GOGC says otherwise. Each of hubd's collections delays
+// the acks of the batches that arrive during its mark phase, and at 10,000
+// devices sending every second those seconds made up the p99; at 200 it
+// collects about half as often as at Go's 100 (16 collections in a
+// 3-minute run instead of 28), for a heap that grows to about three times
+// its live data instead of two (about 1.2 – 1.9 GB at 10,000 devices
+// instead of 0.7 – 1.3 GB).
+const defaultGCPercent = 200
+
+// gcPercentFor decides hubd's GOGC: setting is the gc-percent key (0:
+// default); GOGC in the environment is kept unless the key is set. It
+// returns 0 to leave the collector as it is, and why.
+func gcPercentFor(setting int, keySet, envSet bool) (pct int, why string) {
+	switch {
+	case keySet && setting > 0:
+		return setting, "the gc-percent setting"
+	case keySet:
+		return 0, "gc-percent 0: Go's default"
+	case envSet:
+		return 0, "GOGC is set in the environment"
+	}
+	return defaultGCPercent, "hubd's default: fewer collections, each of which delays acks, for a larger heap"
+}
+
+// setGCPercent applies gcPercentFor and returns a function that restores
+// the previous value, and the value now in force.
+func setGCPercent(setting int, keySet bool, getenv func(string) string) (restore func(), pct int, why string) {
+	pct, why = gcPercentFor(setting, keySet, getenv("GOGC") != "")
+	if pct == 0 {
+		s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+		metrics.Read(s)
+		return func() {}, int(s[0].Value.Uint64()), why
+	}
+	prev := debug.SetGCPercent(pct)
+	return func() { debug.SetGCPercent(prev) }, pct, why
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"runtime"
+	"runtime/debug"
 	"testing"
 )
 
@@ -38,5 +39,40 @@ func TestSetProcsRestores(t *testing.T) {
 	restore()
 	if got := runtime.GOMAXPROCS(0); got != prev {
 		t.Fatalf("GOMAXPROCS %d after restore, want %d", got, prev)
+	}
+}
+
+func TestGCPercentFor(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		setting        int
+		keySet, envSet bool
+		want           int
+	}{
+		{"default", defaultGCPercent, false, false, defaultGCPercent},
+		{"GOGC in the environment", defaultGCPercent, false, true, 0},
+		{"key set", 300, true, true, 300},
+		{"key 0: Go's default", 0, true, false, 0},
+	} {
+		got, why := gcPercentFor(c.setting, c.keySet, c.envSet)
+		if got != c.want || why == "" {
+			t.Errorf("%s: gcPercentFor = %d (%q), want %d", c.name, got, why, c.want)
+		}
+	}
+}
+
+func TestSetGCPercentRestores(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	restore, pct, _ := setGCPercent(250, true, func(string) string { return "" })
+	if got := debug.SetGCPercent(250); pct != 250 || got != 250 {
+		t.Fatalf("setGCPercent(250): reported %d, in force %d", pct, got)
+	}
+	restore()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GC percent %d after restore, want 100", got)
+	}
+	if _, pct, _ := setGCPercent(0, true, func(string) string { return "" }); pct != 100 {
+		t.Fatalf("gc-percent 0 reports %d in force, want 100", pct)
 	}
 }
