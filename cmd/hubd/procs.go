@@ -58,8 +58,8 @@ func setProcs(setting int, getenv func(string) string) (restore func(), procs in
 // devices sending every second those seconds made up the p99; at 200 it
 // collects about half as often as at Go's 100 (16 collections in a
 // 3-minute run instead of 28), for a heap that grows to about three times
-// its live data instead of two (about 1.2 – 1.9 GB at 10,000 devices
-// instead of 0.7 – 1.3 GB).
+// its live data instead of two (1.0 – 1.9 GB at each collection at
+// 10,000 devices instead of 0.7 – 1.3 GB).
 const defaultGCPercent = 200
 
 // gcPercentFor decides hubd's GOGC: setting is the gc-percent key (0:
