@@ -11,7 +11,7 @@ over the samples from --skip seconds after the start, for --span seconds
 (all if 0). The README's fleet figures used it alongside scripts/fleet-run.sh:
 
     scripts/cpu-share.py --skip 30 --span 60 hubd fleetsim > cpu.txt &
-    HUBD_FLAGS="--ack-qos 0" scripts/fleet-run.sh configs/fleetsim-steady.yaml \
+    scripts/fleet-run.sh configs/fleetsim-steady.yaml \
         --devices 10000 --duration 100s
 """
 import argparse

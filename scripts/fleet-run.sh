@@ -12,7 +12,7 @@
 # FLEET_BROKER=mosquitto puts a Mosquitto of the run's own (free port,
 # no persistence, no in-flight limit) between the fleet and hubd, which then
 # uses it as its external broker (--mqtt-url) instead of its embedded one.
-# HUBD_FLAGS adds flags to hubd's command line (e.g. "--ack-qos 0");
+# HUBD_FLAGS adds flags to hubd's command line (e.g. "--ack-qos 1");
 # HUBD_ENV and FLEETSIM_ENV add environment variables to hubd's or
 # fleetsim's alone (e.g. "GOGC=off GOMEMLIMIT=16GiB").
 # FLEETSIM_NICE (default 10) is fleetsim's nice value: the simulated fleet
