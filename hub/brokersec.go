@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -83,6 +84,8 @@ type brokerMetrics struct {
 	disconnects *prometheus.CounterVec // clients dropped for a protocol error, by why
 	dropped     prometheus.Counter     // messages dropped on a full client queue
 	conns       prometheus.GaugeFunc
+	handedOff   prometheus.CounterFunc // device messages handed to the hub (handoff)
+	routed      prometheus.CounterFunc // device messages routed through the topic index
 }
 
 // Why a connection was refused.
@@ -95,9 +98,15 @@ const (
 	refusedWill           = "will_not_allowed"
 )
 
-func newBrokerMetrics(reg prometheus.Registerer, conns func() float64) (*brokerMetrics, error) {
+func newBrokerMetrics(reg prometheus.Registerer, conns func() float64, direct *handoff) (*brokerMetrics, error) {
 	f := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub_broker", Name: name, Help: help}
+	}
+	deviceMessages := func(path string, n *atomic.Uint64) prometheus.CounterFunc {
+		o := f("device_messages_total", "Device batches and time requests the embedded broker handed to the hub directly (handed_off) "+
+			"or routed through its topic index (routed: another client subscribes to them, or they were retained).")
+		o.ConstLabels = prometheus.Labels{"path": path}
+		return prometheus.NewCounterFunc(o, func() float64 { return float64(n.Load()) })
 	}
 	m := &brokerMetrics{
 		refused:     prometheus.NewCounterVec(f("refused_connections_total", "Connections the embedded broker refused, by why."), []string{"why"}),
@@ -107,6 +116,8 @@ func newBrokerMetrics(reg prometheus.Registerer, conns func() float64) (*brokerM
 			"the client had stopped reading. A dropped ack makes its agent resend the batch.")),
 		conns: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub_broker", Name: "device_connections",
 			Help: "Open connections of verified devices."}, conns),
+		handedOff: deviceMessages("handed_off", &direct.handed),
+		routed:    deviceMessages("routed", &direct.routed),
 	}
 	for _, w := range []string{refusedBadCredentials, refusedNoCredentials, refusedBadIdentity, refusedTooMany, refusedClientID, refusedWill} {
 		m.refused.WithLabelValues(w)
@@ -116,7 +127,7 @@ func newBrokerMetrics(reg prometheus.Registerer, conns func() float64) (*brokerM
 	m.disconnects.WithLabelValues("packet_too_large")
 	m.disconnects.WithLabelValues("not_authorized")
 	m.disconnects.WithLabelValues(disconnectRevoked)
-	for _, c := range []prometheus.Collector{m.refused, m.denied, m.disconnects, m.dropped, m.conns} {
+	for _, c := range []prometheus.Collector{m.refused, m.denied, m.disconnects, m.dropped, m.conns, m.handedOff, m.routed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

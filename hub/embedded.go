@@ -74,31 +74,18 @@ func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 	})
 	auth := newDeviceAuth(o.Security, nil)
 	auth.srv = srv
+	e := &embeddedBroker{srv: srv, log: o.Logger, auth: auth}
+	e.direct = newHandoff(e)
 	if o.Registerer != nil {
-		m, err := newBrokerMetrics(o.Registerer, auth.connections)
+		m, err := newBrokerMetrics(o.Registerer, auth.connections, e.direct)
 		if err != nil {
 			return nil, fmt.Errorf("embedded broker metrics: %w", err)
 		}
 		auth.m = m
 	}
-	if err := srv.AddHook(auth, nil); err != nil {
-		return nil, fmt.Errorf("embedded broker: %w", err)
-	}
-	e := &embeddedBroker{srv: srv, log: o.Logger, auth: auth}
-	e.direct = newHandoff(e)
-	if err := srv.AddHook(e.direct, nil); err != nil {
-		return nil, fmt.Errorf("embedded broker: %w", err)
-	}
-	if o.Registerer != nil {
-		for path, n := range map[string]*atomic.Uint64{"handed_off": &e.direct.handed, "routed": &e.direct.routed} {
-			err := o.Registerer.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub_broker",
-				Name: "device_messages_total", ConstLabels: prometheus.Labels{"path": path},
-				Help: "Device batches and time requests the embedded broker handed to the hub directly (handed_off) or routed through " +
-					"its topic index (routed: another client subscribes to them, or they were retained)."},
-				func() float64 { return float64(n.Load()) }))
-			if err != nil {
-				return nil, fmt.Errorf("embedded broker metrics: %w", err)
-			}
+	for _, h := range []mqtt.Hook{auth, e.direct} {
+		if err := srv.AddHook(h, nil); err != nil {
+			return nil, fmt.Errorf("embedded broker: %w", err)
 		}
 	}
 	tcp := listeners.NewTCP(listeners.Config{ID: "tcp", Address: o.Addr, TLSConfig: o.Security.TLS})

@@ -139,13 +139,19 @@ func watchesHandedOff(filter string) bool {
 		}
 	}
 	levels := strings.Split(filter, "/")
-	for _, kind := range []string{wire.KindBatch, wire.KindTimeReq} {
-		topic := append([]string{"edge", "v1", ""}, strings.Split(kind, "/")...)
+	for _, topic := range handedOffTopics {
 		if filterMatchesAnyDevice(levels, topic) {
 			return true
 		}
 	}
 	return false
+}
+
+// handedOffTopics are the levels of the batch and time request topics,
+// with "" standing for the device id.
+var handedOffTopics = [][]string{
+	strings.Split(wire.Topic("", wire.KindBatch), "/"),
+	strings.Split(wire.Topic("", wire.KindTimeReq), "/"),
 }
 
 // filterMatchesAnyDevice matches filter levels against topic levels in

@@ -133,9 +133,9 @@ type Options struct {
 	// so QoS 1 buys little: an ack to an agent that just went offline waits
 	// in its broker session, where it answers a batch the agent is sending
 	// again. It costs the agent's PUBACK and the broker's in-flight state
-	// for every batch, which counts with many small batches: at 10,000
-	// devices sending every second, p99 event-to-ack latency 603 ms with
-	// QoS 1 against 429 ms with QoS 0. Default false (QoS 0).
+	// for every batch, which counts with many small batches (at 10,000
+	// devices sending every second, about 50 ms more at the median; the
+	// runs are in docs/FLEET-LATENCY.md). Default false (QoS 0).
 	AcksAtLeastOnce bool
 	// NoSync skips the fsync after each group (tests and benchmarks of the
 	// rest of the path only: acks then no longer mean durable). Default false.

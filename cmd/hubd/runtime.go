@@ -14,8 +14,9 @@ import (
 // ("assists"), in the middle of serving batches. On this 2-CPU machine, at
 // 10,000 devices, hubd's marks took 0.4 – 1.6 s with 2 Ps, with 0.2 – 0.9 s
 // of assists, and each one pushed that second's acks to about a second;
-// with 4 Ps they took 0.3 – 0.7 s with assists of a few milliseconds, and
-// the p99 event-to-ack latency went from 429 – 770 ms to 353 ms.
+// with 4 Ps they took 0.3 – 0.7 s with assists of a few milliseconds in
+// most cycles, and the p99 event-to-ack latency went from 429 – 770 ms
+// (three runs) to 290 – 547 ms (six runs; docs/FLEET-LATENCY.md).
 const minGCProcs = 4
 
 // procsFor decides hubd's GOMAXPROCS. setting is the gomaxprocs key: N > 0
