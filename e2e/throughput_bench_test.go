@@ -88,7 +88,7 @@ func benchFrame(device string, codec wire.Codec, recs [][]byte) []byte {
 // Mosquitto, and the broker's pass-through of the same frames in the same
 // run. b.N is events per agent.
 func BenchmarkEndToEnd(b *testing.B) {
-	for _, codec := range []wire.Codec{wire.CodecZstd, wire.CodecS2} {
+	for _, codec := range []wire.Codec{wire.CodecZstd, wire.CodecS2, wire.CodecColumns} {
 		b.Run(codec.String(), func(b *testing.B) { endToEnd(b, codec) })
 	}
 }

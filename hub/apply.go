@@ -73,12 +73,10 @@ func (a *applier) applyEntry(e *walEntry, v *batchView) error {
 
 // parseStored parses the batch payload of a stored entry.
 func (a *applier) parseStored(e *walEntry) (*batchView, error) {
-	body, err := wire.Unframe(wire.MsgBatch, e.payload, a.limits)
+	v := new(batchView)
+	err := parseBatchFrame(v, e.payload, a.limits)
 	if err == nil {
-		v := new(batchView)
-		if err = parseBatchView(v, body, a.limits); err == nil {
-			return v, nil
-		}
+		return v, nil
 	}
 	return nil, fmt.Errorf("%w: log entry %d: batch: %v", ErrCorrupt, e.seq, err)
 }

@@ -100,11 +100,7 @@ func (s *Server) decode(msg inMsg) (p *pending) {
 		}
 	}()
 	v := s.views.Get().(*batchView)
-	v.reset() // a failed Unframe must not describe the view's last batch
-	body, err := wire.Unframe(wire.MsgBatch, msg.payload, s.opts.Limits)
-	if err == nil {
-		err = parseBatchView(v, body, s.opts.Limits)
-	}
+	err := parseBatchFrame(v, msg.payload, s.opts.Limits)
 	if err == nil {
 		err = validateBatch(v, msg.device)
 	}

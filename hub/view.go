@@ -28,7 +28,8 @@ type batchView struct {
 	gaps       []gapView
 	events     []eventView
 	tags       []tagView
-	fastErr    error // the rejection eventFieldFast found
+	fastErr    error        // the rejection eventFieldFast found
+	cols       wire.Columns // a columnar batch's columns, reused
 }
 
 // clockView is the agent's ClockEstimate.
@@ -63,7 +64,7 @@ type tagView struct{ key, value []byte }
 
 // reset empties v for reuse, keeping its slices' capacity.
 func (v *batchView) reset() {
-	*v = batchView{gaps: v.gaps[:0], events: v.events[:0], tags: v.tags[:0]}
+	*v = batchView{gaps: v.gaps[:0], events: v.events[:0], tags: v.tags[:0], cols: v.cols}
 }
 
 // field is one decoded protobuf field: v for scalar types, b for bytes.
@@ -166,6 +167,63 @@ func checkStr(b []byte, what string, maxLen int) ([]byte, error) {
 		return nil, malformed("%s is not valid UTF-8", what)
 	}
 	return b, nil
+}
+
+// parseBatchFrame fills v from a batch frame in any codec, bounding counts
+// and sizes by lim (whose fields must all be set). A columnar batch is read
+// from its columns, not rewritten as protobuf first.
+func parseBatchFrame(v *batchView, payload []byte, lim wire.Limits) error {
+	v.reset() // a failed unframe must not describe the view's last batch
+	body, columnar, err := wire.UnframeBatch(payload, lim)
+	switch {
+	case err != nil:
+		return err
+	case columnar:
+		return v.fromColumns(body, lim)
+	}
+	return parseBatchView(v, body, lim)
+}
+
+// fromColumns fills v from a columnar batch body. Events share the tag
+// ranges of their tag sets, and strings point into the body; each string is
+// checked once, as the protobuf path checks each use.
+func (v *batchView) fromColumns(body []byte, lim wire.Limits) error {
+	c := &v.cols
+	if err := c.Decode(body, lim); err != nil {
+		return err
+	}
+	if err := forFields(c.Header, func(f field) error { return v.batchField(f, lim) }); err != nil {
+		return err
+	}
+	for i, s := range c.Strings {
+		if !utf8.Valid(s) {
+			return malformed("string %d of the batch is not valid UTF-8", i)
+		}
+	}
+	for _, t := range c.Tags {
+		v.tags = append(v.tags, tagView{key: c.Strings[t.Key], value: c.Strings[t.Value]})
+	}
+	n := c.Len()
+	if cap(v.events) < n {
+		v.events = make([]eventView, 0, n)
+	}
+	v.events = v.events[:n]
+	for i := range v.events {
+		set := c.TagSet[i]
+		v.events[i] = eventView{
+			metric:        c.Strings[c.Metric[i]],
+			value:         c.Value[i],
+			deviceTimeNs:  c.Time[i],
+			monoNs:        c.Mono[i],
+			bootID:        c.Strings[c.Boot[i]],
+			offsetNs:      c.Offset[i],
+			uncertaintyNs: c.Uncertainty[i],
+			method:        wirepb.TimeMethod(int32(c.Method[i])),
+			tagLo:         c.SetStart[set],
+			tagHi:         c.SetStart[set+1],
+		}
+	}
+	return nil
 }
 
 // parseBatchView fills v from a decompressed batch body, bounding counts

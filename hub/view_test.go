@@ -40,22 +40,61 @@ func randomBatch(rng *rand.Rand) *wirepb.Batch {
 func TestBatchViewMatchesWire(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	lim := limitsWithDefaults(wire.Limits{})
+	var v batchView // reused, as the hub's views are
+	columnar := 0
 	for i := 0; i < 300; i++ {
-		payload := encodeBatch(t, randomBatch(rng))
-		want, err := wire.DecodeBatch(payload, wire.Limits{})
+		body, err := proto.Marshal(randomBatch(rng))
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, err := wire.Unframe(wire.MsgBatch, payload, lim)
-		if err != nil {
-			t.Fatal(err)
+		for _, codec := range []wire.Codec{wire.CodecNone, wire.CodecZstd, wire.CodecS2, wire.CodecColumns} {
+			payload := wire.FrameWith(wire.MsgBatch, codec, body)
+			if wire.Codec(payload[2]) == wire.CodecColumns {
+				columnar++
+			}
+			want, err := wire.DecodeBatch(payload, wire.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := parseBatchFrame(&v, payload, lim); err != nil {
+				t.Fatalf("%v: %v", codec, err)
+			}
+			compareView(t, &v, want)
 		}
+	}
+	if columnar < 100 { // batches under 512 bytes go plain
+		t.Fatalf("only %d of 300 batches went as columns", columnar)
+	}
+}
+
+// FuzzBatchViewColumns feeds arbitrary columnar bodies to both parsers:
+// whatever wire.DecodeBatch accepts the view must accept, with the same
+// content.
+func FuzzBatchViewColumns(f *testing.F) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 8 {
+		body, err := proto.Marshal(randomBatch(rng))
+		if err != nil {
+			f.Fatal(err)
+		}
+		if frame := wire.FrameWith(wire.MsgBatch, wire.CodecColumns, body); wire.Codec(frame[2]) == wire.CodecColumns {
+			f.Add(frame[4:])
+		}
+	}
+	lim := limitsWithDefaults(wire.Limits{})
+	f.Fuzz(func(t *testing.T, cols []byte) {
+		payload := append([]byte{0xE7, wire.SchemaVersion, byte(wire.CodecColumns), byte(wire.MsgBatch)}, cols...)
+		want, werr := wire.DecodeBatch(payload, lim)
 		var v batchView
-		if err := parseBatchView(&v, body, lim); err != nil {
-			t.Fatal(err)
+		verr := parseBatchFrame(&v, payload, lim)
+		if werr != nil {
+			return
+		}
+		if verr != nil {
+			t.Fatalf("wire accepts the columns, the view says %v", verr)
 		}
 		compareView(t, &v, want)
-	}
+	})
 }
 
 // FuzzBatchViewMatchesWire feeds arbitrary batch bodies to both parsers:
@@ -103,7 +142,7 @@ func compareView(t *testing.T, v *batchView, w *wirepb.Batch) {
 	}
 	for i, e := range w.Events {
 		g := v.events[i]
-		if string(g.metric) != e.Metric || g.value != e.Value || g.deviceTimeNs != e.DeviceTimeNs || g.monoNs != e.MonoNs ||
+		if string(g.metric) != e.Metric || math.Float64bits(g.value) != math.Float64bits(e.Value) || g.deviceTimeNs != e.DeviceTimeNs || g.monoNs != e.MonoNs ||
 			string(g.bootID) != e.BootId || g.offsetNs != e.OffsetNs || g.uncertaintyNs != e.UncertaintyNs ||
 			g.method != e.Method || int(g.tagHi-g.tagLo) != len(e.Tags) {
 			t.Fatalf("event %d differs: %+v vs %v", i, g, e)

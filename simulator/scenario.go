@@ -216,7 +216,8 @@ type UplinkTuning struct {
 	BackoffMin     time.Duration `mapstructure:"backoff_min"`
 	BackoffMax     time.Duration `mapstructure:"backoff_max"`
 	KeepAlive      time.Duration `mapstructure:"keep_alive"`
-	// Compression is the batch frames' codec: zstd (default), s2 or none.
+	// Compression is the batch frames' codec: columns (default), zstd,
+	// s2 or none.
 	Compression string `mapstructure:"compression"`
 }
 

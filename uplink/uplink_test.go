@@ -19,9 +19,9 @@ import (
 // checks that every event arrives intact and the buffer ends acked through
 // the last one.
 func TestDeliversEverything(t *testing.T) {
-	for i, b := range brokers {
-		// Each codec the responder must read, one per broker.
-		codec := []string{"s2", "zstd", "none"}[i%3]
+	for i, codec := range []string{"columns", "s2", "zstd", "none"} {
+		// Each codec the responder must read, the brokers in turn.
+		b := brokers[i%len(brokers)]
 		t.Run(b.name+"/"+codec, func(t *testing.T) {
 			url := b.start(t)
 			_, st := openStream(t, "dev-all")

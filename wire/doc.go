@@ -1,7 +1,8 @@
 // Package wire holds the types that an agent and a hub exchange (events,
 // batches, acks, time messages, status) and their framed, versioned binary
 // encoding: a 4-byte header, a protobuf body (schema in wirepb/wire.proto)
-// and zstd compression when it pays.
+// and zstd compression when it pays, or for batches the columnar codec
+// (columns.go), which writes the same batch column by column.
 //
 // Every decoder in this package bounds sizes and counts before it allocates
 // for them, so a hostile or corrupt payload costs at most Limits' worth of

@@ -55,7 +55,7 @@ func TestCodecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []Codec{CodecNone, CodecZstd, CodecS2} {
+	for _, c := range []Codec{CodecNone, CodecZstd, CodecS2, CodecColumns} {
 		frame := FrameWith(MsgBatch, c, body)
 		if Codec(frame[2]) != c {
 			t.Fatalf("%v: frame says codec %v", c, Codec(frame[2]))
