@@ -184,6 +184,8 @@ func endToEnd(b *testing.B, codec wire.Codec) {
 				b.ReportMetric(1000*histMean(metricFamily{mf}), "commit-ms")
 			case "edgeflow_hub_wal_group_entries":
 				b.ReportMetric(histMean(metricFamily{mf}), "batches/commit")
+			case "edgeflow_hub_ack_seconds":
+				b.ReportMetric(1000*histMean(metricFamily{mf}), "hub-ms")
 			}
 		}
 	}

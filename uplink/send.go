@@ -33,6 +33,12 @@ func (u *Uplink) pump(now time.Time) error {
 		}
 	}
 	for u.win.len() < u.opts.Window {
+		if u.draining && u.win.len() > 0 && u.opts.Window-u.win.len() < u.refill() {
+			// Draining a backlog with most of the window in flight: wait
+			// for a few acks and read their batches in one pass, rather
+			// than one buffer read (a Badger seek and a block copy) per ack.
+			return nil
+		}
 		fs, err := u.readBatches(now, u.opts.Window-u.win.len())
 		if err != nil {
 			if errClosed(err) {
@@ -56,6 +62,10 @@ func (u *Uplink) pump(now time.Time) error {
 	}
 	return nil
 }
+
+// refill is how many window slots must be free before a draining uplink
+// reads more: a quarter of the window, so three quarters stay in flight.
+func (u *Uplink) refill() int { return max(1, u.opts.Window/4) }
 
 // ready says whether to build a batch now: always without linger or with
 // a backlog behind the last batch or a full batch waiting; otherwise once
