@@ -11,14 +11,15 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
+	"google.golang.org/protobuf/proto"
 
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
 // benchPayloads encodes n batches of size events for each of devices
-// streams, with realistic (poorly compressible) values.
-func benchPayloads(tb testing.TB, devices, n, size int) [][]Message {
+// streams, with realistic (poorly compressible) values, framed with codec.
+func benchPayloads(tb testing.TB, devices, n, size int, codec wire.Codec) [][]Message {
 	rng := rand.New(rand.NewPCG(7, 8))
 	out := make([][]Message, devices)
 	for d := range out {
@@ -31,7 +32,11 @@ func benchPayloads(tb testing.TB, devices, n, size int) [][]Message {
 				e.DeviceTimeNs += rng.Int64N(1e6)
 				e.Tags = e.Tags[:1]
 			}
-			out[d] = append(out[d], Message{Topic: wire.BatchTopic(id), Payload: encodeBatch(tb, b)})
+			body, err := proto.Marshal(b)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			out[d] = append(out[d], Message{Topic: wire.BatchTopic(id), Payload: wire.FrameWith(wire.MsgBatch, codec, body)})
 		}
 	}
 	return out
@@ -41,10 +46,12 @@ func benchPayloads(tb testing.TB, devices, n, size int) [][]Message {
 // validate, dedup, WAL group commit with fsync, ack published through the
 // embedded broker (counted by an inline subscriber), apply. Batches of
 // 1000 events from 16 devices sending concurrently, as broker client
-// goroutines do. Reports events/s.
+// goroutines do, in zstd frames and in columns. Reports events/s.
 func BenchmarkIngest(b *testing.B) {
-	for _, sync := range []bool{true, false} {
-		b.Run(fmt.Sprintf("fsync=%v", sync), func(b *testing.B) { benchIngest(b, 16, 1000, !sync) })
+	for _, codec := range []wire.Codec{wire.CodecZstd, wire.CodecColumns} {
+		for _, sync := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%v/fsync=%v", codec, sync), func(b *testing.B) { benchIngest(b, 16, 1000, !sync, codec) })
+		}
 	}
 }
 
@@ -53,9 +60,9 @@ func BenchmarkIngest(b *testing.B) {
 // short linger). It measures the hub's cost per batch; b.N is batches.
 //
 //	go test ./hub/ -run '^$' -bench BenchmarkIngestFleet -benchtime 40000x
-func BenchmarkIngestFleet(b *testing.B) { benchIngest(b, 2000, 1, false) }
+func BenchmarkIngestFleet(b *testing.B) { benchIngest(b, 2000, 1, false, wire.CodecColumns) }
 
-func benchIngest(b *testing.B, devices, size int, noSync bool) {
+func benchIngest(b *testing.B, devices, size int, noSync bool, codec wire.Codec) {
 	o := testOptions(b, b.TempDir())
 	o.HTTPAddr, o.NoSync = HTTPOff, noSync
 	s := startHub(b, o)
@@ -74,7 +81,7 @@ func benchIngest(b *testing.B, devices, size int, noSync bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	payloads := benchPayloads(b, devices, perDevice, size)
+	payloads := benchPayloads(b, devices, perDevice, size, codec)
 	bytes := 0
 	for _, m := range payloads[0] {
 		bytes += len(m.Payload)
