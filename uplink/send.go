@@ -71,14 +71,16 @@ func (u *Uplink) refill() int { return max(1, u.opts.Window/4) }
 // a backlog behind the last batch or a full batch waiting; otherwise once
 // the first waiting event has lingered long enough.
 func (u *Uplink) ready(now time.Time) bool {
+	s := u.st.Stats()
+	if s.Next <= u.next {
+		// Nothing appended that is not in flight: no read (a Badger seek
+		// when the records are not in the tail cache) to find that out.
+		u.lingerSince, u.lingered = time.Time{}, false
+		return false
+	}
 	linger := u.opts.linger()
 	if linger == 0 || u.draining {
 		return true
-	}
-	s := u.st.Stats()
-	if s.Next <= u.next {
-		u.lingerSince, u.lingered = time.Time{}, false
-		return false
 	}
 	if u.lingered || s.Next-u.next >= uint64(u.opts.MaxBatchEvents) {
 		return true
