@@ -44,8 +44,10 @@ import (
 // (passthrough-events/s) and the end-to-end rate (events/s), their ratio
 // (pct-of-passthrough), how many cores the Go process (agents and hub) and
 // Mosquitto kept busy during the end-to-end part and the Go process's CPU
-// per event, the agents' mean ack latency and the hub's mean group commit
-// (time and batches). The machine is shared: compare runs with -count and
+// per event, the agents' mean ack latency (ack-ms) with its way back
+// (back-ms: the hub's ack stamp to the agent's send loop) and the hub's
+// share (hub-ms: a batch's arrival to its ack handed to the broker), and
+// the hub's mean group commit (time and batches). The machine is shared: compare runs with -count and
 // look at the cores and latencies before reading much into one figure.
 const (
 	benchAgents      = 4
@@ -141,10 +143,15 @@ func endToEnd(b *testing.B, codec wire.Codec) {
 	cpu0 := sampleCPU(brokerPID)
 	start := time.Now()
 	var wg sync.WaitGroup
+	var backNs, backN atomic.Int64 // hub's ack stamp to the agent's send loop
+	onAck := func(_ uint64, hubTimeNs int64) {
+		backNs.Add(time.Now().UnixNano() - hubTimeNs)
+		backN.Add(1)
+	}
 	for _, st := range streams {
 		up, err := uplink.New(st, uplink.Options{DeviceID: st.Name(), Brokers: []string{mosq.URL()}, Logger: quiet,
 			Window: benchWindow, MaxBatchEvents: benchBatchEvents, Linger: uplink.NoLinger, PollInterval: 5 * time.Millisecond, Metrics: um,
-			Compression: codec.String()})
+			Compression: codec.String(), OnAck: onAck})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -177,6 +184,9 @@ func endToEnd(b *testing.B, codec wire.Codec) {
 	b.ReportMetric(float64(cpu.self.Nanoseconds())/float64(total), "go-cpu-ns/event")
 	b.ReportMetric(float64(len(frames[0])), "B/frame")
 	b.ReportMetric(1000*histMean(um.AckLatency), "ack-ms")
+	if n := backN.Load(); n > 0 {
+		b.ReportMetric(float64(backNs.Load())/float64(n)/1e6, "back-ms")
+	}
 	if mfs, err := reg.Gather(); err == nil {
 		for _, mf := range mfs {
 			switch mf.GetName() {

@@ -95,7 +95,10 @@ func StartMosquitto(t testing.TB, o MosquittoOptions) *Mosquitto {
 	m := &Mosquitto{t: t, bin: mosquittoBinary(t), port: FreePort(t)}
 	dir := t.TempDir()
 	m.conf = filepath.Join(dir, "mosquitto.conf")
-	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\nmax_inflight_messages %d\nmax_queued_messages 100000\n", m.port, o.MaxInflight)
+	// set_tcp_nodelay, as docs/OPERATIONS.md advises for a hub's broker:
+	// with Nagle's algorithm Mosquitto holds each small write (a PUBACK,
+	// the hub's ack) until the device's delayed ACK, about 40 ms.
+	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\nmax_inflight_messages %d\nmax_queued_messages 100000\nset_tcp_nodelay true\n", m.port, o.MaxInflight)
 	if o.Secure {
 		// root: read the password and ACL files from the test's directory
 		// without dropping privileges.
