@@ -2,6 +2,8 @@ package uplink
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 	"time"
 
 	"edgeflow/wire"
@@ -20,12 +22,22 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 		u.warn(&u.warnLog, "uplink: malformed ack ignored", "err", err)
 		return 0, false
 	}
-	if !bytes.Equal(a.StreamId, u.sid[:]) {
+	ours := bytes.Equal(a.StreamId, u.sid[:])
+	var f *flight
+	if ours {
+		f = u.win.find(a.FirstSeq, a.LastSeq)
+	}
+	// A hub that could not read a batch at all answers without its stream
+	// (all zeros).
+	unread := len(bytes.Trim(a.StreamId, "\x00")) == 0
+	if (ours || unread) && u.columnsRefused(f, a.Status, a.Reason) {
+		return 0, false
+	}
+	if !ours {
 		// An old stream of this device (a re-flashed buffer) or a stranger.
 		u.m.AcksIgnored.WithLabelValues("foreign_stream").Inc()
 		return 0, false
 	}
-	f := u.win.find(a.FirstSeq, a.LastSeq)
 	if f == nil || f.done {
 		u.m.AcksIgnored.WithLabelValues("unmatched").Inc()
 		return 0, false
@@ -64,4 +76,56 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 		u.opts.OnAck(upTo, a.ServerTimeNs)
 	}
 	return upTo, ok
+}
+
+// columnsRefused handles a hub that cannot read a columnar batch. A hub
+// older than the codec answers every such batch "malformed: ... unknown
+// codec 3", without the batch's stream (it could not read it): then every
+// columnar batch in flight is rewritten as zstd and published again, and
+// the uplink sends zstd until it restarts. A current hub that refuses one
+// columnar batch as malformed gets that batch again as zstd before it is
+// dropped, so a fault in either end's columns loses nothing that protobuf
+// can carry. It reports whether it handled the answer; f may be nil (the
+// answer matched no batch in flight).
+func (u *Uplink) columnsRefused(f *flight, status wirepb.AckStatus, reason string) bool {
+	if status != wirepb.AckStatus_ACK_STATUS_REJECTED || !strings.HasPrefix(reason, "malformed") {
+		return false
+	}
+	var fs []*flight
+	switch {
+	case strings.Contains(reason, unknownColumns):
+		for _, g := range u.win.q {
+			if !g.done && columnar(g) {
+				fs = append(fs, g)
+			}
+		}
+	case f != nil && !f.done && columnar(f):
+		fs = []*flight{f}
+	}
+	if len(fs) == 0 {
+		return false
+	}
+	for _, g := range fs {
+		body, err := wire.Unframe(wire.MsgBatch, g.payload, wire.Limits{})
+		if err != nil {
+			continue // not a frame this uplink could have made
+		}
+		g.payload, g.queued = wire.FrameWith(wire.MsgBatch, wire.CodecZstd, body), true
+		u.m.CodecFallbacks.Inc()
+	}
+	if u.codec == wire.CodecColumns {
+		u.codec = wire.CodecZstd
+		u.log.Warn("uplink: the hub refused a columnar batch as malformed (a hub older than the columnar codec?); sending zstd until restarted",
+			"batches", len(fs), "reason", reason)
+	}
+	return true
+}
+
+// unknownColumns is how a hub older than the columnar codec names it in
+// its rejection (wire's "unknown codec" error).
+var unknownColumns = fmt.Sprintf("unknown codec %d", wire.CodecColumns)
+
+// columnar says whether a batch in flight is framed as columns.
+func columnar(f *flight) bool {
+	return len(f.payload) > 2 && wire.Codec(f.payload[2]) == wire.CodecColumns
 }

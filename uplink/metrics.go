@@ -27,6 +27,7 @@ type Metrics struct {
 	Rejected         *prometheus.CounterVec // by reason
 	AcksIgnored      *prometheus.CounterVec // by why: malformed, foreign_stream, unmatched, bad_status
 	RetimeErrors     prometheus.Counter
+	CodecFallbacks   prometheus.Counter
 	InFlight         prometheus.Gauge
 	Connected        prometheus.Gauge
 	Reconnects       prometheus.Counter
@@ -56,6 +57,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		AcksIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "uplink", Name: "acks_ignored_total",
 			Help: "Messages on the ack topic that acknowledged nothing, by why."}, []string{"why"}),
 		RetimeErrors:    c("retime_errors_total", "Events sent as stored because the Retime hook failed."),
+		CodecFallbacks:  c("codec_fallbacks_total", "Columnar batches the hub refused as malformed (a hub older than the codec) and that were sent again as zstd."),
 		InFlight:        prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "uplink", Name: "inflight_batches", Help: "Batches awaiting the hub's ack."}),
 		Connected:       prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "uplink", Name: "connected", Help: "Uplinks connected to the broker (1 for a single agent)."}),
 		Reconnects:      c("reconnects_total", "Successful connections after the first."),
@@ -68,7 +70,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return m, nil
 	}
 	for _, col := range []prometheus.Collector{m.BatchesPublished, m.EventsPublished, m.BytesSent, m.BatchesResent, m.BatchesAcked,
-		m.EventsAcked, m.Rejected, m.AcksIgnored, m.RetimeErrors, m.InFlight, m.Connected, m.Reconnects, m.ConnectFailures, m.AckLatency} {
+		m.EventsAcked, m.Rejected, m.AcksIgnored, m.RetimeErrors, m.CodecFallbacks, m.InFlight, m.Connected, m.Reconnects, m.ConnectFailures, m.AckLatency} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

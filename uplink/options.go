@@ -99,8 +99,8 @@ type Options struct {
 	// of zstd's frame at under half its CPU at each end; a batch the
 	// columns cannot carry goes with zstd), "zstd", "s2" (about a third of
 	// zstd's CPU at both ends for frames about half again as large) or
-	// "none". Hubs older than the columnar codec reject its frames:
-	// upgrade the hub first.
+	// "none". A hub older than the columnar codec refuses its frames; the
+	// uplink then rewrites them as zstd and sends zstd from then on.
 	Compression string
 	// Window is how many batches may await the hub's ack at once. It also
 	// bounds paho's QoS 1 messages in flight (paho #520). Default 8; 1..1024.

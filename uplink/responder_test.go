@@ -33,6 +33,7 @@ type responder struct {
 	reorder bool // swap the answers of consecutive batches
 	light   bool // count only (benchmarks)
 	ackQoS  byte // QoS of answers; default 1
+	oldHub  bool // answer columnar frames as a hub older than the codec does
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -40,6 +41,7 @@ type responder struct {
 	received map[uint64]int // seq -> arrivals
 	arrivals map[[2]uint64]int
 	answered map[uint64]bool // seqs covered by an answer that was sent
+	refusedColumns int       // columnar frames answered as an old hub (oldHub)
 	order    []uint64        // first seq of each first arrival, in order
 	events   int
 	bytes    int
@@ -138,6 +140,15 @@ func (r *responder) handle(m mqtt.Message) *heldAck {
 	if err != nil {
 		r.fail("topic: %v", err)
 		return nil
+	}
+	if r.oldHub && wire.Codec(m.Payload()[2]) == wire.CodecColumns {
+		// What hubd before the columnar codec answered: it could not read
+		// the batch, so the answer names no stream and no range.
+		r.mu.Lock()
+		r.refusedColumns++
+		r.mu.Unlock()
+		return &heldAck{device: device, ack: &wirepb.Ack{StreamId: make([]byte, 16), Status: wirepb.AckStatus_ACK_STATUS_REJECTED,
+			Reason: "malformed: wire: malformed payload: unknown codec 3", ServerTimeNs: time.Now().UnixNano()}}
 	}
 	b, err := wire.DecodeBatch(m.Payload(), wire.Limits{})
 	if err != nil {

@@ -55,7 +55,7 @@ type colEncoder struct {
 	sets    map[string]uint32
 	setData []uint32 // per set: its tag count, then key, value per tag
 	nSets   int
-	ints    [8][]uint64 // metric, tag set, boot, method, time, mono, offset, uncertainty
+	ints    [icCount][]uint64 // metric, tag set, boot, method, time, mono, offset, uncertainty
 	values  []float64
 	scaled  []uint64
 	lastTag []byte // the previous event's tag fields and set, the common case
@@ -629,6 +629,7 @@ var colScratch = sync.Pool{New: func() any { return new([]uint64) }}
 // cannot stand for a huge batch.
 func (c *Columns) Decode(body []byte, lim Limits) error {
 	lim = lim.withDefaults()
+	c.Value = c.Value[:0] // Len is 0 unless the whole body decodes
 	r := &colReader{b: body}
 	if v := r.byte1("version"); r.err == nil && v != colsVersion {
 		return fmt.Errorf("%w: columnar batch version %d (this build reads %d)", ErrVersion, v, colsVersion)
@@ -725,7 +726,6 @@ func (c *Columns) Decode(body []byte, lim Limits) error {
 			*col = append(*col, int64(v))
 		}
 	}
-	c.Value = c.Value[:0]
 	switch mode := r.byte1("value mode"); {
 	case r.err != nil:
 	case mode == valRaw:
@@ -768,7 +768,7 @@ func (c *Columns) protoSizeBound() int {
 	setSize := func(s uint32) int {
 		n := 0
 		for _, t := range c.Tags[c.SetStart[s]:c.SetStart[s+1]] {
-			n += 2*3 + 3 + len(c.Strings[t.Key]) + len(c.Strings[t.Value])
+			n += 12 + len(c.Strings[t.Key]) + len(c.Strings[t.Value]) // tag, lengths, key and value tags
 		}
 		return n
 	}
