@@ -37,15 +37,15 @@ type responder struct {
 	stop    chan struct{}
 	done    chan struct{}
 
-	mu       sync.Mutex
-	received map[uint64]int // seq -> arrivals
-	arrivals map[[2]uint64]int
-	answered map[uint64]bool // seqs covered by an answer that was sent
-	refusedColumns int       // columnar frames answered as an old hub (oldHub)
-	order    []uint64        // first seq of each first arrival, in order
-	events   int
-	bytes    int
-	errs     []string
+	mu             sync.Mutex
+	received       map[uint64]int // seq -> arrivals
+	arrivals       map[[2]uint64]int
+	answered       map[uint64]bool // seqs covered by an answer that was sent
+	refusedColumns int             // columnar frames answered as an old hub (oldHub)
+	order          []uint64        // first seq of each first arrival, in order
+	events         int
+	bytes          int
+	errs           []string
 }
 
 func newResponder(t testing.TB, url string, policy func(*wirepb.Batch, int) verdict) *responder {
