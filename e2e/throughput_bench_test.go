@@ -137,6 +137,7 @@ func endToEnd(b *testing.B, codec wire.Codec) {
 	settleWrites()
 	b.ResetTimer()
 	pt := passThrough(b, mosq.URL(), frames, n/benchBatchEvents)
+	rr := requestReply(b, mosq.URL(), frames, n/benchBatchEvents)
 
 	um, _ := uplink.NewMetrics(nil)
 	stopProfile := profileE2E(b)
@@ -179,6 +180,8 @@ func endToEnd(b *testing.B, codec wire.Codec) {
 	b.ReportMetric(e2e, "events/s")
 	b.ReportMetric(pt, "passthrough-events/s")
 	b.ReportMetric(100*e2e/pt, "pct-of-passthrough")
+	b.ReportMetric(rr, "reply-events/s")
+	b.ReportMetric(100*e2e/rr, "pct-of-reply")
 	b.ReportMetric(cpu.self.Seconds()/elapsed.Seconds(), "go-cores")
 	b.ReportMetric(cpu.broker.Seconds()/elapsed.Seconds(), "broker-cores")
 	b.ReportMetric(float64(cpu.self.Nanoseconds())/float64(total), "go-cpu-ns/event")
@@ -342,6 +345,71 @@ func passThrough(b *testing.B, url string, frames [][]byte, batches int) float64
 		b.Fatalf("pass-through: payload bytes differ from what was sent")
 	}
 	return float64(want*benchBatchEvents) / elapsed.Seconds()
+}
+
+// requestReply is the broker's rate for the end-to-end path's shape with
+// no work in it: publisher i publishes copies of frames[i] at QoS 1 with
+// benchWindow awaiting a reply (not a PUBACK), and one subscriber, set up
+// as the hub's, reads every payload and answers each with a 40-byte QoS 0
+// message on the publisher's reply topic, as the hub acks. It returns
+// events/s from the first publish to the last reply.
+func requestReply(b *testing.B, url string, frames [][]byte, batches int) float64 {
+	var sum atomic.Uint64
+	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(url).SetClientID("rr-sub").
+		SetCleanSession(false).SetOrderMatters(false).SetAutoAckDisabled(true))
+	if t := sub.Connect(); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
+		b.Fatal("request/reply: subscriber connect failed")
+	}
+	defer sub.Disconnect(100)
+	reply := make([]byte, 40)
+	if t := sub.Subscribe("rr/+/batch", 1, func(c mqtt.Client, m mqtt.Message) {
+		s := uint64(0)
+		for _, x := range m.Payload() {
+			s += uint64(x)
+		}
+		sum.Add(s)
+		m.Ack()
+		c.Publish(strings.TrimSuffix(m.Topic(), "batch")+"ack", 0, false, reply)
+	}); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
+		b.Fatal("request/reply: subscribe failed")
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, frame := range frames {
+		window := make(chan struct{}, benchWindow)
+		got := make(chan struct{}, batches)
+		pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("rr-pub-%d", i)).
+			SetCleanSession(true).SetOrderMatters(false))
+		if t := pub.Connect(); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
+			b.Fatal("request/reply: publisher connect failed")
+		}
+		defer pub.Disconnect(100)
+		if t := pub.Subscribe(fmt.Sprintf("rr/%d/ack", i), 0, func(mqtt.Client, mqtt.Message) {
+			<-window
+			got <- struct{}{}
+		}); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
+			b.Fatal("request/reply: reply subscribe failed")
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range batches {
+				window <- struct{}{}
+				pub.Publish(fmt.Sprintf("rr/%d/batch", i), 1, false, frame)
+			}
+			for range batches {
+				select {
+				case <-got:
+				case <-time.After(time.Minute):
+					b.Errorf("request/reply: publisher %d got no reply for a minute", i)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	return float64(batches*len(frames)*benchBatchEvents) / elapsed.Seconds()
 }
 
 // settleWrites waits until this process has stopped writing (Badger
