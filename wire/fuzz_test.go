@@ -20,7 +20,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	small, _ := EncodeBatch(sampleBatch(2))
 	big, _ := EncodeBatch(sampleBatch(300))
 	body, _ := proto.Marshal(sampleBatch(300))
-	seedFrames(f, small, big, FrameWith(MsgBatch, CodecS2, body))
+	seedFrames(f, small, big, FrameWith(MsgBatch, CodecS2, body), FrameWith(MsgBatch, CodecColumns, body))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		lim := Limits{MaxEvents: 1000, MaxBodyBytes: 1 << 20}
 		batch, err := DecodeBatch(b, lim)
