@@ -34,7 +34,8 @@ import (
 
 // The delivery benchmarks: 4 agents (publishers), batches of 1000 events of
 // about 40 bytes, 32 batches in flight per agent, QoS 1, one Mosquitto on
-// loopback, once with each compressing codec (zstd, the default, and s2).
+// loopback, once with each codec (zstd, s2 and the columns, the default),
+// then the columns through hubd's embedded broker instead of Mosquitto.
 // b.N is events per agent.
 //
 //	go test ./e2e -run '^$' -bench BenchmarkEndToEnd -benchtime 500000x -count 6
@@ -91,13 +92,20 @@ func benchFrame(device string, codec wire.Codec, recs [][]byte) []byte {
 // run. b.N is events per agent.
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, codec := range []wire.Codec{wire.CodecZstd, wire.CodecS2, wire.CodecColumns} {
-		b.Run(codec.String(), func(b *testing.B) { endToEnd(b, codec) })
+		b.Run(codec.String(), func(b *testing.B) { endToEnd(b, codec, false) })
 	}
+	// hubd's default: its embedded broker, with the pass-through and
+	// request/reply measured through that broker too.
+	b.Run("embedded/columns", func(b *testing.B) { endToEnd(b, wire.CodecColumns, true) })
 }
 
-func endToEnd(b *testing.B, codec wire.Codec) {
-	mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{})
-	brokerPID := childPID("mosquitto")
+func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
+	var brokerURL string
+	brokerPID := 0 // the embedded broker's CPU is the Go process's
+	if !embedded {
+		mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{})
+		brokerURL, brokerPID = mosq.URL(), childPID("mosquitto")
+	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n := max(b.N, benchBatchEvents) / benchBatchEvents * benchBatchEvents
 	ctx, cancel := context.WithCancel(context.Background())
@@ -125,7 +133,11 @@ func endToEnd(b *testing.B, codec wire.Codec) {
 		frames[i] = benchFrame(st.Name(), codec, recs)
 	}
 	reg := prometheus.NewRegistry()
-	srv, err := hub.New(hub.Options{DataDir: b.TempDir(), HTTPAddr: "off", MQTTURL: mosq.URL(), ClientID: "bench-hub", Logger: quiet, Registerer: reg})
+	ho := hub.Options{DataDir: b.TempDir(), HTTPAddr: "off", MQTTURL: brokerURL, ClientID: "bench-hub", Logger: quiet, Registerer: reg}
+	if embedded {
+		ho.MQTTListen = "127.0.0.1:0"
+	}
+	srv, err := hub.New(ho)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -133,11 +145,14 @@ func endToEnd(b *testing.B, codec wire.Codec) {
 		b.Fatal(err)
 	}
 	defer srv.Shutdown(context.Background())
+	if embedded {
+		brokerURL = "tcp://" + srv.BrokerAddr()
+	}
 
 	settleWrites()
 	b.ResetTimer()
-	pt := passThrough(b, mosq.URL(), frames, n/benchBatchEvents)
-	rr := requestReply(b, mosq.URL(), frames, n/benchBatchEvents)
+	pt := passThrough(b, brokerURL, frames, n/benchBatchEvents)
+	rr := requestReply(b, brokerURL, frames, n/benchBatchEvents)
 
 	um, _ := uplink.NewMetrics(nil)
 	stopProfile := profileE2E(b)
@@ -150,7 +165,7 @@ func endToEnd(b *testing.B, codec wire.Codec) {
 		backN.Add(1)
 	}
 	for _, st := range streams {
-		up, err := uplink.New(st, uplink.Options{DeviceID: st.Name(), Brokers: []string{mosq.URL()}, Logger: quiet,
+		up, err := uplink.New(st, uplink.Options{DeviceID: st.Name(), Brokers: []string{brokerURL}, Logger: quiet,
 			Window: benchWindow, MaxBatchEvents: benchBatchEvents, Linger: uplink.NoLinger, PollInterval: 5 * time.Millisecond, Metrics: um,
 			Compression: codec.String(), OnAck: onAck})
 		if err != nil {
