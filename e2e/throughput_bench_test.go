@@ -40,16 +40,18 @@ import (
 //
 //	go test ./e2e -run '^$' -bench BenchmarkEndToEnd -benchtime 500000x -count 6
 //
-// BenchmarkEndToEnd reports both paths measured in the same run, on the same
-// broker, one after the other: the broker's pass-through of the same frames
-// (passthrough-events/s) and the end-to-end rate (events/s), their ratio
-// (pct-of-passthrough), how many cores the Go process (agents and hub) and
-// Mosquitto kept busy during the end-to-end part and the Go process's CPU
-// per event, the agents' mean ack latency (ack-ms) with its way back
-// (back-ms: the hub's ack stamp to the agent's send loop) and the hub's
-// share (hub-ms: a batch's arrival to its ack handed to the broker), and
-// the hub's mean group commit (time and batches). The machine is shared: compare runs with -count and
-// look at the cores and latencies before reading much into one figure.
+// BenchmarkEndToEnd reports, measured in the same run on the same broker one
+// after the other: the broker's pass-through of the same frames
+// (passthrough-events/s), its request/reply rate for them
+// (reply-events/s), the end-to-end rate (events/s) and its ratio to each
+// (pct-of-passthrough, pct-of-reply); how many cores the Go process (agents
+// and hub) and Mosquitto kept busy during the end-to-end part and the Go
+// process's CPU per event; the agents' mean ack latency (ack-ms) with its
+// way back (back-ms: the hub's ack stamp to the agent's send loop) and the
+// hub's share (hub-ms: a batch's arrival to its ack handed to the broker);
+// and the hub's mean group commit (time and batches). The machine is
+// shared: compare runs with -count and look at the cores and latencies
+// before reading much into one figure.
 const (
 	benchAgents      = 4
 	benchBatchEvents = 1000
