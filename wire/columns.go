@@ -284,20 +284,10 @@ func uvarintAt(b []byte, pos int) (v uint64, m int) {
 	if pos < len(b) && b[pos] < 0x80 {
 		return uint64(b[pos]), 1
 	}
-	if len(b)-pos >= 10 { // no bounds checks in the loop
-		b := b[pos : pos+10]
-		for i, x := range b {
-			v |= uint64(x&0x7f) << (7 * i)
-			if x < 0x80 {
-				if i == 9 && x > 1 {
-					return 0, -1
-				}
-				return v, i + 1
-			}
-		}
+	if pos >= len(b) {
 		return 0, -1
 	}
-	return binary.Uvarint(b[pos:])
+	return protowire.ConsumeVarint(b[pos:]) // unrolled; m < 0 on error
 }
 
 // strCache remembers the last few strings of one column and their table
