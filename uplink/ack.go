@@ -84,16 +84,18 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 // columnar batch in flight is rewritten as zstd and published again, and
 // the uplink sends zstd until it restarts. A current hub that refuses one
 // columnar batch as malformed gets that batch again as zstd before it is
-// dropped, so a fault in either end's columns loses nothing that protobuf
-// can carry. It reports whether it handled the answer; f may be nil (the
-// answer matched no batch in flight).
+// dropped (and the next batches go as columns still), so a fault in either
+// end's columns loses nothing that protobuf can carry. It reports whether
+// it handled the answer; f may be nil (the answer matched no batch in
+// flight).
 func (u *Uplink) columnsRefused(f *flight, status wirepb.AckStatus, reason string) bool {
 	if status != wirepb.AckStatus_ACK_STATUS_REJECTED || !strings.HasPrefix(reason, "malformed") {
 		return false
 	}
 	var fs []*flight
+	oldHub := strings.Contains(reason, unknownColumns)
 	switch {
-	case strings.Contains(reason, unknownColumns):
+	case oldHub:
 		for _, g := range u.win.q {
 			if !g.done && columnar(g) {
 				fs = append(fs, g)
@@ -113,10 +115,14 @@ func (u *Uplink) columnsRefused(f *flight, status wirepb.AckStatus, reason strin
 		g.payload, g.queued = wire.FrameWith(wire.MsgBatch, wire.CodecZstd, body), true
 		u.m.CodecFallbacks.Inc()
 	}
-	if u.codec == wire.CodecColumns {
+	switch {
+	case oldHub && u.codec == wire.CodecColumns:
 		u.codec = wire.CodecZstd
-		u.log.Warn("uplink: the hub refused a columnar batch as malformed (a hub older than the columnar codec?); sending zstd until restarted",
+		u.log.Warn("uplink: the hub cannot read columnar batches (older than the codec); sending zstd until restarted",
 			"batches", len(fs), "reason", reason)
+	case !oldHub:
+		u.warn(&u.rejLog, "uplink: the hub refused a columnar batch as malformed; sending it again as zstd",
+			"first", f.first, "last", f.last, "reason", reason)
 	}
 	return true
 }

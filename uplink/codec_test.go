@@ -19,8 +19,9 @@ func TestOldHubGetsZstd(t *testing.T) {
 	r := newResponder(t, url, nil)
 	r.oldHub = true
 	u := newUplink(t, st, url, nil) // columns, the default
-	runUplink(t, u)
+	stop := runUplink(t, u)
 	waitFor(t, 30*time.Second, "buffer acked through the last event", func() bool { return st.Stats().Acked == 3000 })
+	stop() // the send loop owns u.codec
 	r.check(t, 3000)
 	r.mu.Lock()
 	refused := r.refusedColumns
@@ -30,6 +31,9 @@ func TestOldHubGetsZstd(t *testing.T) {
 	}
 	if n := value(u.m.CodecFallbacks); n == 0 || value(u.m.Rejected) != 0 {
 		t.Fatalf("fallbacks %v, rejections %v: want some and none", n, value(u.m.Rejected))
+	}
+	if u.codec != wire.CodecZstd {
+		t.Fatalf("the uplink went on with %v after the old hub's refusal, want zstd", u.codec)
 	}
 }
 
@@ -48,14 +52,18 @@ func TestMalformedColumnsResentAsZstd(t *testing.T) {
 		return verdict{}
 	})
 	u := newUplink(t, st, url, nil)
-	runUplink(t, u)
+	stop := runUplink(t, u)
 	waitFor(t, 30*time.Second, "buffer acked through the last event", func() bool { return st.Stats().Acked == 2000 })
+	stop() // the send loop owns u.codec
 	r.check(t, 2000)
 	if !refusedOnce.Load() {
 		t.Fatal("the batch from 501 never arrived")
 	}
 	if n := value(u.m.CodecFallbacks); n != 1 || value(u.m.Rejected) != 0 {
 		t.Fatalf("fallbacks %v, rejections %v: want 1 and 0", n, value(u.m.Rejected))
+	}
+	if u.codec != wire.CodecColumns {
+		t.Fatalf("the uplink went on with %v after one refused batch, want columns", u.codec)
 	}
 	// A rejection of a zstd batch stays a rejection.
 	if u.columnsRefused(&flight{payload: wire.FrameWith(wire.MsgBatch, wire.CodecZstd, make([]byte, 600))}, wirepb.AckStatus_ACK_STATUS_REJECTED, "malformed: x") {
