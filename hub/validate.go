@@ -59,10 +59,20 @@ func validateSendTime(v *batchView) error {
 	if v.clock.method < 0 || v.clock.method > maxMethod {
 		return reject(ReasonMethod, "clock method %d unknown", v.clock.method)
 	}
-	if v.clock.method != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED && !saneTime(v.sendTimeNs) {
-		return reject(ReasonTime, "send_time %d outside [2000, 2200) with a %s clock", v.sendTimeNs, v.clock.method)
+	if v.clock.method != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED && !correctedSane(v.sendTimeNs, v.clock.offsetNs) {
+		return reject(ReasonTime, "send_time %d corrected by %d outside [2000, 2200) with a %s clock", v.sendTimeNs, v.clock.offsetNs, v.clock.method)
 	}
 	return nil
+}
+
+// correctedSane says whether a trusted clock's reading, corrected by its
+// offset, falls in [2000, 2200). The raw reading may be anywhere a device
+// clock goes (1970 after a power loss is common: the agent's offset
+// repairs it); both are bounded first so the sum cannot wrap around into
+// the sane range.
+func correctedSane(rawNs, offsetNs int64) bool {
+	return rawNs >= -maxTimeNs && rawNs <= maxTimeNs && offsetNs >= -maxTimeNs && offsetNs <= maxTimeNs &&
+		saneTime(rawNs+offsetNs)
 }
 
 // validateEvent checks one event's value, metric and timestamps.
@@ -82,11 +92,8 @@ func validateEvent(e *eventView, i int) error {
 	if e.method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
 		return nil
 	}
-	if !saneTime(e.deviceTimeNs) {
-		return reject(ReasonTime, "event %d: device_time %d outside [2000, 2200) with method %s", i, e.deviceTimeNs, e.method)
-	}
-	if e.offsetNs < -maxTimeNs || e.offsetNs > maxTimeNs || !saneTime(e.deviceTimeNs+e.offsetNs) {
-		return reject(ReasonTime, "event %d: corrected time %d + %d outside [2000, 2200)", i, e.deviceTimeNs, e.offsetNs)
+	if !correctedSane(e.deviceTimeNs, e.offsetNs) {
+		return reject(ReasonTime, "event %d: corrected time %d + %d outside [2000, 2200) with method %s", i, e.deviceTimeNs, e.offsetNs, e.method)
 	}
 	return nil
 }

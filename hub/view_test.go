@@ -182,6 +182,17 @@ func TestValidateBatch(t *testing.T) {
 		{"1970 untrusted ok", "d1", func(b *wirepb.Batch) {
 			b.Events[0].DeviceTimeNs, b.Events[0].Method = 5, wirepb.TimeMethod_TIME_METHOD_UNTRUSTED
 		}, ""},
+		{"1970 device clock repaired by the offset", "d1", func(b *wirepb.Batch) {
+			b.Events[0].DeviceTimeNs, b.Events[0].OffsetNs = 5, b.Events[0].DeviceTimeNs-5
+		}, ""},
+		{"send time 1970 repaired by the clock's offset", "d1", func(b *wirepb.Batch) {
+			b.SendTimeNs, b.Clock.OffsetNs = 7, b.SendTimeNs-7
+		}, ""},
+		{"send time 1970 not repaired", "d1", func(b *wirepb.Batch) { b.SendTimeNs = 7 }, ReasonTime},
+		{"sum that wraps into range", "d1", func(b *wirepb.Batch) {
+			// -8.2e18 - 7.1e18 wraps around to late 2068.
+			b.Events[0].DeviceTimeNs, b.Events[0].OffsetNs = math.MinInt64+1e18, -7_100_000_000_000_000_000
+		}, ReasonTime},
 		{"huge offset", "d1", func(b *wirepb.Batch) { b.Events[0].OffsetNs = math.MaxInt64 }, ReasonTime},
 		{"negative uncertainty", "d1", func(b *wirepb.Batch) { b.Events[0].UncertaintyNs = -1 }, ReasonTime},
 		{"send time 2300", "d1", func(b *wirepb.Batch) { b.SendTimeNs = math.MaxInt64 }, ReasonTime},
