@@ -52,11 +52,21 @@ import (
 // and the hub's mean group commit (time and batches). The machine is
 // shared: compare runs with -count and look at the cores and latencies
 // before reading much into one figure.
+//
+// E2E_WINDOW sets the window (default 32) and E2E_MOSQUITTO_NAGLE=1 leaves
+// Mosquitto's set_tcp_nodelay off, its default, to measure what they cost.
 const (
 	benchAgents      = 4
 	benchBatchEvents = 1000
-	benchWindow      = 32
 )
+
+// benchWindow is the batches in flight per publisher (E2E_WINDOW).
+var benchWindow = func() int {
+	if n, err := strconv.Atoi(os.Getenv("E2E_WINDOW")); err == nil && n > 0 {
+		return n
+	}
+	return 32
+}()
 
 // benchRecords returns n encoded events of about 40 bytes, shaped like one
 // sensor's readings: a metric from a small set, one tag, a noisy value with
@@ -105,7 +115,7 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 	var brokerURL string
 	brokerPID := 0 // the embedded broker's CPU is the Go process's
 	if !embedded {
-		mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{})
+		mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{Nagle: os.Getenv("E2E_MOSQUITTO_NAGLE") == "1"})
 		brokerURL, brokerPID = mosq.URL(), childPID("mosquitto")
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -303,28 +313,14 @@ func BenchmarkBrokerPassThrough(b *testing.B) {
 // events/s from the first connect to the last message received.
 func passThrough(b *testing.B, url string, frames [][]byte, batches int) float64 {
 	var got atomic.Int64
-	var sum atomic.Uint64
 	done := make(chan struct{})
 	want := int64(batches * len(frames))
-	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(url).SetClientID("pt-sub").
-		SetCleanSession(false).SetOrderMatters(false).SetAutoAckDisabled(true))
-	if t := sub.Connect(); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
-		b.Fatal("pass-through: subscriber connect failed")
-	}
-	defer sub.Disconnect(100)
-	if t := sub.Subscribe("pt/+/batch", 1, func(_ mqtt.Client, m mqtt.Message) {
-		s := uint64(0)
-		for _, c := range m.Payload() {
-			s += uint64(c)
-		}
-		sum.Add(s)
-		m.Ack()
+	sum, stop := benchSubscriber(b, url, "pt", func(mqtt.Client, mqtt.Message) {
 		if got.Add(1) == want {
 			close(done)
 		}
-	}); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
-		b.Fatal("pass-through: subscribe failed")
-	}
+	})
+	defer stop()
 	start := time.Now()
 	for i, frame := range frames {
 		go func() {
@@ -352,16 +348,48 @@ func passThrough(b *testing.B, url string, frames [][]byte, batches int) float64
 		b.Fatalf("pass-through: %d of %d messages arrived", got.Load(), want)
 	}
 	elapsed := time.Since(start)
-	wantSum := uint64(0)
-	for _, f := range frames {
-		for _, c := range f {
-			wantSum += uint64(c) * uint64(batches)
-		}
-	}
-	if sum.Load() != wantSum {
+	if sum.Load() != framesSum(frames, batches) {
 		b.Fatalf("pass-through: payload bytes differ from what was sent")
 	}
 	return float64(want*benchBatchEvents) / elapsed.Seconds()
+}
+
+// benchSubscriber connects the subscriber of a baseline (prefix "pt" or
+// "rr"), set up as the hub's (QoS 1, persistent session, handlers
+// unordered, manual acks), to prefix/+/batch. Each message's bytes are
+// summed into the returned counter before it is acknowledged and handed
+// to then; stop disconnects it.
+func benchSubscriber(b *testing.B, url, prefix string, then mqtt.MessageHandler) (sum *atomic.Uint64, stop func()) {
+	sum = new(atomic.Uint64)
+	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(url).SetClientID(prefix + "-sub").
+		SetCleanSession(false).SetOrderMatters(false).SetAutoAckDisabled(true))
+	if t := sub.Connect(); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
+		b.Fatalf("%s: subscriber connect failed", prefix)
+	}
+	if t := sub.Subscribe(prefix+"/+/batch", 1, func(c mqtt.Client, m mqtt.Message) {
+		s := uint64(0)
+		for _, x := range m.Payload() {
+			s += uint64(x)
+		}
+		sum.Add(s)
+		m.Ack()
+		then(c, m)
+	}); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
+		sub.Disconnect(100)
+		b.Fatalf("%s: subscribe failed", prefix)
+	}
+	return sum, func() { sub.Disconnect(100) }
+}
+
+// framesSum is what benchSubscriber sums for batches copies of frames.
+func framesSum(frames [][]byte, batches int) uint64 {
+	sum := uint64(0)
+	for _, f := range frames {
+		for _, c := range f {
+			sum += uint64(c) * uint64(batches)
+		}
+	}
+	return sum
 }
 
 // requestReply is the broker's rate for the end-to-end path's shape with
@@ -371,25 +399,11 @@ func passThrough(b *testing.B, url string, frames [][]byte, batches int) float64
 // message on the publisher's reply topic, as the hub acks. It returns
 // events/s from the first publish to the last reply.
 func requestReply(b *testing.B, url string, frames [][]byte, batches int) float64 {
-	var sum atomic.Uint64
-	sub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(url).SetClientID("rr-sub").
-		SetCleanSession(false).SetOrderMatters(false).SetAutoAckDisabled(true))
-	if t := sub.Connect(); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
-		b.Fatal("request/reply: subscriber connect failed")
-	}
-	defer sub.Disconnect(100)
 	reply := make([]byte, 40)
-	if t := sub.Subscribe("rr/+/batch", 1, func(c mqtt.Client, m mqtt.Message) {
-		s := uint64(0)
-		for _, x := range m.Payload() {
-			s += uint64(x)
-		}
-		sum.Add(s)
-		m.Ack()
+	sum, stop := benchSubscriber(b, url, "rr", func(c mqtt.Client, m mqtt.Message) {
 		c.Publish(strings.TrimSuffix(m.Topic(), "batch")+"ack", 0, false, reply)
-	}); !t.WaitTimeout(5*time.Second) || t.Error() != nil {
-		b.Fatal("request/reply: subscribe failed")
-	}
+	})
+	defer stop()
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, frame := range frames {
@@ -426,6 +440,9 @@ func requestReply(b *testing.B, url string, frames [][]byte, batches int) float6
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if sum.Load() != framesSum(frames, batches) {
+		b.Fatalf("request/reply: payload bytes differ from what was sent")
+	}
 	return float64(batches*len(frames)*benchBatchEvents) / elapsed.Seconds()
 }
 

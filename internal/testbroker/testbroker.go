@@ -62,6 +62,9 @@ type MosquittoOptions struct {
 	Secure bool
 	// Conf is appended to the configuration when Secure is set.
 	Conf string
+	// Nagle leaves set_tcp_nodelay off (Mosquitto's default), to measure
+	// what it costs.
+	Nagle bool
 }
 
 // Mosquitto is a broker process a test owns.
@@ -98,7 +101,7 @@ func StartMosquitto(t testing.TB, o MosquittoOptions) *Mosquitto {
 	// set_tcp_nodelay, as docs/OPERATIONS.md advises for a hub's broker:
 	// with Nagle's algorithm Mosquitto holds each small write (a PUBACK,
 	// the hub's ack) until the device's delayed ACK, about 40 ms.
-	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\nmax_inflight_messages %d\nmax_queued_messages 100000\nset_tcp_nodelay true\n", m.port, o.MaxInflight)
+	conf := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\nmax_inflight_messages %d\nmax_queued_messages 100000\nset_tcp_nodelay %v\n", m.port, o.MaxInflight, !o.Nagle)
 	if o.Secure {
 		// root: read the password and ACL files from the test's directory
 		// without dropping privileges.
