@@ -85,7 +85,10 @@ type blockReader struct {
 // openBlock checks a block's checksum and header; lastSeq comes from its
 // key. The records it returns point into v for a plain block, unless own is
 // set, and into a new buffer for a compressed one: with own they outlive v.
-func openBlock(v []byte, lastSeq uint64, own bool) (blockReader, error) {
+// Without own, a compressed block is decoded into *scratch when it is large
+// enough (and *scratch is grown to fit otherwise), so a read of many blocks
+// reuses one buffer; the records are then valid until the next use of it.
+func openBlock(v []byte, lastSeq uint64, own bool, scratch *[]byte) (blockReader, error) {
 	if len(v) < 7 {
 		return blockReader{}, fmt.Errorf("%w: block of %d bytes is too short", ErrCorrupt, len(v))
 	}
@@ -104,7 +107,16 @@ func openBlock(v []byte, lastSeq uint64, own bool) (blockReader, error) {
 		if err != nil || n > maxBlockBody {
 			return blockReader{}, fmt.Errorf("%w: compressed block ending at seq %d: length %d: %v", ErrCorrupt, lastSeq, n, err)
 		}
-		if body, err = s2.Decode(make([]byte, n), body[1:]); err != nil {
+		var dst []byte
+		if !own && scratch != nil {
+			if cap(*scratch) < n {
+				*scratch = make([]byte, n)
+			}
+			dst = (*scratch)[:n]
+		} else {
+			dst = make([]byte, n)
+		}
+		if body, err = s2.Decode(dst, body[1:]); err != nil {
 			return blockReader{}, fmt.Errorf("%w: compressed block ending at seq %d: %v", ErrCorrupt, lastSeq, err)
 		}
 	default:

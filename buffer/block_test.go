@@ -39,10 +39,20 @@ func TestBlockFormats(t *testing.T) {
 			if len(scratch) > 0 && &scratch[0] == &v[0] {
 				t.Fatal("block shares memory with the scratch buffer")
 			}
-			for _, own := range []bool{false, true} {
-				br, err := openBlock(v, 100+uint64(len(c.recs))-1, own)
+			// Without own, decoded into nothing, a too small scratch buffer
+			// (grown) and the grown one again; with own, never into it.
+			small := make([]byte, 1)
+			for _, r := range []struct {
+				own     bool
+				scratch *[]byte
+			}{{false, nil}, {false, &small}, {false, &small}, {true, &small}} {
+				own := r.own
+				br, err := openBlock(v, 100+uint64(len(c.recs))-1, own, r.scratch)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if own {
+					clear(*r.scratch) // owned records do not live in it
 				}
 				for i := 0; ; i++ {
 					seq, rec, ok, err := br.next()
@@ -79,7 +89,7 @@ func TestBlockDamage(t *testing.T) {
 		"version":    future,
 		"huge-claim": bomb,
 	} {
-		if _, err := openBlock(b, 100, false); !errors.Is(err, ErrCorrupt) {
+		if _, err := openBlock(b, 100, false, nil); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: want ErrCorrupt, got %v", name, err)
 		}
 	}
@@ -135,7 +145,7 @@ func FuzzOpenBlock(f *testing.F) {
 		f.Add(v, uint64(20))
 	}
 	f.Fuzz(func(t *testing.T, v []byte, lastSeq uint64) {
-		br, err := openBlock(v, lastSeq, false)
+		br, err := openBlock(v, lastSeq, false, nil)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("error not ErrCorrupt: %v", err)

@@ -145,6 +145,11 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 		acked, drops uint64
 		added        []tailBlock // blocks written, for the tail cache
 		reset        bool        // a block may have left from the middle
+		// front is the first block an ack or drop in this commit found
+		// at or after the head it left (its front.head): the stream's
+		// oldest append time, if no later op moved the head again and no
+		// block left from the middle (the pass may have seen that one).
+		front frontBlock
 	}
 	changes := map[*Stream]*change{}
 	get := func(st *Stream) *change {
@@ -165,7 +170,7 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 		case opAppend:
 			if o.st.opts.Full == DropOldest && c.bytes+o.size > o.st.opts.MaxBytes {
 				var n uint64
-				n, err = s.dropOldest(wb, o.st, &c.m, &c.bytes, c.bytes+o.size-o.st.opts.MaxBytes)
+				n, err = s.dropOldest(wb, o.st, &c.m, &c.bytes, c.bytes+o.size-o.st.opts.MaxBytes, &c.front)
 				c.drops += n
 			}
 			if err == nil {
@@ -173,7 +178,7 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 			}
 		case opAck:
 			var n uint64
-			n, err = s.ackThrough(wb, o.st, &c.m, &c.bytes, o.upTo)
+			n, err = s.ackThrough(wb, o.st, &c.m, &c.bytes, o.upTo, &c.front)
 			c.acked += n
 		case opDropBlock:
 			var n uint64
@@ -182,7 +187,7 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 			c.reset = true
 		case opExpire:
 			var n uint64
-			n, err = s.dropWhile(wb, o.st, &c.m, &c.bytes, ReasonMaxAge, func(b blockInfo) bool { return b.appendMs < o.cutoffMs })
+			n, err = s.dropWhile(wb, o.st, &c.m, &c.bytes, ReasonMaxAge, func(b blockInfo) bool { return b.appendMs < o.cutoffMs }, &c.front)
 			c.drops += n
 		}
 		if err != nil {
@@ -224,7 +229,11 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 			oldest = 0
 		case c.m.head != c.head0:
 			var ok bool
-			if oldest, ok = st.oldestCached(c.m.head, c.added); !ok {
+			if c.front.found && c.front.head == c.m.head && !c.reset {
+				// Seen by the delete's own pass: no second Badger seek,
+				// which would copy the two blocks it lands on.
+				oldest = c.front.appendMs
+			} else if oldest, ok = st.oldestCached(c.m.head, c.added); !ok {
 				oldest = st.oldestMs(c.m.head)
 			}
 		case c.next0 == c.head0:
@@ -295,9 +304,19 @@ func (s *Store) writeBlocks(wb *badger.WriteBatch, st *Stream, m *meta, bytes *i
 	return r, nil
 }
 
+// frontBlock is what a pass deleting blocks from the front of a stream
+// learnt about the first block it kept: its append time, which is the
+// stream's oldest once head (the head the pass left) holds.
+type frontBlock struct {
+	head     uint64
+	appendMs int64
+	found    bool
+}
+
 // ackThrough moves the acknowledged position to upTo and deletes the blocks
-// it covers entirely. It returns how many records became acknowledged.
-func (s *Store) ackThrough(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, upTo uint64) (uint64, error) {
+// it covers entirely. It returns how many records became acknowledged and
+// notes in front the first block it kept, if its pass saw one.
+func (s *Store) ackThrough(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, upTo uint64, front *frontBlock) (uint64, error) {
 	if upTo <= m.acked {
 		return 0, nil
 	}
@@ -315,11 +334,13 @@ func (s *Store) ackThrough(wb *badger.WriteBatch, st *Stream, m *meta, bytes *in
 	if err := wb.Set(metaKey(st.num), m.encode()); err != nil {
 		return 0, err
 	}
-	return n, s.deleteBlocks(wb, st, oldHead, bytes, func(b blockInfo) bool { return b.lastSeq <= upTo })
+	kept, found, err := s.deleteBlocks(wb, st, oldHead, bytes, func(b blockInfo) bool { return b.lastSeq <= upTo })
+	*front = frontBlock{head: m.head, appendMs: kept.appendMs, found: found && kept.lastSeq >= m.head && kept.lastSeq < m.next}
+	return n, err
 }
 
 // dropOldest frees at least need bytes from the front of the stream.
-func (s *Store) dropOldest(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, need int64) (uint64, error) {
+func (s *Store) dropOldest(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, need int64, front *frontBlock) (uint64, error) {
 	freed := int64(0)
 	return s.dropWhile(wb, st, m, bytes, ReasonMaxBytes, func(b blockInfo) bool {
 		if freed >= need {
@@ -327,19 +348,23 @@ func (s *Store) dropOldest(wb *badger.WriteBatch, st *Stream, m *meta, bytes *in
 		}
 		freed += b.size
 		return true
-	})
+	}, front)
 }
 
 // dropWhile drops whole blocks from the front while keep returns true and
-// records the dropped range as a gap. It returns how many records it dropped.
-func (s *Store) dropWhile(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, reason string, drop func(blockInfo) bool) (uint64, error) {
+// records the dropped range as a gap. It returns how many records it dropped
+// and notes in front the first block it kept, if it dropped any.
+func (s *Store) dropWhile(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, reason string, drop func(blockInfo) bool, front *frontBlock) (uint64, error) {
 	var victims []blockInfo
+	var kept blockInfo
+	found := false
 	err := s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})
 		defer it.Close()
 		for it.Seek(blockSeekKey(st.num, m.head)); it.Valid(); it.Next() {
 			b, ok := parseBlockKey(it.Item().Key())
 			if !ok || b.lastSeq >= m.next || !drop(b) {
+				kept, found = b, ok && b.lastSeq < m.next
 				break
 			}
 			victims = append(victims, b)
@@ -349,6 +374,7 @@ func (s *Store) dropWhile(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int
 	if err != nil || len(victims) == 0 {
 		return 0, err
 	}
+	*front = frontBlock{head: victims[len(victims)-1].lastSeq + 1, appendMs: kept.appendMs, found: found}
 	last := victims[len(victims)-1].lastSeq
 	g := Gap{First: m.head, Last: last, Reason: reason}
 	n := m.addGap(g)
@@ -407,28 +433,31 @@ func (s *Store) dropBlock(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int
 	return n, nil
 }
 
-// deleteBlocks deletes blocks from seq `from` on while del returns true.
-func (s *Store) deleteBlocks(wb *badger.WriteBatch, st *Stream, from uint64, bytes *int64, del func(blockInfo) bool) error {
+// deleteBlocks deletes blocks from seq `from` on while del returns true. It
+// returns the first block it kept (found is false if it reached the end of
+// what is committed, or a key of the wrong shape).
+func (s *Store) deleteBlocks(wb *badger.WriteBatch, st *Stream, from uint64, bytes *int64, del func(blockInfo) bool) (kept blockInfo, found bool, err error) {
 	if blocks, ok := st.cachedFrom(from); ok {
 		// The blocks an iterator from seq would visit, without one.
 		for _, b := range blocks {
 			if !del(b.info()) {
-				break
+				return b.info(), true, nil
 			}
 			if err := wb.Delete(blockKey(st.num, b.last, b.appendMs, b.plain)); err != nil {
-				return err
+				return blockInfo{}, false, err
 			}
 			*bytes -= int64(b.plain)
 		}
-		return nil
+		return blockInfo{}, false, nil
 	}
 	var keys [][]byte
-	err := s.db.View(func(txn *badger.Txn) error {
+	err = s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})
 		defer it.Close()
 		for it.Seek(blockSeekKey(st.num, from)); it.Valid(); it.Next() {
 			b, ok := parseBlockKey(it.Item().Key())
 			if !ok || !del(b) {
+				kept, found = b, ok
 				break
 			}
 			keys = append(keys, it.Item().KeyCopy(nil))
@@ -437,14 +466,14 @@ func (s *Store) deleteBlocks(wb *badger.WriteBatch, st *Stream, from uint64, byt
 		return nil
 	})
 	if err != nil {
-		return err
+		return blockInfo{}, false, err
 	}
 	for _, k := range keys {
 		if err := wb.Delete(k); err != nil {
-			return err
+			return blockInfo{}, false, err
 		}
 	}
-	return nil
+	return kept, found, nil
 }
 
 // sync makes what the committer wrote durable, timing it for

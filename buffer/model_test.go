@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // model is the simple truth a Stream must agree with: a map of held records
@@ -18,17 +19,22 @@ type model struct {
 
 // TestAgainstModel runs random interleavings of append, read, ack and
 // reopen, with a small bound so drop_oldest fires, and checks every read and
-// every position against the model.
+// every position against the model, and the oldest append time against a
+// seek in Badger; with the tail cache and, for some seeds, without it.
 func TestAgainstModel(t *testing.T) {
 	for seed := uint64(1); seed <= 8; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 0) })
+	}
+	for seed := uint64(9); seed <= 12; seed++ {
+		t.Run(fmt.Sprint(seed, "_uncached"), func(t *testing.T) { runModel(t, seed, -1) })
 	}
 }
 
-func runModel(t *testing.T, seed uint64) {
+func runModel(t *testing.T, seed uint64, tailCache int64) {
 	rng := rand.New(rand.NewPCG(seed, seed*7919))
 	dir := t.TempDir()
-	opts := Options{Durability: DurabilityNone, MaxBlockBytes: 1 << 10}
+	now := time.Unix(1_800_000_000, 0)
+	opts := Options{Durability: DurabilityNone, MaxBlockBytes: 1 << 10, TailCacheBytes: tailCache, Now: func() time.Time { return now }}
 	sopts := StreamOptions{MaxBytes: 8 << 10}
 	s := openTest(t, dir, opts)
 	st, err := s.Stream("m", sopts)
@@ -38,6 +44,7 @@ func runModel(t *testing.T, seed uint64) {
 	m := model{held: map[uint64]string{}, head: 1, next: 1, droppedSeqs: map[uint64]bool{}}
 	ctx := context.Background()
 	for step := 0; step < 400; step++ {
+		now = now.Add(time.Second) // each step's blocks have their own append time
 		switch k := rng.IntN(10); {
 		case k < 5:
 			n := 1 + rng.IntN(40)
@@ -109,6 +116,13 @@ func runModel(t *testing.T, seed uint64) {
 		stats := st.Stats()
 		if stats.Head != m.head || stats.Next != m.next || stats.Acked != m.acked {
 			t.Fatalf("step %d: stats %+v, model head %d next %d acked %d", step, stats, m.head, m.next, m.acked)
+		}
+		wantOldest := int64(0)
+		if stats.Next > stats.Head {
+			wantOldest = st.oldestMs(stats.Head)
+		}
+		if stats.OldestMs != wantOldest {
+			t.Fatalf("step %d: oldest %d, the block at head %d was appended at %d", step, stats.OldestMs, stats.Head, wantOldest)
 		}
 		if stats.Bytes > sopts.MaxBytes {
 			t.Fatalf("step %d: %d bytes over bound %d", step, stats.Bytes, sopts.MaxBytes)

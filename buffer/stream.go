@@ -109,7 +109,7 @@ func (st *Stream) removeGarbage() error {
 	defer wb.Cancel()
 	var ignored int64
 	head := st.m.head
-	if err := st.s.deleteBlocks(wb, st, 0, &ignored, func(b blockInfo) bool { return b.lastSeq < head }); err != nil {
+	if _, _, err := st.s.deleteBlocks(wb, st, 0, &ignored, func(b blockInfo) bool { return b.lastSeq < head }); err != nil {
 		return err
 	}
 	return wb.Flush()
@@ -357,6 +357,10 @@ func (st *Stream) visitBlocks(seq uint64, copyValue bool, fn func(br *blockReade
 		return nil
 	}
 	r := blockRead{st: st, seq: seq, next: next, own: copyValue, fn: fn, prevLast: seq - 1}
+	if !copyValue {
+		r.scratch = scratchBufs.Get().(*[]byte)
+		defer scratchBufs.Put(r.scratch)
+	}
 	var err error
 	if blocks, ok := st.s.tail.lookup(tail, seq, next); ok {
 		err = r.fromTail(blocks)
@@ -383,7 +387,12 @@ type blockRead struct {
 	fn        func(br *blockReader, from uint64) (done bool, err error)
 	prevLast  uint64 // last sequence number of the previous block
 	corrupt   []Range
+	scratch   *[]byte // decoded block, reused block to block (not with own)
 }
+
+// scratchBufs holds the buffers reads decode compressed blocks into, so a
+// backlog drained block by block does not allocate (and zero) one per block.
+var scratchBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // fromTail reads cached blocks, the first of them holding r.seq.
 func (r *blockRead) fromTail(blocks []tailBlock) error {
@@ -433,7 +442,7 @@ func (r *blockRead) fromBadger() error {
 // block hands one block's value, whichever source it came from, to fn. A
 // corrupt block is logged and noted for dropping, and the read goes on.
 func (r *blockRead) block(v []byte, lastSeq uint64) (done bool, err error) {
-	br, err := openBlock(v, lastSeq, r.own)
+	br, err := openBlock(v, lastSeq, r.own, r.scratch)
 	first := r.prevLast + 1
 	r.prevLast = lastSeq
 	if err != nil {

@@ -271,7 +271,7 @@ func checkTail(t *testing.T, st *Stream) int64 {
 		if b.last < st.m.head {
 			t.Fatalf("stream %s: cached block %d..%d lies below the head %d", st.name, b.first, b.last, st.m.head)
 		}
-		br, err := openBlock(b.v, b.last, false)
+		br, err := openBlock(b.v, b.last, false, nil)
 		if err != nil || br.firstSeq != b.first {
 			t.Fatalf("stream %s: cached block %d..%d: %v (first %d)", st.name, b.first, b.last, err, br.firstSeq)
 		}

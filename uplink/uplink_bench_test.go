@@ -1,8 +1,11 @@
 package uplink
 
 import (
+	"syscall"
 	"testing"
 	"time"
+
+	"edgeflow/buffer"
 )
 
 // BenchmarkUplinkThroughput measures events/s from a pre-filled buffer,
@@ -64,4 +67,89 @@ func BenchmarkReadBatch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkDrain measures the agent's work per event while it drains a
+// backlog, without a broker: read a quarter of a window of 32 batches of
+// 1000 events in one pass (as the uplink does while draining), encode them,
+// then ack them in the buffer, as if the hub had answered. The buffer is
+// filled 1000 events per append, as the end-to-end benchmark fills it, and
+// syncs as an agent's does by default. One op is one event.
+//
+//	go test -run '^$' -bench BenchmarkDrain -benchtime 2000000x ./uplink/
+func BenchmarkDrain(b *testing.B) {
+	const size, window = 1000, 32
+	n := max(b.N, size) / size * size
+	dir := b.TempDir()
+	open := func() (*buffer.Store, *buffer.Stream) {
+		s, err := buffer.Open(dir, buffer.Options{Logger: quietLogger()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := s.Stream("dev-bench", buffer.StreamOptions{MaxBytes: 1 << 30})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s, st
+	}
+	// Filled, closed and opened again, and Badger's compactions of the
+	// filling left to finish, so the timer sees the drain only.
+	s, st := open()
+	appendEvents(b, st, n, size)
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	s, st = open()
+	defer s.Close()
+	settleCPU()
+	u := newUplink(b, st, "tcp://127.0.0.1:1", func(o *Options) {
+		o.MaxBatchEvents, o.Window = size, window
+		o.Logger = quietLogger()
+	})
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for u.next <= uint64(n) {
+		fs, err := u.readBatches(time.Now(), window/4)
+		if err != nil || len(fs) == 0 {
+			b.Fatalf("read batches from %d: %d, %v", u.next, len(fs), err)
+		}
+		if err := st.Ack(fs[len(fs)-1].last); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	if got := st.Stats().Acked; got != uint64(n) {
+		b.Fatalf("acked %d of %d", got, n)
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/event")
+}
+
+// cpuTime is the CPU time (user and system) the process has used so far,
+// background goroutines (the buffer's committer, Badger's compactions)
+// included.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// settleCPU waits (at most 30 s) until the process has been nearly idle
+// for half a second: Badger's background flushes and compactions of what
+// a benchmark's setup wrote are done.
+func settleCPU() {
+	quiet := 0
+	for deadline := time.Now().Add(30 * time.Second); quiet < 5 && time.Now().Before(deadline); {
+		c := cpuTime()
+		time.Sleep(100 * time.Millisecond)
+		if cpuTime()-c < 5*time.Millisecond {
+			quiet++
+		} else {
+			quiet = 0
+		}
+	}
 }
