@@ -15,6 +15,11 @@
 # HUBD_FLAGS adds flags to hubd's command line (e.g. "--ack-qos 1");
 # HUBD_ENV and FLEETSIM_ENV add environment variables to hubd's or
 # fleetsim's alone (e.g. "GOGC=off GOMEMLIMIT=16GiB").
+# HUBD_KILL_AT (seconds after fleetsim starts) kills hubd with SIGKILL then,
+# and HUBD_DOWN_FOR (seconds, default 60) later starts it again on the same
+# ports and data directory (its log in hubd-2.log): a hub crash, e.g. in the
+# middle of the mass-reconnect scenario's fleet outage (at 120 s for 180 s):
+#   HUBD_KILL_AT=150 scripts/fleet-run.sh configs/fleetsim-mass-reconnect.yaml
 # FLEETSIM_NICE (default 10) is fleetsim's nice value: the simulated fleet
 # stands in for thousands of devices with CPUs of their own, so on a shared
 # machine the hub it measures gets the CPU first. The latencies fleetsim
@@ -47,13 +52,37 @@ elif [[ ${FLEET_BROKER:-embedded} != embedded ]]; then
 	echo "FLEET_BROKER=$FLEET_BROKER: want embedded or mosquitto" >&2
 	exit 2
 fi
-env ${HUBD_ENV:-} "$dir/hubd" "${hubmqtt[@]}" ${HUBD_FLAGS:-} --http-addr "127.0.0.1:$http" --data-dir "$dir/hub" >"$dir/hubd.log" 2>&1 &
-hub=$!
-trap 'kill $hub 2>/dev/null; wait $hub 2>/dev/null || true; kill "${broker[@]}" 2>/dev/null || true' EXIT
+start_hubd() { # $1: log file; the pid goes to $dir/hubd.pid
+	env ${HUBD_ENV:-} "$dir/hubd" "${hubmqtt[@]}" ${HUBD_FLAGS:-} --http-addr "127.0.0.1:$http" --data-dir "$dir/hub" >"$1" 2>&1 &
+	echo $! >"$dir/hubd.pid"
+}
+start_hubd "$dir/hubd.log"
+crash=()
+stop_all() {
+	kill "${crash[@]}" 2>/dev/null || true
+	local pid
+	pid=$(cat "$dir/hubd.pid")
+	kill "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true # reaps it if it is this shell's child
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done # a restarted one
+	kill "${broker[@]}" 2>/dev/null || true
+}
+trap stop_all EXIT
 for _ in $(seq 100); do
 	curl -sf "http://127.0.0.1:$http/readyz" >/dev/null && break
 	sleep 0.1
 done
 echo "run directory $dir; ${FLEET_BROKER:-embedded} broker on mqtt 127.0.0.1:$mqtt, hubd http 127.0.0.1:$http" >&2
+if [[ -n ${HUBD_KILL_AT:-} ]]; then
+	(
+		sleep "$HUBD_KILL_AT"
+		kill -9 "$(cat "$dir/hubd.pid")"
+		echo "fleet-run: hubd killed (SIGKILL) at ${HUBD_KILL_AT}s" >&2
+		sleep "${HUBD_DOWN_FOR:-60}"
+		start_hubd "$dir/hubd-2.log"
+		echo "fleet-run: hubd started again after ${HUBD_DOWN_FOR:-60}s" >&2
+	) &
+	crash=($!)
+fi
 env ${FLEETSIM_ENV:-} nice -n "${FLEETSIM_NICE:-10}" "$dir/fleetsim" --scenario "$scenario" --mqtt-url "tcp://127.0.0.1:$mqtt" --hub "127.0.0.1:$http" \
 	--data-dir "$dir/sim" --verify "$@"
