@@ -142,7 +142,8 @@ type Options struct {
 
 	// Retime, if set, repairs an encoded event at send time (clocksync's
 	// late time repair). An error sends the event as stored and is counted.
-	// Nil sends events as stored.
+	// Nil sends events as stored. rec points into the buffer's read and is
+	// valid only during the call: Retime may return it, never keep it.
 	Retime func(rec []byte) ([]byte, error)
 	// Clock, if set, gives the clock estimate carried in batches and status.
 	Clock func() *wirepb.ClockEstimate
