@@ -54,7 +54,9 @@ import (
 // before reading much into one figure.
 //
 // E2E_WINDOW sets the window (default 32) and E2E_MOSQUITTO_NAGLE=1 leaves
-// Mosquitto's set_tcp_nodelay off, its default, to measure what they cost.
+// Mosquitto's set_tcp_nodelay off, its default, to measure what they cost;
+// E2E_HUB_NOSYNC=1 runs the hub without its fsync per group commit (never
+// how a hub runs: it measures what the fsync costs the round trip).
 const (
 	benchAgents      = 4
 	benchBatchEvents = 1000
@@ -145,7 +147,8 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 		frames[i] = benchFrame(st.Name(), codec, recs)
 	}
 	reg := prometheus.NewRegistry()
-	ho := hub.Options{DataDir: b.TempDir(), HTTPAddr: "off", MQTTURL: brokerURL, ClientID: "bench-hub", Logger: quiet, Registerer: reg}
+	ho := hub.Options{DataDir: b.TempDir(), HTTPAddr: "off", MQTTURL: brokerURL, ClientID: "bench-hub", Logger: quiet, Registerer: reg,
+		NoSync: os.Getenv("E2E_HUB_NOSYNC") == "1"}
 	if embedded {
 		ho.MQTTListen = "127.0.0.1:0"
 	}
