@@ -334,8 +334,10 @@ func (s *Store) ackThrough(wb *badger.WriteBatch, st *Stream, m *meta, bytes *in
 	if err := wb.Set(metaKey(st.num), m.encode()); err != nil {
 		return 0, err
 	}
+	// The first block kept is the first from the old head ending past upTo:
+	// the block that holds the new head.
 	kept, found, err := s.deleteBlocks(wb, st, oldHead, bytes, func(b blockInfo) bool { return b.lastSeq <= upTo })
-	*front = frontBlock{head: m.head, appendMs: kept.appendMs, found: found && kept.lastSeq >= m.head && kept.lastSeq < m.next}
+	*front = frontBlock{head: m.head, appendMs: kept.appendMs, found: found}
 	return n, err
 }
 

@@ -26,6 +26,7 @@ import (
 
 	"edgeflow/buffer"
 	"edgeflow/hub"
+	"edgeflow/internal/cputime"
 	"edgeflow/internal/testbroker"
 	"edgeflow/uplink"
 	"edgeflow/wire"
@@ -492,11 +493,7 @@ func (c cpuTimes) sub(d cpuTimes) cpuTimes { return cpuTimes{c.self - d.self, c.
 // sampleCPU reads the CPU time used so far by this process and by process
 // pid (0: none).
 func sampleCPU(pid int) cpuTimes {
-	var c cpuTimes
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		c.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	c := cpuTimes{self: cputime.Self()}
 	if f := procStat(pid); len(f) > 14 {
 		ut, _ := strconv.ParseInt(f[13], 10, 64)
 		st, _ := strconv.ParseInt(f[14], 10, 64)

@@ -1,11 +1,11 @@
 package uplink
 
 import (
-	"syscall"
 	"testing"
 	"time"
 
 	"edgeflow/buffer"
+	"edgeflow/internal/cputime"
 )
 
 // BenchmarkUplinkThroughput measures events/s from a pre-filled buffer,
@@ -108,7 +108,7 @@ func BenchmarkDrain(b *testing.B) {
 	})
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Self()
 	for u.next <= uint64(n) {
 		fs, err := u.readBatches(time.Now(), window/4)
 		if err != nil || len(fs) == 0 {
@@ -119,23 +119,12 @@ func BenchmarkDrain(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	cpu := cpuTime() - cpu0
+	cpu := cputime.Self() - cpu0
 	if got := st.Stats().Acked; got != uint64(n) {
 		b.Fatalf("acked %d of %d", got, n)
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(n), "cpu-ns/event")
-}
-
-// cpuTime is the CPU time (user and system) the process has used so far,
-// background goroutines (the buffer's committer, Badger's compactions)
-// included.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // settleCPU waits (at most 30 s) until the process has been nearly idle
@@ -144,9 +133,9 @@ func cpuTime() time.Duration {
 func settleCPU() {
 	quiet := 0
 	for deadline := time.Now().Add(30 * time.Second); quiet < 5 && time.Now().Before(deadline); {
-		c := cpuTime()
+		c := cputime.Self()
 		time.Sleep(100 * time.Millisecond)
-		if cpuTime()-c < 5*time.Millisecond {
+		if cputime.Self()-c < 5*time.Millisecond {
 			quiet++
 		} else {
 			quiet = 0
