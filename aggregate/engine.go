@@ -44,7 +44,7 @@ type counters struct {
 	events, untrusted, invalid, late, tooLate, future uint64
 	seriesDropped, replaySkipped, forced, storeErrors uint64
 	evicted, reloaded                                 uint64
-	downsampled, retentionDeleted                     uint64
+	downsampled, retentionDeleted, pressureEvicted    uint64
 }
 
 // New returns an engine with opt (defaults filled in, then validated).

@@ -58,6 +58,12 @@ type Options struct {
 	// MaxSeries caps the distinct series (metric, device, tag set); events
 	// of new series beyond it are dropped and counted. Default 1,000,000.
 	MaxSeries int `yaml:"max_series" mapstructure:"max_series"`
+	// MaxLivePartials caps the partials held in memory: past it, final
+	// partials are evicted to Store before evict_after, oldest buckets
+	// first (answers stay the same; late events for them reload them).
+	// Partials of windows that are not final are never evicted. A partial
+	// takes about 0.5 KB with a few distinct values. Default 4,000,000.
+	MaxLivePartials int `yaml:"max_live_partials" mapstructure:"max_live_partials"`
 	// MaxTagsPerEvent caps the tags kept per series. Default 32.
 	MaxTagsPerEvent int `yaml:"max_tags_per_event" mapstructure:"max_tags_per_event"`
 	// SketchAccuracy is the quantile sketches' relative accuracy: a
@@ -148,6 +154,7 @@ func (o *Options) EnsureDefaults() {
 	def(&o.EvictAfter, time.Hour)
 	def(&o.MaxSessionSpan, 24*time.Hour)
 	defInt(&o.MaxSeries, 1_000_000)
+	defInt(&o.MaxLivePartials, 4_000_000)
 	defInt(&o.MaxTagsPerEvent, 32)
 	defInt(&o.SketchMaxBins, 2048)
 	defInt(&o.MaxQueryResults, 100_000)
@@ -203,7 +210,7 @@ func (o *Options) validateLimits() error {
 		name string
 		v    int
 	}{
-		{"max_series", o.MaxSeries}, {"max_tags_per_event", o.MaxTagsPerEvent},
+		{"max_series", o.MaxSeries}, {"max_live_partials", o.MaxLivePartials}, {"max_tags_per_event", o.MaxTagsPerEvent},
 		{"sketch_max_bins", o.SketchMaxBins}, {"max_query_results", o.MaxQueryResults},
 		{"max_query_partials", o.MaxQueryPartials}, {"query_cache_partials", o.QueryCachePartials},
 		{"stream_buffer", o.StreamBuffer},

@@ -35,6 +35,9 @@ type Stats struct {
 	// deleted); RetentionDeleted counts stored partials of any tier
 	// deleted for being older than partials_retention.
 	Downsampled, RetentionDeleted uint64
+	// PressureEvicted counts partials evicted before evict_after because
+	// more than max_live_partials were live (they are in Evicted too).
+	PressureEvicted uint64
 	// QueryCacheHits and QueryCacheMisses count blocks of stored partials
 	// that queries found decoded in the cache or had to read from the
 	// store; QueryCachePartials is the partials the cache holds.
@@ -61,7 +64,7 @@ func (e *Engine) Stats() Stats {
 		Events: c.events, Untrusted: c.untrusted, Invalid: c.invalid, Late: c.late, TooLate: c.tooLate,
 		FutureStamped: c.future, SeriesDropped: c.seriesDropped, ReplaySkipped: c.replaySkipped,
 		ForcedReleases: c.forced, StoreErrors: c.storeErrors + e.queryStoreErrors.Load(), Evicted: c.evicted, Reloaded: c.reloaded,
-		Downsampled: c.downsampled, RetentionDeleted: c.retentionDeleted,
+		Downsampled: c.downsampled, RetentionDeleted: c.retentionDeleted, PressureEvicted: c.pressureEvicted,
 		Series: len(e.series.list), Streams: len(e.streams), Pending: e.merged.count,
 		StreamNext: e.merged.out.next, LateLogNext: e.lateLog.next,
 	}
@@ -151,6 +154,7 @@ func (c *collector) values() []metricVal {
 		{"store_errors_total", "Failed partial store reads and writes.", ctr, float64(s.StoreErrors)},
 		{"evicted_partials_total", "Partials moved to the store.", ctr, float64(s.Evicted)},
 		{"downsampled_partials_total", "Stored partials merged into a coarser downsample tier.", ctr, float64(s.Downsampled)},
+		{"pressure_evicted_partials_total", "Final partials evicted before evict_after because max_live_partials were live.", ctr, float64(s.PressureEvicted)},
 		{"retention_deleted_partials_total", "Stored partials deleted for being older than partials_retention.", ctr, float64(s.RetentionDeleted)},
 		{"query_cache_hits_total", "Blocks of stored partials queries found decoded in the cache.", ctr, float64(s.QueryCacheHits)},
 		{"query_cache_misses_total", "Blocks of stored partials queries read from the store.", ctr, float64(s.QueryCacheMisses)},

@@ -126,13 +126,21 @@ func (e *Engine) maybeRecompute(force bool) {
 }
 
 // evict moves final partials older than evict_after into the store,
-// series by series, oldest first.
+// series by series, oldest first, then relieves memory pressure.
 func (e *Engine) evict() {
 	limit := floorDiv(e.clk.final-int64(e.opt.AllowedLateness)-int64(e.opt.EvictAfter), e.res)
 	if limit <= e.clk.evictAt {
 		return
 	}
 	e.clk.evictAt = limit
+	e.relieve(e.evictBelow(limit))
+}
+
+// evictBelow moves every live partial of a bucket below limit into the
+// store and returns how many partials stay live. A series stops at its
+// first failed store write (counted), keeping that partial and the later
+// ones live.
+func (e *Engine) evictBelow(limit int64) (live int) {
 	var enc encoder
 	for id := range e.series.list {
 		s := &e.series.list[id]
@@ -147,7 +155,53 @@ func (e *Engine) evict() {
 			clear(s.parts[:n])
 			s.parts = slices.Delete(s.parts, 0, n)
 		}
+		live += len(s.parts)
 	}
+	return live
+}
+
+// relieve keeps the live partials within max_live_partials: when more are
+// live it evicts final partials before their evict_after, the oldest
+// buckets of every series first, down to seven eighths of the cap (so it
+// does not run at every bucket). Partials of buckets that are not final
+// stay live whatever their number: an event may still change them without
+// counting as late. A late event for an evicted partial reloads it, as it
+// does after evict_after, so answers do not change; only memory and the
+// cost of late events do.
+func (e *Engine) relieve(live int) {
+	limit := e.opt.MaxLivePartials
+	if live <= limit {
+		return
+	}
+	target := limit - limit/8
+	final := floorDiv(e.clk.final-int64(e.opt.AllowedLateness), e.res) // buckets below it are final
+	lo := final
+	for i := range e.series.list {
+		if ps := e.series.list[i].parts; len(ps) > 0 {
+			lo = min(lo, ps[0].bucket)
+		}
+	}
+	// The smallest cut in (lo, final] that leaves at most target live; if
+	// none does, every final partial goes.
+	below := func(cut int64) int {
+		n := 0
+		for i := range e.series.list {
+			k, _ := searchParts(e.series.list[i].parts, cut)
+			n += k
+		}
+		return n
+	}
+	cut := final
+	for l, h := lo, final; l < h; {
+		m := l + (h-l)/2
+		if live-below(m) <= target {
+			h, cut = m, m
+		} else {
+			l = m + 1
+		}
+	}
+	left := e.evictBelow(cut)
+	e.stats.pressureEvicted += uint64(live - left)
 }
 
 // put encodes one partial into the store and recycles its sketch.

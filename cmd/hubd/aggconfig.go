@@ -20,7 +20,7 @@ import (
 var (
 	aggDurationKeys = []string{"resolution", "allowed_lateness", "late_horizon", "idle_timeout", "max_future_skew",
 		"watermark_interval", "evict_after", "max_session_span", "partials_retention"}
-	aggIntKeys = []string{"max_series", "max_tags_per_event", "sketch_max_bins", "max_query_results",
+	aggIntKeys = []string{"max_series", "max_live_partials", "max_tags_per_event", "sketch_max_bins", "max_query_results",
 		"max_query_partials", "stream_buffer", "max_pending", "late_log_size", "query_cache_partials"}
 	aggOtherKeys      = []string{"enabled", "windows", "tag_keys", "sketch_accuracy", "disable_merged_stream", "downsample"}
 	aggWindowKeys     = []string{"name", "kind", "size", "slide", "gap"}
@@ -67,7 +67,7 @@ func aggregateFromViper(v *viper.Viper) (*aggregate.Options, error) {
 		}
 		*durs[i] = d
 	}
-	ints := []*int{&o.MaxSeries, &o.MaxTagsPerEvent, &o.SketchMaxBins, &o.MaxQueryResults, &o.MaxQueryPartials,
+	ints := []*int{&o.MaxSeries, &o.MaxLivePartials, &o.MaxTagsPerEvent, &o.SketchMaxBins, &o.MaxQueryResults, &o.MaxQueryPartials,
 		&o.StreamBuffer, &o.MaxPending, &o.LateLogSize, &o.QueryCachePartials}
 	for i, k := range aggIntKeys {
 		n, err := cast.ToIntE(v.Get("aggregate." + k))

@@ -1,0 +1,137 @@
+package aggregate
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMaxLivePartials: with max_live_partials far below what a live fleet
+// creates, final partials leave memory early, the final ones live stay
+// within the cap, and every answer (late events reloading evicted
+// partials included) equals an engine that kept everything live.
+func TestMaxLivePartials(t *testing.T) {
+	batches := liveFleet(rand.New(rand.NewPCG(11, 12)))
+	opt := propOptions()
+	opt.EvictAfter = 1000 * time.Hour
+	ref, _ := runLive(t, opt, batches)
+	rs := ref.Stats()
+	if rs.Evicted != 0 || rs.LivePartials < 5000 || rs.Late == 0 {
+		t.Fatalf("the reference engine should keep every partial live and see late events: %+v", rs)
+	}
+
+	opt.MaxLivePartials = 60
+	opt.Store = NewMemStore()
+	capped, peakFinal := runLive(t, opt, batches)
+	s := capped.Stats()
+	if s.PressureEvicted == 0 || s.Reloaded == 0 {
+		t.Fatalf("expected pressure evictions and late reloads: %+v", s)
+	}
+	// Only partials of final windows leave early: nothing but a late event
+	// reloads one.
+	if s.Reloaded > s.Late {
+		t.Fatalf("%d reloads for %d late events: a partial that was not final left memory", s.Reloaded, s.Late)
+	}
+	// A pass runs when the watermark enters a new bucket, so the buckets it
+	// finalises add at most one final partial per series before the next.
+	if bound := opt.MaxLivePartials + s.Series; peakFinal > bound {
+		t.Fatalf("final partials live peaked at %d, cap %d + %d series", peakFinal, opt.MaxLivePartials, s.Series)
+	}
+	if s.LivePartials > opt.MaxLivePartials {
+		t.Fatalf("%d partials live after the run, cap %d", s.LivePartials, opt.MaxLivePartials)
+	}
+	if a, b := fullResults(t, ref), fullResults(t, capped); a != b {
+		t.Fatal("answers differ under max_live_partials")
+	}
+	if s.Late != rs.Late || s.TooLate != rs.TooLate || s.Events != rs.Events {
+		t.Fatalf("events %d/%d late %d/%d too late %d/%d: eviction changed what was counted",
+			s.Events, rs.Events, s.Late, rs.Late, s.TooLate, rs.TooLate)
+	}
+}
+
+// liveFleet is two hours of 12 devices sending a batch of five events
+// every 10 s, stamped as they arrive, and now and then a late batch for a
+// bucket 5 to 60 minutes old. Devices 0 – 2 have a second stream into the
+// same series that runs 30 s behind and holds the watermark back, so
+// buckets past the watermark still get events that are not late.
+func liveFleet(r *rand.Rand) []*Batch {
+	var out []*Batch
+	seqs := make([]uint64, 15)
+	rooms := []string{"kitchen", "hall"}
+	for k := 0; k < 720; k++ {
+		now := t0.Add(time.Duration(k+1) * 10 * time.Second)
+		for d := range 12 {
+			dev := fmt.Sprintf("dev-%d", d)
+			tags := []Tag{{Key: "room", Value: rooms[d%2]}}
+			b := &Batch{Device: dev, Stream: sid(d), ServerTime: now.UnixNano()}
+			for j := 0; j < 5; j++ {
+				seqs[d]++
+				b.Events = append(b.Events, Event{Seq: seqs[d], Metric: "m", Tags: tags, Value: float64(r.IntN(200)) / 4,
+					Time: now.Add(-10*time.Second + time.Duration(j)*2*time.Second).UnixNano()})
+			}
+			out = append(out, b)
+			if d < 3 {
+				seqs[12+d]++
+				out = append(out, &Batch{Device: dev, Stream: sid(12 + d), ServerTime: now.UnixNano(), Events: []Event{
+					{Seq: seqs[12+d], Metric: "m", Tags: tags, Value: float64(r.IntN(200)) / 4, Time: now.Add(-40 * time.Second).UnixNano()}}})
+			}
+			if k > 60 && r.IntN(20) == 0 {
+				seqs[d]++
+				back := 5*time.Minute + time.Duration(r.IntN(55*60))*time.Second
+				out = append(out, &Batch{Device: dev, Stream: sid(d), ServerTime: now.UnixNano(), Events: []Event{
+					{Seq: seqs[d], Metric: "m", Tags: tags, Value: float64(r.IntN(200)) / 4, Time: now.Add(-back).UnixNano()}}})
+			}
+		}
+	}
+	return out
+}
+
+// runLive applies batches with processing time at each batch's server
+// time, then lets the watermark pass the end; it returns the engine and
+// the most final partials that were live after any batch.
+func runLive(t *testing.T, opt Options, batches []*Batch) (*Engine, int) {
+	clk := &fakeClock{}
+	opt.Clock = clk.Now
+	e := newEngine(t, opt)
+	peak := 0
+	for _, b := range batches {
+		clk.now = time.Unix(0, b.ServerTime)
+		mustApply(t, e, b)
+		peak = max(peak, finalLive(e))
+	}
+	clk.now = clk.now.Add(10 * time.Minute)
+	e.Tick()
+	return e, peak
+}
+
+// finalLive counts the live partials of buckets in final windows.
+func finalLive(e *Engine) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if !e.clk.hasFinal {
+		return 0
+	}
+	final := floorDiv(e.clk.final-int64(e.opt.AllowedLateness), e.res)
+	n := 0
+	for i := range e.series.list {
+		k, _ := searchParts(e.series.list[i].parts, final)
+		n += k
+	}
+	return n
+}
+
+// TestMaxLivePartialsValidated: the cap must be positive, named by its
+// YAML key.
+func TestMaxLivePartialsValidated(t *testing.T) {
+	o := testOptions()
+	o.EnsureDefaults()
+	if o.MaxLivePartials != 4_000_000 {
+		t.Fatalf("default max_live_partials %d", o.MaxLivePartials)
+	}
+	o.MaxLivePartials = -1
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "max_live_partials:") {
+		t.Fatalf("got %v, want an error naming max_live_partials", err)
+	}
+}
