@@ -42,9 +42,20 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 	http.Error(w, "not ready: recovering, shutting down or broker not connected", http.StatusServiceUnavailable)
 }
 
-// DevicesResponse is the body of GET /v1/devices.
+// Paging of GET /v1/devices.
+const (
+	// defaultDevicesLimit is the page size when limit is not given.
+	defaultDevicesLimit = 1000
+	// maxDevicesLimit is the largest page a client may ask for.
+	maxDevicesLimit = 10000
+)
+
+// DevicesResponse is the body of GET /v1/devices: one page of devices,
+// sorted by id. Next is set only when more devices follow; a client asks
+// again with after=Next until it is absent.
 type DevicesResponse struct {
 	Devices []DeviceInfo `json:"devices"`
+	Next    string       `json:"next,omitempty"`
 }
 
 // Devices returns what the hub knows of every device, sorted by id.
@@ -53,23 +64,43 @@ func (s *Server) Devices() []DeviceInfo { return s.reg.list() }
 // Device returns what the hub knows of one device.
 func (s *Server) Device(id string) (DeviceInfo, bool) { return s.reg.get(id) }
 
+// serveDevices answers GET /v1/devices?limit=&after=.
 func (s *Server) serveDevices(w http.ResponseWriter, r *http.Request) {
-	if len(r.URL.Query()) > 0 {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter(s): %s", r.URL.RawQuery))
+	p, err := newParams(r, "limit", "after")
+	if err != nil {
+		writeAPIError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, DevicesResponse{Devices: s.Devices()})
+	limit, err := p.intIn("limit", defaultDevicesLimit, 1, maxDevicesLimit)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	after := p.str("after")
+	if after != "" {
+		if err := wire.ValidateDeviceID(after); err != nil {
+			writeAPIError(w, badParam("after", "is not a device id: %v", err))
+			return
+		}
+	}
+	devs, next := s.reg.page(after, limit)
+	writeJSON(w, http.StatusOK, DevicesResponse{Devices: devs, Next: next})
 }
 
+// serveDevice answers GET /v1/devices/{id}.
 func (s *Server) serveDevice(w http.ResponseWriter, r *http.Request) {
+	if _, err := newParams(r); err != nil {
+		writeAPIError(w, err)
+		return
+	}
 	id := r.PathValue("id")
 	if err := wire.ValidateDeviceID(id); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeAPIError(w, badParam("id", "is not a device id: %v", err))
 		return
 	}
 	d, ok := s.Device(id)
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("device %q unknown", id))
+		writeJSON(w, http.StatusNotFound, APIError{Error: fmt.Sprintf("device %q unknown", id)})
 		return
 	}
 	writeJSON(w, http.StatusOK, d)

@@ -3,6 +3,7 @@ package hub
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -286,4 +287,39 @@ func (r *registry) counts() (all, online int) {
 		}
 	}
 	return len(r.devices), online
+}
+
+// page returns up to limit devices whose id sorts after after, sorted by
+// id, and the id of the last one when more follow ("" otherwise). Only
+// the page's devices are copied: the ids are gathered under the read lock
+// and sorted outside it, so a walk over a large fleet neither copies every
+// device per page nor holds up the applier while it sorts. A device that
+// appears during a walk shows in it only if its id sorts after the cursor.
+func (r *registry) page(after string, limit int) ([]DeviceInfo, string) {
+	r.mu.RLock()
+	ids := make([]string, 0, len(r.devices))
+	for id := range r.devices {
+		if id > after {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.RUnlock()
+	slices.Sort(ids)
+	more := len(ids) > limit
+	if more {
+		ids = ids[:limit]
+	}
+	out := make([]DeviceInfo, 0, len(ids))
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, id := range ids {
+		// Devices are never removed, but restore replaces the whole map.
+		if d, ok := r.devices[id]; ok {
+			out = append(out, d.info(id))
+		}
+	}
+	if !more {
+		return out, ""
+	}
+	return out, ids[len(ids)-1]
 }

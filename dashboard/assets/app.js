@@ -1,7 +1,7 @@
 // edgeflow hub dashboard. Plain JavaScript, no dependencies: it reads the
 // hub's own API with relative URLs (so it works behind a path prefix) and
 // keeps the page in step with it:
-//   fleet table      <- GET v1/devices          (polled)
+//   fleet table      <- GET v1/devices          (polled, following next)
 //   window chart     <- GET v1/aggregates       (polled) + v1/stream (SSE:
 //                       watermark, final and revised updates as they happen)
 //   ingest           <- GET metrics             (Prometheus text, polled)
@@ -13,6 +13,7 @@
   const $ = (id) => document.getElementById(id);
   const SVGNS = 'http://www.w3.org/2000/svg';
   const POLL_DEVICES = 2000, POLL_CHART = 3000, POLL_METRICS = 2000, POLL_LATE = 4000;
+  const DEVICE_PAGE = 1000, MAX_DEVICE_PAGES = 10; // GET v1/devices paging: up to 10,000 devices
   const RATE_POINTS = 90, MAX_CORRECTIONS = 50, CATCHING_UP_MS = 10000, CATCHING_UP_EVENTS = 20;
   const ADHOC_WINDOWS = ['tumbling:10s', 'tumbling:1m', 'tumbling:5m'];
 
@@ -109,10 +110,26 @@
   function setText(id, text) { const e = $(id); if (e.textContent !== text) e.textContent = text; }
 
   // ---- fleet ----------------------------------------------------------
+  // fetchDevices follows GET v1/devices' next cursor, a page of
+  // DEVICE_PAGE at a time, for at most MAX_DEVICE_PAGES pages: the table
+  // and the summary cover up to 10,000 devices; more says some were left.
+  async function fetchDevices() {
+    const devs = [];
+    let after = '';
+    for (let page = 0; page < MAX_DEVICE_PAGES; page++) {
+      const body = await getJSON('v1/devices?limit=' + DEVICE_PAGE + (after ? '&after=' + encodeURIComponent(after) : ''));
+      for (const d of body.devices || []) devs.push(d);
+      if (!body.next) return { devs, more: false };
+      after = body.next;
+    }
+    return { devs, more: true };
+  }
+  let devicesLoading = false; // a slow walk is not started again by the next poll
   async function loadDevices() {
-    let body;
-    try { body = await getJSON('v1/devices'); } catch (e) { setText('fleet-note', 'error: ' + e.message); return; }
-    const devs = body.devices || [];
+    if (devicesLoading) return;
+    devicesLoading = true;
+    let devs, more;
+    try { ({ devs, more } = await fetchDevices()); } catch (e) { setText('fleet-note', 'error: ' + e.message); return; } finally { devicesLoading = false; }
     const tbody = el('tbody');
     let online = 0, backlog = 0;
     for (const d of devs) {
@@ -148,10 +165,10 @@
     if (!devs.length) emptyRow(tbody, 8, 'no device has reported yet');
     $('devices').replaceChild(tbody, $('devices').tBodies[0]);
     $('devices').setAttribute('data-count', devs.length);
-    setText('sum-devices', String(devs.length));
-    setText('sum-online', online + ' online');
-    setText('sum-backlog', fmtNum(backlog));
-    setText('fleet-note', 'updated ' + hhmmss(Date.now()));
+    setText('sum-devices', String(devs.length) + (more ? '+' : ''));
+    setText('sum-online', online + ' online' + (more ? ' (of the first ' + devs.length + ')' : ''));
+    setText('sum-backlog', fmtNum(backlog) + (more ? '+' : ''));
+    setText('fleet-note', (more ? 'first ' + devs.length + ' devices by id · ' : '') + 'updated ' + hhmmss(Date.now()));
     if (!state.discovered && devs.length) discoverMetrics(devs);
   }
 
