@@ -35,6 +35,13 @@ type VerifyOptions struct {
 	// durable and applies it a moment later, so a verification that starts
 	// as the last ack arrives may find it not yet applied. Default 10 s.
 	Settle time.Duration
+	// AllowUnavailable keeps the report OK when a window kind could not
+	// be checked at all (GET /v1/aggregates failed: missing, erroring, or
+	// the hub runs another resolution). Default false: windows that were
+	// not checked fail the verification, since nothing was verified.
+	// Devices whose windows are unverifiable by design (events captured
+	// before their clock was trusted) never fail it either way.
+	AllowUnavailable bool
 }
 
 // Validate names the first field that is out of range.
@@ -51,27 +58,39 @@ func (o *VerifyOptions) Validate() error {
 
 // VerifyReport is what the verifier found.
 type VerifyReport struct {
-	OK      bool   `json:"ok"`
-	Devices int    `json:"devices"`
-	Unknown int    `json:"devices_unknown_to_hub"`
-	Events  uint64 `json:"events_appended"`
-	Applied uint64 `json:"events_applied"`
+	// OK is true when nothing was lost or duplicated, every checked window
+	// matched, and every window kind could be checked (or
+	// VerifyOptions.AllowUnavailable said not to mind).
+	OK bool `json:"ok"`
+	// Failures say, one line each, why OK is false.
+	Failures []string `json:"failures,omitempty"`
+	Devices  int      `json:"devices"`
+	Unknown  int      `json:"devices_unknown_to_hub"`
+	Events   uint64   `json:"events_appended"`
+	Applied  uint64   `json:"events_applied"`
 	// Lost are appended events the hub neither applied nor holds as a gap
-	// the agent reported; Duplicated are applied events beyond what was
-	// appended (the hub's dedup makes double counting show here or as
-	// windows whose count is too high).
+	// the agent reported. Duplicated are applied sequence numbers beyond
+	// the last one appended: the hub reports applied ranges, which are
+	// sets, so an event applied twice inside [1, appended] cannot show
+	// here; it shows only as a window whose count is too high (Differ),
+	// and only for devices whose windows are verifiable.
 	Lost        uint64        `json:"lost"`
 	Duplicated  uint64        `json:"duplicated"`
 	GapReported uint64        `json:"gap_events_reported"`
 	LossDevices []string      `json:"loss_devices,omitempty"`
 	Windows     []WindowCheck `json:"windows"`
-	TimeError   TimeCheck     `json:"event_time_error"`
+	// UnavailableWindows counts the window kinds (per metric) that could
+	// not be checked at all.
+	UnavailableWindows int       `json:"windows_unavailable"`
+	TimeError          TimeCheck `json:"event_time_error"`
 }
 
 // WindowCheck compares one window kind of one metric, grouped by device.
 type WindowCheck struct {
-	Window     string `json:"window"`
-	Metric     string `json:"metric"`
+	Window string `json:"window"`
+	Metric string `json:"metric"`
+	// Available is false when the hub's windows could not be read; Note
+	// then says why, and nothing of this kind was compared.
 	Available  bool   `json:"available"`
 	Note       string `json:"note,omitempty"`
 	Match      int    `json:"match"`
@@ -84,10 +103,14 @@ type WindowCheck struct {
 	Examples            []string `json:"examples,omitempty"`
 }
 
-// TimeCheck is the error of the hub's event times against true times.
+// TimeCheck is the error of the hub's event times against true times
+// (absolute, in the Quantiles' milliseconds), over the sampled events.
 type TimeCheck struct {
-	Measured bool   `json:"measured"`
-	Note     string `json:"note,omitempty"`
+	Measured bool `json:"measured"`
+	// Partial is true when a request failed after some events were
+	// measured: the quantiles cover those, and Note says where it stopped.
+	Partial bool   `json:"partial,omitempty"`
+	Note    string `json:"note,omitempty"`
 	Quantiles
 }
 
@@ -121,13 +144,31 @@ func Verify(ctx context.Context, t *Truth, o VerifyOptions) (*VerifyReport, erro
 		}
 	}
 	rep.TimeError = v.checkTimes(ctx)
-	rep.OK = rep.Lost == 0 && rep.Duplicated == 0
+	rep.judge(o.AllowUnavailable)
+	return rep, nil
+}
+
+// judge sets OK and Failures from the counts.
+func (rep *VerifyReport) judge(allowUnavailable bool) {
+	fail := func(f string, a ...any) { rep.Failures = append(rep.Failures, fmt.Sprintf(f, a...)) }
+	if rep.Lost > 0 {
+		fail("%d events lost", rep.Lost)
+	}
+	if rep.Duplicated > 0 {
+		fail("%d events applied beyond what was appended", rep.Duplicated)
+	}
 	for _, w := range rep.Windows {
-		if w.Differ+w.Missing+w.Unexpected > 0 {
-			rep.OK = false
+		switch {
+		case !w.Available:
+			rep.UnavailableWindows++
+			if !allowUnavailable {
+				fail("windows %s %s not checked: %s", w.Window, w.Metric, w.Note)
+			}
+		case w.Differ+w.Missing+w.Unexpected > 0:
+			fail("windows %s %s: %d differ, %d missing, %d unexpected", w.Window, w.Metric, w.Differ, w.Missing, w.Unexpected)
 		}
 	}
-	return rep, nil
+	rep.OK = len(rep.Failures) == 0
 }
 
 type verifier struct {
@@ -425,11 +466,7 @@ func (v *verifier) checkTimes(ctx context.Context) TimeCheck {
 			q.Set("limit", "10000")
 			var raw any
 			if err := v.get(ctx, "/v1/events", q, &raw); err != nil {
-				var he *httpError
-				if errors.As(err, &he) && (he.code == http.StatusNotFound || he.code == http.StatusMethodNotAllowed) {
-					return TimeCheck{Note: "not measured: GET /v1/events not available on this hub"}
-				}
-				return TimeCheck{Note: "not measured: " + err.Error()}
+				return timesFailed(&h, d.Device, err)
 			}
 			for _, e := range eventList(raw) {
 				if sid, ok := cmp.Or(e["stream_id"], e["stream"]).(string); ok && sid != d.StreamID {
@@ -456,6 +493,22 @@ func (v *verifier) checkTimes(ctx context.Context) TimeCheck {
 		return TimeCheck{Note: "not measured: GET /v1/events gave no events with seq and event_time of the sampled devices"}
 	}
 	return TimeCheck{Measured: true, Quantiles: s}
+}
+
+// timesFailed is checkTimes' answer when a request for device's events
+// failed: what was measured before, marked partial, or not measured.
+func timesFailed(h *Histogram, device string, err error) TimeCheck {
+	why := err.Error()
+	var he *httpError
+	if errors.As(err, &he) && (he.code == http.StatusNotFound || he.code == http.StatusMethodNotAllowed) {
+		why = "GET /v1/events not available on this hub (" + why + ")"
+	}
+	s := h.Summary()
+	if s.Count == 0 {
+		return TimeCheck{Note: "not measured: " + why}
+	}
+	return TimeCheck{Measured: true, Partial: true, Quantiles: s,
+		Note: fmt.Sprintf("partial: %d events measured before GET /v1/events for %s failed: %s", s.Count, device, why)}
 }
 
 // eventList finds the events in GET /v1/events' answer: a top-level array

@@ -32,6 +32,9 @@ type config struct {
 	pprofAddr string
 	// gc is how fleetsim's garbage collector runs (--gc-memory).
 	gc gcMemory
+	// allowUnavailable keeps verification OK when window kinds could not
+	// be checked (--allow-unavailable-windows).
+	allowUnavailable bool
 }
 
 // newFlags declares the flags. --scenario names a YAML file whose keys are
@@ -48,8 +51,9 @@ func newFlags() *pflag.FlagSet {
 	fs.String("data-dir", "", "shared buffer directory (default: a new temporary directory, removed at exit)")
 	fs.Bool("json", false, "print progress and the final report as JSON lines")
 	fs.Bool("verify", true, "query the hub and verify its answers after the run")
+	fs.Bool("allow-unavailable-windows", false, "do not fail verification when a window kind cannot be checked (the hub's GET /v1/aggregates is missing, fails, or runs another resolution)")
 	fs.String("probe-every", "1s", "period of the probes of event-to-visible-in-aggregate latency (\"0\" or --hub \"\" disables them)")
-	fs.String("truth-out", "", "write the ground truth to this file (for `fleetsim verify`)")
+	fs.String("truth-out", "", "write the ground truth to this file (for the verify subcommand: fleetsim verify --truth FILE)")
 	fs.String("truth", "", "ground truth file to verify (the verify subcommand)")
 	fs.Int("workers", 0, "goroutines driving the devices (0: min(devices, 64))")
 	fs.String("log-level", "warn", "debug, info, warn or error")
@@ -113,6 +117,7 @@ func fromViper(vs, vm *viper.Viper) (*config, error) {
 	c.dataDir = vm.GetString("data-dir")
 	c.json = vm.GetBool("json")
 	c.verify = vm.GetBool("verify")
+	c.allowUnavailable = vm.GetBool("allow-unavailable-windows")
 	c.truthOut, c.truthIn = vm.GetString("truth-out"), vm.GetString("truth")
 	c.workers = vm.GetInt("workers")
 	c.pprofAddr = vm.GetString("pprof-addr")

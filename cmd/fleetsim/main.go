@@ -7,8 +7,11 @@
 //	fleetsim --devices 50 --rate 2 --duration 30s
 //	fleetsim verify --truth truth.gob --hub 127.0.0.1:8080
 //
-// It exits 1 when verification finds lost or duplicated events or
-// windows that differ from the truth, 2 on any other error.
+// It exits 1 when verification finds lost or duplicated events, windows
+// that differ from the truth, or window kinds it could not check (the hub
+// has no GET /v1/aggregates, answers it with an error, or runs another
+// resolution; --allow-unavailable-windows accepts those), 2 on any other
+// error.
 package main
 
 import (
@@ -52,7 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	out := &output{w: stdout, errw: stderr, json: c.json, tty: isTerminal(stderr)}
+	out := &output{w: stdout, errw: stderr, json: c.json, tty: isTerminal(stderr), allowUnavailable: c.allowUnavailable}
 	if verifyOnly {
 		return verifyFromFile(ctx, c, out)
 	}
@@ -164,7 +167,7 @@ func verifyFromFile(ctx context.Context, c *config, out *output) int {
 func verify(ctx context.Context, c *config, t *simulator.Truth, out *output) int {
 	vctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	vr, err := simulator.Verify(vctx, t, simulator.VerifyOptions{HubURL: c.hub})
+	vr, err := simulator.Verify(vctx, t, simulator.VerifyOptions{HubURL: c.hub, AllowUnavailable: c.allowUnavailable})
 	if err != nil {
 		fmt.Fprintln(out.errw, "fleetsim verify:", err)
 		return 2
@@ -181,6 +184,8 @@ type output struct {
 	w, errw io.Writer
 	json    bool
 	tty     bool
+	// allowUnavailable is --allow-unavailable-windows, for the hint.
+	allowUnavailable bool
 }
 
 func (o *output) emit(kind string, v any) {
@@ -193,9 +198,17 @@ func (o *output) progress(r simulator.Report) {
 		o.emit("progress", r)
 		return
 	}
-	line := fmt.Sprintf("%6.0fs %-5s connected %d/%d  sent %.0f/s  acked %.0f/s  backlog %d  ack p50 %.0fms p99 %.0fms (this interval: p99 %.0fms max %.0fms)  reconnects %d",
+	line := fmt.Sprintf("%6.0fs %-5s connected %d/%d  sent %.0f/s  acked %.0f/s  backlog %d  ack p50 %.0fms p99 %.0fms (this interval: p99 %.0fms max %.0fms)",
 		r.Elapsed, r.Phase, r.Connected, r.Devices, r.PublishRate, r.AckRate, r.Backlog, r.AckLatency.P50Ms, r.AckLatency.P99Ms,
-		r.AckLatencyRecent.P99Ms, r.AckLatencyRecent.MaxMs, r.Reconnects)
+		r.AckLatencyRecent.P99Ms, r.AckLatencyRecent.MaxMs)
+	if v := r.Visible; v != nil {
+		if v.Latency.Count > 0 {
+			line += fmt.Sprintf("  visible p50 %.0fms p99 %.0fms (%d probes)", v.Latency.P50Ms, v.Latency.P99Ms, v.Latency.Count)
+		} else {
+			line += "  visible: no probe yet"
+		}
+	}
+	line += fmt.Sprintf("  reconnects %d", r.Reconnects)
 	if o.tty {
 		fmt.Fprintf(o.errw, "\r\033[K%s", line)
 	} else {
@@ -249,6 +262,12 @@ func (o *output) verify(v *simulator.VerifyReport) {
 		status = "FAILED"
 	}
 	fmt.Fprintf(o.w, "verify: %s\n", status)
+	for _, f := range v.Failures {
+		fmt.Fprintf(o.w, "  failed: %s\n", f)
+	}
+	if v.UnavailableWindows > 0 && !v.OK && !o.allowUnavailable {
+		fmt.Fprintf(o.w, "  (%d window kinds could not be checked: --allow-unavailable-windows accepts that)\n", v.UnavailableWindows)
+	}
 	fmt.Fprintf(o.w, "  devices %d (unknown to hub %d): appended %d, applied %d, lost %d, duplicated %d, gap events reported %d\n",
 		v.Devices, v.Unknown, v.Events, v.Applied, v.Lost, v.Duplicated, v.GapReported)
 	for _, d := range v.LossDevices {
@@ -266,10 +285,18 @@ func (o *output) verify(v *simulator.VerifyReport) {
 		}
 	}
 	if t := v.TimeError; t.Measured {
-		fmt.Fprintf(o.w, "  event time error: p50 %.3fms p99 %.3fms max %.3fms (%d events)\n", t.P50Ms, t.P99Ms, t.MaxMs, t.Count)
+		fmt.Fprintf(o.w, "  event time error: p50 %.3fms p99 %.3fms max %.3fms (%d events)%s\n", t.P50Ms, t.P99Ms, t.MaxMs, t.Count, noteOf(t.Note))
 	} else {
 		fmt.Fprintf(o.w, "  event time error: %s\n", t.Note)
 	}
+}
+
+// noteOf formats a note for the end of a report line.
+func noteOf(n string) string {
+	if n == "" {
+		return ""
+	}
+	return "; " + n
 }
 
 func isTerminal(w io.Writer) bool {
