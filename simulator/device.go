@@ -33,6 +33,7 @@ type device struct {
 	ws    *watchedStream
 
 	linkUp   atomic.Bool   // read by the time sources' and link's goroutines
+	hubDown  atomic.Bool   // the hub outage is on; read by the dialer's and time sources' goroutines
 	bootAt   time.Duration // when the device boots (ramp-up), since the start
 	linkSeed uint64        // seeds the link model's jitter
 
@@ -50,6 +51,7 @@ type device struct {
 	up       *uplink.Uplink
 	upCancel context.CancelFunc
 	upDone   chan struct{}
+	socks    *sockets // the uplink's connections, if it dials through the link model
 }
 
 func newDevice(f *Fleet, idx int, class *DeviceClass, rng *rand.Rand) (*device, error) {
@@ -102,9 +104,17 @@ func (d *device) tick(now time.Time, el time.Duration, producing bool) {
 	agentUp := powered && (!producing || !In(d.tl.AgentDown, el))
 	linkUp := !producing || !In(d.tl.LinkDown, el)
 	d.linkUp.Store(linkUp)
+	if hubDown := producing && In(d.tl.HubDown, el); hubDown != d.hubDown.Load() {
+		// Stored before the cut: a dial that ends after the cut is refused.
+		d.hubDown.Store(hubDown)
+		if hubDown && d.socks != nil {
+			d.socks.cut()
+		}
+	}
 
 	if d.agentUp && !agentUp {
-		d.stopAgent()
+		// A power loss is never graceful; a crash is unless configured so.
+		d.stopAgent(!powered || !d.class.Crash.Graceful)
 	}
 	if powered && !d.powered {
 		// Power came back: a new boot with the clock reset to 1970.
@@ -182,8 +192,14 @@ func (d *device) startAgent(now time.Time) {
 	}(d.syncDone)
 }
 
-func (d *device) stopAgent() {
-	d.stopUplink()
+// stopAgent ends the agent's life: abruptly (a crash or power loss: see
+// crashUplink) or cleanly.
+func (d *device) stopAgent(abrupt bool) {
+	if abrupt {
+		d.crashUplink()
+	} else {
+		d.stopUplink()
+	}
 	if d.syncCancel != nil {
 		d.syncCancel()
 		d.syncCancel, d.sync = nil, nil
@@ -196,8 +212,13 @@ func (d *device) startUplink() {
 	sc := d.sync
 	o := d.f.uplinkOptions(d.name)
 	o.Now = d.clock.Wall
-	if l := d.class.Link; l.Latency > 0 || l.Jitter > 0 || l.Silent {
-		o.Dial = linkDialer(l.Latency, l.Jitter, l.Silent, d.linkUp.Load, d.linkSeed)
+	ctx, cancel := context.WithCancel(d.f.runCtx)
+	var socks *sockets
+	if d.dialsThroughLink() {
+		l := d.class.Link
+		socks = newSockets(linkModel{latency: l.Latency, jitter: l.Jitter, silent: l.Silent,
+			linkUp: d.linkUp.Load, hubUp: d.hubUp}, d.linkSeed, ctx.Done())
+		o.Dial = socks.dial
 	}
 	if sc != nil {
 		o.Clock = func() *wirepb.ClockEstimate { return sc.Estimate().Proto() }
@@ -206,11 +227,11 @@ func (d *device) startUplink() {
 	o.OnAck = d.ws.hubAcked
 	u, err := uplink.New(d.ws, o)
 	if err != nil {
+		cancel()
 		d.f.log.Error("simulator: uplink", "device", d.name, "err", err)
 		return
 	}
-	ctx, cancel := context.WithCancel(d.f.runCtx)
-	d.up, d.upCancel, d.upDone = u, cancel, make(chan struct{})
+	d.up, d.upCancel, d.upDone, d.socks = u, cancel, make(chan struct{}), socks
 	d.f.uplinkStarts.Add(1)
 	go func(done chan struct{}) {
 		defer close(done)
@@ -220,6 +241,18 @@ func (d *device) startUplink() {
 	}(d.upDone)
 }
 
+// dialsThroughLink reports whether the device's uplinks need the link
+// model's dialer: for latency, jitter or silent outages, to be cut by a
+// hub outage, or to be dropped by an abrupt crash or a power loss.
+func (d *device) dialsThroughLink() bool {
+	l, c := d.class.Link, d.class.Crash
+	return l.Latency > 0 || l.Jitter > 0 || l.Silent || len(d.tl.HubDown) > 0 ||
+		(c.Every > 0 && !c.Graceful) || len(d.tl.PowerDown) > 0
+}
+
+// hubUp reports whether the hub accepts the device's connections now.
+func (d *device) hubUp() bool { return !d.hubDown.Load() }
+
 // stopUplink closes the uplink without waiting (its Run goroutine
 // publishes the offline status and disconnects); the next one starts once
 // it is gone.
@@ -228,7 +261,41 @@ func (d *device) stopUplink() {
 		return
 	}
 	d.upCancel()
-	d.up, d.upCancel = nil, nil
+	d.up, d.upCancel, d.socks = nil, nil, nil
+}
+
+// crashGrace bounds how long a crashed agent's uplink may take to notice
+// that its connection is gone before it is stopped anyway.
+const crashGrace = 2 * time.Second
+
+// crashUplink ends the uplink as a crash of the agent's process does: its
+// connections close under it and no dial succeeds any more, so it sends
+// no offline status and no DISCONNECT and the broker publishes its last
+// will; its window of batches in flight is dropped with it, and the next
+// agent life resends from the buffer what the hub had not acknowledged
+// into it. The uplink is stopped only once it has seen its connection
+// die (or after crashGrace), so that it cannot say goodbye on it: stopped
+// while still connected, it would publish its offline status and wait for
+// the PUBACK. The next uplink starts once it is gone, as after
+// stopUplink.
+func (d *device) crashUplink() {
+	if d.up == nil {
+		return
+	}
+	if d.socks == nil { // no dialer to cut (not reached: see dialsThroughLink)
+		d.stopUplink()
+		return
+	}
+	u, cancel := d.up, d.upCancel
+	d.socks.kill()
+	d.up, d.upCancel, d.socks = nil, nil, nil
+	go func() {
+		deadline := time.Now().Add(crashGrace)
+		for u.Status().State == uplink.StateConnected && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+	}()
 }
 
 func (d *device) uplinkGone() bool {
@@ -452,10 +519,11 @@ func (d *device) hubExchanger() (clocksync.HubExchanger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &linkHub{h: h, up: d.linkUp.Load}, nil
+	return &linkHub{h: h, up: func() bool { return d.linkUp.Load() && d.hubUp() }}, nil
 }
 
-// linkHub is a HubExchanger that fails while the device's link is down.
+// linkHub is a HubExchanger that fails while the device's link or the hub
+// is down.
 type linkHub struct {
 	h  *clocksync.MQTTHub
 	up func() bool
@@ -470,7 +538,7 @@ func (l *linkHub) Exchange(ctx context.Context, req *wirepb.TimeRequest) (*wirep
 
 // shutdown stops the device's agent parts and waits for them.
 func (d *device) shutdown() {
-	d.stopAgent()
+	d.stopAgent(false)
 	if d.upDone != nil {
 		<-d.upDone
 		d.upDone = nil

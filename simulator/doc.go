@@ -16,15 +16,25 @@
 // second MQTT connection, or nothing (events go UNTRUSTED; the hub applies
 // its own estimate). Time sources fail while the link is down.
 //
-// Link outages, agent crashes and power losses follow a Timeline drawn per
-// device from the scenario. A link outage closes the device's uplink and
-// opens a new one when the link returns (events keep being captured into
-// the buffer meanwhile); a crash also restarts clocksync and captures
-// nothing while the agent is down; the shared store stays open throughout.
-// The uplink has no hook to sever its TCP connection, so an outage ends
-// its connection with a clean DISCONNECT after an offline status, not with
-// a silent drop and the broker's last will; a process-level crash (SIGKILL
-// of the agent with its store) is covered by the e2e tests, not here.
+// Link outages, hub outages, agent crashes and power losses follow a
+// Timeline drawn per device from the scenario. A link outage closes the
+// device's uplink (offline status, clean DISCONNECT) and opens a new one
+// when the link returns, which connects at once; events keep being
+// captured into the buffer meanwhile. A hub outage (Scenario.HubOutage)
+// leaves agents and uplinks running: the uplinks dial through the link
+// model (uplink.Options.Dial), which cuts their live connections at once,
+// without a DISCONNECT, and refuses every dial until the outage ends, so
+// each uplink reconnects through its own backoff with full jitter. A crash
+// restarts clocksync and captures nothing while the agent is down; unless
+// CrashSpec.Graceful, it and a power loss drop the uplink's connection the
+// same way, so the broker publishes the agent's last will, and the batches
+// in flight are forgotten with the uplink: the next agent life resends
+// from the buffer. The shared store stays open throughout, so a crash
+// loses nothing the agent had appended (a process-level crash, SIGKILL of
+// the agent with its store, is covered by the e2e tests, not here). A
+// power loss drops the connection as a crash does, which the broker sees
+// at once; a real one would go silent and be found out by the broker's
+// keep-alive.
 //
 // # One store for the fleet
 //

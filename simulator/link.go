@@ -3,16 +3,40 @@ package simulator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
 // errLinkDown is what dialing a device's broker connection gives while its
 // simulated link is down.
 var errLinkDown = errors.New("simulator: link down")
+
+// errHubDown is what dialing the broker gives during a hub outage: the
+// connection refused at once, as by a host whose broker is not running.
+var errHubDown = fmt.Errorf("simulator: hub down: %w", syscall.ECONNREFUSED)
+
+// errCut is what reads and writes on a cut connection give: the peer gone,
+// as a dead hub or a network that dropped the connection shows it. Not
+// the error of a closed socket, which paho takes for its own disconnect
+// and ignores, waiting for a keep-alive to fail.
+var errCut = fmt.Errorf("simulator: connection cut: %w", syscall.ECONNRESET)
+
+// errAgentGone is what a crashed agent's last dial gives, once the uplink
+// that tried it has been stopped.
+var errAgentGone = errors.New("simulator: agent crashed")
+
+// linkModel is a device's network between its uplink and the broker.
+type linkModel struct {
+	latency, jitter time.Duration
+	silent          bool
+	linkUp          func() bool // the device's link is up now
+	hubUp           func() bool // the hub accepts connections now; nil: always
+}
 
 // linkDialer returns an uplink Dial function that puts a device's link
 // model between its uplink and the broker: a one-way delay of latency plus
@@ -22,25 +46,145 @@ var errLinkDown = errors.New("simulator: link down")
 // whether the link is up now. While it is down a dial waits a second (the
 // SYN goes nowhere) and fails.
 func linkDialer(latency, jitter time.Duration, silent bool, up func() bool, seed uint64) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
-	var n atomic.Uint64
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if !up() {
-			select {
-			case <-time.After(time.Second):
-			case <-ctx.Done():
-			}
-			return nil, errLinkDown
+	return newSockets(linkModel{latency: latency, jitter: jitter, silent: silent, linkUp: up}, seed, nil).dial
+}
+
+// sockets are the broker connections one uplink opens through its
+// device's link model (its dial is the uplink's Options.Dial). The
+// simulator cuts them as a dead hub or a crashed process would: closed
+// under the uplink, with no MQTT DISCONNECT, so paho reports the
+// connection lost and the broker sees the client vanish and publishes its
+// last will.
+type sockets struct {
+	link linkModel
+	seed uint64
+	n    atomic.Uint64
+	life <-chan struct{} // closed when the uplink is stopped; nil: never
+	d    net.Dialer
+
+	mu     sync.Mutex
+	open   map[*cutConn]struct{}
+	killed bool
+}
+
+func newSockets(link linkModel, seed uint64, life <-chan struct{}) *sockets {
+	return &sockets{link: link, seed: seed, life: life, open: map[*cutConn]struct{}{}}
+}
+
+// dial opens a connection to the broker through the link model. While the
+// link is down it waits a second (the SYN goes nowhere) and fails; while
+// the hub is down it is refused at once; once the agent has crashed it
+// never completes (the process is gone), failing only when the uplink is
+// stopped, so the dead agent's uplink does not count a failed attempt.
+func (s *sockets) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if s.dead() {
+		select {
+		case <-s.life:
+		case <-ctx.Done():
 		}
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		if latency == 0 && jitter == 0 && !silent {
-			return c, nil
-		}
-		return newLinkConn(c, latency, jitter, silent, up, seed+n.Add(1)), nil
+		return nil, errAgentGone
 	}
+	if !s.link.linkUp() {
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+		return nil, errLinkDown
+	}
+	if !s.hubUp() {
+		return nil, errHubDown
+	}
+	c, err := s.d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if l := s.link; l.latency > 0 || l.jitter > 0 || l.silent {
+		c = newLinkConn(c, l.latency, l.jitter, l.silent, l.linkUp, s.seed+s.n.Add(1))
+	}
+	cc := &cutConn{Conn: c, s: s}
+	// Checked again under mu: a cut that began while this dial ran has
+	// closed the connections it found, and this one must not outlive it.
+	s.mu.Lock()
+	killed, hubUp := s.killed, s.hubUp()
+	if !killed && hubUp {
+		s.open[cc] = struct{}{}
+	}
+	s.mu.Unlock()
+	switch {
+	case killed:
+		c.Close()
+		return nil, errAgentGone
+	case !hubUp:
+		c.Close()
+		return nil, errHubDown
+	}
+	return cc, nil
+}
+
+func (s *sockets) hubUp() bool { return s.link.hubUp == nil || s.link.hubUp() }
+
+func (s *sockets) dead() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.killed
+}
+
+// cut closes every open connection at once. A hub outage cuts after
+// hubUp turns false, so no dial can slip a connection in behind it.
+func (s *sockets) cut() {
+	s.mu.Lock()
+	open := s.open
+	s.open = map[*cutConn]struct{}{}
+	s.mu.Unlock()
+	for c := range open {
+		c.cut.Store(true)
+		c.Conn.Close()
+	}
+}
+
+// kill cuts every connection and makes every later dial hang until the
+// uplink is stopped: the agent's process has crashed.
+func (s *sockets) kill() {
+	s.mu.Lock()
+	s.killed = true
+	s.mu.Unlock()
+	s.cut()
+}
+
+// cutConn is a connection sockets can cut; closing it forgets it.
+type cutConn struct {
+	net.Conn
+	s   *sockets
+	cut atomic.Bool
+}
+
+// Read reads from the connection; once cut, it fails with errCut.
+func (c *cutConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil && c.cut.Load() {
+		err = errCut
+	}
+	return n, err
+}
+
+// Write writes to the connection; once cut, it fails with errCut.
+func (c *cutConn) Write(b []byte) (int, error) {
+	if c.cut.Load() {
+		return 0, errCut
+	}
+	n, err := c.Conn.Write(b)
+	if err != nil && c.cut.Load() {
+		err = errCut
+	}
+	return n, err
+}
+
+// Close closes the connection and forgets it.
+func (c *cutConn) Close() error {
+	c.s.mu.Lock()
+	delete(c.s.open, c)
+	c.s.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // linkConn is a net.Conn whose bytes take latency plus up to jitter to

@@ -53,9 +53,24 @@ type Scenario struct {
 	// reach the hub. Default 2m (real time, not scaled).
 	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
 	// FleetOutage, if For is set, takes every device's link down at the
-	// same moment (a hub or broker outage seen from the fleet) and brings
-	// them back together: a mass reconnect.
+	// same moment and brings them back together, as a regional network
+	// outage would. Each agent closes its uplink (offline status, clean
+	// DISCONNECT) and opens a new one when its link returns, which
+	// connects at once: the devices come back within a tick of each
+	// other, not through the uplink's backoff. For a hub that goes away
+	// while the devices' networks stay up, see HubOutage.
 	FleetOutage Outage `mapstructure:"fleet_outage"`
+	// HubOutage, if For is set, is the hub (its broker) unreachable from
+	// the whole fleet from At for For: every device's broker connection
+	// is cut at the same moment, without a DISCONNECT (the broker, which
+	// in fact stays up, publishes the devices' last wills), and every dial
+	// is refused (connection refused) until the outage ends. The agents
+	// and their uplinks keep running, so each uplink goes through its own
+	// reconnect path, exponential backoff with full jitter between
+	// Uplink.BackoffMin and BackoffMax, and the fleet comes back spread
+	// over up to BackoffMax: a mass reconnect after a hub outage. Devices'
+	// links and NTP stay up; the hub's time service is down with the hub.
+	HubOutage Outage `mapstructure:"hub_outage"`
 	// Classes are the device kinds; each gets Share of the fleet.
 	// Default: one class of defaults.
 	Classes []DeviceClass `mapstructure:"classes"`
@@ -81,8 +96,8 @@ type DeviceClass struct {
 	Clock ClockSpec `mapstructure:"clock"`
 	// Link is the network model.
 	Link LinkSpec `mapstructure:"link"`
-	// Crash restarts the agent: the uplink is closed and a new one opened
-	// on the same stream (the shared store stays open).
+	// Crash restarts the agent: its uplink ends and a new one opens on the
+	// same stream after the downtime (the shared store stays open).
 	Crash CrashSpec `mapstructure:"crash"`
 	// Preload is event history appended to each device's buffer before
 	// its uplink starts, as if the device had been offline that long
@@ -198,9 +213,20 @@ type RandomOutages struct {
 
 // CrashSpec configures agent crashes: on average one every Every per
 // device, the agent down for Down. Every 0: none.
+//
+// A crash is abrupt unless Graceful is set, as a panic, an OOM kill or a
+// SIGKILL is: the agent's broker connection is dropped without an MQTT
+// DISCONNECT or offline status, so the broker publishes the agent's last
+// will, and the batches in flight are forgotten with the process; the
+// restarted agent resends from its durable buffer what the hub had not
+// acknowledged into it.
 type CrashSpec struct {
 	Every time.Duration `mapstructure:"every"`
 	Down  time.Duration `mapstructure:"down"`
+	// Graceful makes the agent stop cleanly instead, as a supervisor's
+	// restart (SIGTERM) does: the uplink publishes its offline status and
+	// disconnects. Default false: a crash.
+	Graceful bool `mapstructure:"graceful"`
 }
 
 // UplinkTuning is the subset of uplink.Options a scenario may set. Zero
@@ -333,6 +359,14 @@ func (s *Scenario) Validate() error {
 	}
 	if s.FleetOutage.At < 0 || s.FleetOutage.For < 0 {
 		bad("fleet_outage", "negative at or for")
+	}
+	switch h := s.HubOutage; {
+	case h.Down != 0:
+		bad("hub_outage.down", "%v: not used by a hub outage; say for", h.Down)
+	case h.At < 0 || h.For < 0:
+		bad("hub_outage", "at %v for %v: want at >= 0 and for >= 0", h.At, h.For)
+	case h.For > 0 && h.At >= s.Duration:
+		bad("hub_outage.at", "%v: want before the end of duration (%v)", h.At, s.Duration)
 	}
 	for i, c := range s.Classes {
 		errs = append(errs, c.validate(fmt.Sprintf("classes[%d]", i)))

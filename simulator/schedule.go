@@ -25,6 +25,10 @@ type StepAt struct {
 type Timeline struct {
 	// LinkDown are merged, sorted spans without a network.
 	LinkDown []Span
+	// HubDown are spans in which the hub refuses the device's broker
+	// connections and its live ones are cut (the scenario's hub outage,
+	// the same for every device).
+	HubDown []Span
 	// AgentDown are agent crashes: the device runs but its agent does not
 	// (events are not captured), then the agent restarts.
 	AgentDown []Span
@@ -55,6 +59,9 @@ func BuildTimeline(s *Scenario, c *DeviceClass, rng *rand.Rand) Timeline {
 		down = append(down, Span{s.FleetOutage.At, s.FleetOutage.At + s.FleetOutage.For})
 	}
 	tl.LinkDown = scaleSpans(s, MergeSpans(down))
+	if h := s.HubOutage; h.For > 0 {
+		tl.HubDown = scaleSpans(s, []Span{{h.At, h.At + h.For}})
+	}
 	if c.Crash.Every > 0 {
 		tl.AgentDown = scaleSpans(s, MergeSpans(poissonSpans(rng, end, c.Crash.Every, c.Crash.Down, c.Crash.Down)))
 	}
