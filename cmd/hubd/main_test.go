@@ -8,10 +8,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"edgeflow/aggregate"
 )
 
 func TestConfigPrecedence(t *testing.T) {
@@ -161,8 +164,23 @@ func TestAggregateConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := cfg.hub.Aggregate
-	if a == nil || a.Resolution != 10*time.Second || len(a.Windows) != 2 || a.Windows[1].Slide != time.Minute {
+	if a == nil || a.Resolution != 10*time.Second {
 		t.Fatalf("aggregate config: %+v", a)
+	}
+	// The example shows one window of every kind, and each is valid.
+	want := []aggregate.WindowConfig{
+		{Name: "1m", Kind: "tumbling", Size: time.Minute},
+		{Name: "5m-by-1m", Kind: "hopping", Size: 5 * time.Minute, Slide: time.Minute},
+		{Name: "last-5m", Kind: "sliding", Size: 5 * time.Minute},
+		{Name: "sessions-2m", Kind: "session", Gap: 2 * time.Minute},
+	}
+	if !slices.Equal(a.Windows, want) {
+		t.Fatalf("windows %+v, want %+v", a.Windows, want)
+	}
+	opt := *a
+	opt.EnsureDefaults()
+	if err := opt.Validate(); err != nil {
+		t.Fatalf("example aggregate config: %v", err)
 	}
 	t.Setenv("HUBD_AGGREGATE_ENABLED", "false")
 	if cfg, err = loadConfig(nil); err != nil || cfg.hub.Aggregate != nil {
