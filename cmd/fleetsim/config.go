@@ -73,6 +73,9 @@ func loadConfig(args []string) (*config, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: the subcommands are run and verify, and flags start with --", fs.Arg(0))
+	}
 	vm := viper.New()
 	if err := vm.BindPFlags(fs); err != nil {
 		return nil, err

@@ -309,3 +309,11 @@ func TestFlagUsageNamesValues(t *testing.T) {
 		}
 	}
 }
+
+// TestStrayArgumentRefused: a mistyped subcommand is an error, not a run
+// with the word ignored.
+func TestStrayArgumentRefused(t *testing.T) {
+	if _, err := loadConfig([]string{"verfy", "--devices", "3"}); err == nil || !strings.Contains(err.Error(), `"verfy"`) {
+		t.Fatalf("got %v, want an error naming the argument", err)
+	}
+}

@@ -68,6 +68,10 @@ func loadConfig(args []string) (*config, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if fs.NArg() > 0 {
+		// A mistyped subcommand (hubd rebuidl) must not start a hub.
+		return nil, fmt.Errorf("unexpected argument %q: the subcommands are rebuild, query and passwd, and flags start with --", fs.Arg(0))
+	}
 	v := viper.New()
 	if err := v.BindPFlags(fs); err != nil {
 		return nil, err

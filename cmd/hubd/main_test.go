@@ -187,3 +187,12 @@ func TestAggregateConfig(t *testing.T) {
 		t.Fatalf("disabled: %v %+v", err, cfg.hub.Aggregate)
 	}
 }
+
+// TestStrayArgumentRefused: a mistyped subcommand is an error, not a hub
+// started with the word ignored.
+func TestStrayArgumentRefused(t *testing.T) {
+	var out, errb strings.Builder
+	if code := run([]string{"rebuidl", "--data-dir", t.TempDir()}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `"rebuidl"`) {
+		t.Fatalf("exit %d, stderr %q: want 2 naming the argument", code, errb.String())
+	}
+}
