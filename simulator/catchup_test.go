@@ -26,11 +26,7 @@ func TestCatchupAgainstHub(t *testing.T) {
 		Uplink: UplinkTuning{MaxBatchEvents: 200, BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, AckTimeout: 5 * time.Second},
 		Verify: VerifySpec{Windows: []string{"tumbling:1s", "tumbling:1m0s"}, TimeSampleEvery: 1},
 	}
-	f, err := New(Options{Scenario: sc, Brokers: []string{"tcp://" + srv.BrokerAddr()}, DataDir: t.TempDir(), Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := newTestFleet(t, srv, sc, nil)
 	// Preloaded events have true times before the run's start, live ones
 	// after it: those before this moment are surely preloaded, those
 	// after it plus a margin surely not.

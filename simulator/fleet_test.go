@@ -54,6 +54,23 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
+// newTestFleet makes a fleet of sc against srv's broker, with quiet logs
+// and its data in the test's directory; edit sets further options. The
+// fleet is closed when the test ends.
+func newTestFleet(t *testing.T, srv *hub.Server, sc Scenario, edit func(*Options)) *Fleet {
+	t.Helper()
+	o := Options{Scenario: sc, Brokers: []string{"tcp://" + srv.BrokerAddr()}, DataDir: t.TempDir(), Logger: quietLogger()}
+	if edit != nil {
+		edit(&o)
+	}
+	f, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 // TestFleetAgainstHub runs 30 devices with outages, a crash, clock drift
 // and steps, devices on the hub's time service and devices without a time
 // source against an in-process hub, and verifies no loss or duplicate.
@@ -82,12 +99,7 @@ func TestFleetAgainstHub(t *testing.T) {
 		Uplink: UplinkTuning{BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, AckTimeout: 2 * time.Second},
 	}
 	var reports int
-	f, err := New(Options{Scenario: sc, Brokers: []string{"tcp://" + srv.BrokerAddr()}, DataDir: t.TempDir(),
-		Logger: quietLogger(), OnReport: func(Report) { reports++ }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := newTestFleet(t, srv, sc, func(o *Options) { o.OnReport = func(Report) { reports++ } })
 	rep, err := f.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -155,12 +167,7 @@ func TestFleetLinkModelAndProbes(t *testing.T) {
 		Uplink: UplinkTuning{BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, AckTimeout: 2 * time.Second,
 			KeepAlive: time.Second, Linger: 10 * time.Millisecond},
 	}
-	f, err := New(Options{Scenario: sc, Brokers: []string{"tcp://" + srv.BrokerAddr()}, DataDir: t.TempDir(),
-		Logger: quietLogger(), HubURL: "http://" + srv.HTTPAddr(), ProbeEvery: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := newTestFleet(t, srv, sc, func(o *Options) { o.HubURL, o.ProbeEvery = "http://"+srv.HTTPAddr(), 100*time.Millisecond })
 	rep, err := f.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -116,11 +116,7 @@ func TestHubOutageMassReconnect(t *testing.T) {
 		Uplink:    UplinkTuning{BackoffMin: 100 * time.Millisecond, BackoffMax: backoffMax, AckTimeout: 2 * time.Second},
 	}
 	status := watchStatus(t, srv.BrokerAddr())
-	f, err := New(Options{Scenario: sc, Brokers: []string{"tcp://" + srv.BrokerAddr()}, DataDir: t.TempDir(), Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := newTestFleet(t, srv, sc, nil)
 	rep, err := f.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -195,11 +191,7 @@ func TestAbruptCrashLastWill(t *testing.T) {
 		Uplink: UplinkTuning{BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond, AckTimeout: 2 * time.Second},
 	}
 	status := watchStatus(t, srv.BrokerAddr())
-	f, err := New(Options{Scenario: sc, Brokers: []string{"tcp://" + srv.BrokerAddr()}, DataDir: t.TempDir(), Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := newTestFleet(t, srv, sc, nil)
 
 	// Poll the hub's registry for devices shown offline, and when.
 	offline := map[string][]time.Time{}

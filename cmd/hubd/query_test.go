@@ -29,10 +29,17 @@ const queryTestToken = "query-test-token-0123456789"
 // the events fed.
 func startQueryHub(t *testing.T) *hub.Server {
 	t.Helper()
-	s, err := hub.New(hub.Options{DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0",
+	return startTestHub(t, hub.Options{DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), HTTPReadToken: queryTestToken,
 		CheckpointInterval: time.Hour, RetentionInterval: time.Hour, TickInterval: 50 * time.Millisecond,
 		Aggregate: &aggregate.Options{TagKeys: []string{"site"}, IdleTimeout: time.Hour, WatermarkInterval: time.Nanosecond}})
+}
+
+// startTestHub starts an in-process hub with o, shut down when the test
+// ends.
+func startTestHub(t *testing.T, o hub.Options) *hub.Server {
+	t.Helper()
+	s, err := hub.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,15 +39,7 @@ func startConfigHub(t *testing.T, args []string) *hub.Server {
 		t.Fatal(err)
 	}
 	cfg.hub.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := hub.New(cfg.hub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	return s
+	return startTestHub(t, cfg.hub)
 }
 
 // runRebuildCmd runs `hubd rebuild args...` and returns its exit code and
