@@ -91,15 +91,7 @@ func TestAllowedLateness(t *testing.T) {
 	}
 	for _, s := range steps {
 		s.do()
-		got := find(mustQuery(t, e, dayQuery("m", s.spec)), s.at)
-		if got == nil {
-			t.Fatalf("%s: no window at %v", s.name, s.at)
-		}
-		w := s.want
-		if got.Count != w.Count || got.Final != w.Final || got.Revision != w.Revision || got.Late != w.Late {
-			t.Fatalf("%s: got count %d final %v revision %d late %d, want %d %v %d %d (watermark %v)", s.name,
-				got.Count, got.Final, got.Revision, got.Late, w.Count, w.Final, w.Revision, w.Late, e.Stats().Watermark.Sub(t0))
-		}
+		checkWindowAt(t, e, s.name, s.spec, s.at, s.want, false)
 		if st := e.Stats(); st.Late != s.late || st.TooLate != s.tooLt {
 			t.Fatalf("%s: stats late %d too late %d, want %d %d", s.name, st.Late, st.TooLate, s.late, s.tooLt)
 		}

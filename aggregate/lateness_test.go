@@ -63,15 +63,7 @@ func TestLatenessRules(t *testing.T) {
 	}
 	for _, s := range steps {
 		s.do()
-		got := find(mustQuery(t, e, dayQuery("m", s.spec)), s.at)
-		if got == nil {
-			t.Fatalf("%s: no window at %v", s.name, s.at)
-		}
-		w := s.want
-		if got.Count != w.Count || got.Final != w.Final || got.Revision != w.Revision || got.Late != w.Late || got.Behind != w.Behind {
-			t.Fatalf("%s: got count %d final %v revision %d late %d behind %d, want %d %v %d %d %d", s.name,
-				got.Count, got.Final, got.Revision, got.Late, got.Behind, w.Count, w.Final, w.Revision, w.Late, w.Behind)
-		}
+		checkWindowAt(t, e, s.name, s.spec, s.at, s.want, true)
 	}
 	// Beyond the horizon: the late log, not the windows.
 	mustApply(t, e, series10s("a", 1, &sa, 3*time.Minute, 2*time.Hour, at(2*time.Hour)))
@@ -249,5 +241,24 @@ func TestBehindPerDevice(t *testing.T) {
 		if got := behind(c.q, c.device); got != c.want {
 			t.Errorf("%s: behind %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// checkWindowAt checks the count, final, revision and late of the window
+// of metric m starting at t0+at against want, and its behind too when
+// behind is set; step names the check in a failure.
+func checkWindowAt(t *testing.T, e *Engine, step string, spec WindowSpec, at time.Duration, want WindowResult, behind bool) {
+	t.Helper()
+	got := find(mustQuery(t, e, dayQuery("m", spec)), at)
+	if got == nil {
+		t.Fatalf("%s: no window at %v", step, at)
+	}
+	w := want
+	if !behind {
+		w.Behind = got.Behind
+	}
+	if got.Count != w.Count || got.Final != w.Final || got.Revision != w.Revision || got.Late != w.Late || got.Behind != w.Behind {
+		t.Fatalf("%s: got count %d final %v revision %d late %d behind %d, want %d %v %d %d %d (watermark %v)", step,
+			got.Count, got.Final, got.Revision, got.Late, got.Behind, w.Count, w.Final, w.Revision, w.Late, w.Behind, e.Stats().Watermark.Sub(t0))
 	}
 }
