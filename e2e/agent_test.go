@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,7 +38,16 @@ func init() {
 func runAgent(args []string) int {
 	dir, device, broker := args[0], args[1], args[3]
 	count, _ := strconv.ParseUint(args[2], 10, 64)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	// Errors go to the test's log; warnings too (rejections, dropped
+	// blocks, reconnects) to agent.log in the data directory, which a
+	// failing chaos run prints.
+	handlers := []slog.Handler{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})}
+	_ = os.MkdirAll(dir, 0o755)
+	if f, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+		defer f.Close()
+		handlers = append(handlers, slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	log := slog.New(slog.NewMultiHandler(handlers...))
 	store, err := buffer.Open(dir, buffer.Options{Durability: buffer.DurabilitySync, Logger: log})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
@@ -94,13 +104,14 @@ func runAgent(args []string) int {
 type agentProc struct {
 	t      testing.TB
 	device string
+	dir    string // its data directory (buffer and agent.log)
 	env    string
 	cmd    *exec.Cmd
 	exited chan error
 }
 
 func startAgent(t testing.TB, dir, device string, count int, broker string) *agentProc {
-	a := &agentProc{t: t, device: device, env: agentEnv + "=" + strings.Join([]string{dir, device, strconv.Itoa(count), broker}, "|")}
+	a := &agentProc{t: t, device: device, dir: dir, env: agentEnv + "=" + strings.Join([]string{dir, device, strconv.Itoa(count), broker}, "|")}
 	a.start()
 	t.Cleanup(a.kill)
 	return a

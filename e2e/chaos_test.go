@@ -124,6 +124,14 @@ func TestChaos(t *testing.T) {
 	t.Log("\n" + table)
 	fmt.Println(table)
 	if bad {
+		for i, r := range rows {
+			if r.lost == 0 && r.duplicates == 0 {
+				continue
+			}
+			t.Logf("%s: missing %v; hub applied %v, gaps %v", r.device, r.missing, r.appliedRanges, r.gaps)
+			t.Logf("%s agent.log (warnings, last 60 lines):\n%s", r.device, tailFile(filepath.Join(procs[i].dir, "agent.log"), 60))
+		}
+		t.Logf("hubd log (last 60 lines):\n%s", tailFile(hub.log.Name(), 60))
 		t.Fatal("events lost or counted twice (table above)")
 	}
 	if verdict.mismatching != 0 || verdict.simMismatch != 0 || verdict.windows == 0 {
@@ -139,6 +147,9 @@ type chaosRow struct {
 	device                                              string
 	streams                                             int
 	sent, applied, dropped, lost, duplicates, engineCnt uint64
+	// On a loss: the ranges neither applied nor reported, and what the
+	// hub holds (for the failure's diagnosis).
+	missing, appliedRanges, gaps [][2]uint64
 	// windows compared with the ground truth, and those that differ.
 	windows, mismatching int
 }
@@ -176,18 +187,29 @@ func (h *hubProc) chaosRow(ctx context.Context, t testing.TB, device string, cou
 		}
 		return false
 	}
-	covered := r.applied
-	for _, g := range s.Gaps {
-		for seq := g[0]; seq <= min(g[1], count); seq++ {
-			if !applied(seq) {
-				r.dropped++
-				covered++
+	gapped := func(seq uint64) bool {
+		for _, g := range s.Gaps {
+			if seq >= g[0] && seq <= g[1] {
+				return true
+			}
+		}
+		return false
+	}
+	for seq := uint64(1); seq <= count; seq++ {
+		switch {
+		case applied(seq):
+		case gapped(seq):
+			r.dropped++
+		default:
+			r.lost++
+			if n := len(r.missing); n > 0 && r.missing[n-1][1] == seq-1 {
+				r.missing[n-1][1] = seq
+			} else {
+				r.missing = append(r.missing, [2]uint64{seq, seq})
 			}
 		}
 	}
-	if covered < count {
-		r.lost = count - covered
-	}
+	r.appliedRanges, r.gaps = s.Applied, s.Gaps
 	// The engine counts every event it is given: more than applied means
 	// an event was applied twice.
 	r.engineCnt = h.engineCount(ctx, t, device)
@@ -380,8 +402,18 @@ func (p *chaosProxy) stall(d time.Duration) {
 
 // startAgentWith is startAgent with extras (see agentExtras).
 func startAgentWith(t testing.TB, dir, device string, count int, broker, extras string) *agentProc {
-	a := &agentProc{t: t, device: device, env: agentEnv + "=" + strings.Join([]string{dir, device, strconv.Itoa(count), broker, extras}, "|")}
+	a := &agentProc{t: t, device: device, dir: dir, env: agentEnv + "=" + strings.Join([]string{dir, device, strconv.Itoa(count), broker, extras}, "|")}
 	a.start()
 	t.Cleanup(a.kill)
 	return a
+}
+
+// tailFile returns the last n lines of a file, or why it cannot.
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
