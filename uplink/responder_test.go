@@ -46,6 +46,7 @@ type responder struct {
 	events         int
 	bytes          int
 	errs           []string
+	gaps           [][2]uint64 // every gap a batch header reported
 }
 
 func newResponder(t testing.TB, url string, policy func(*wirepb.Batch, int) verdict) *responder {
@@ -161,7 +162,16 @@ func (r *responder) handle(m mqtt.Message) *heldAck {
 		return nil
 	}
 	last := b.FirstSeq + n - 1
+	for _, g := range b.Gaps {
+		if g.FirstSeq <= last && g.LastSeq >= b.FirstSeq {
+			// hubd rejects such a batch (validateGaps), losing its events.
+			r.fail("batch [%d, %d] reports gap [%d, %d] over its own events", b.FirstSeq, last, g.FirstSeq, g.LastSeq)
+		}
+	}
 	r.mu.Lock()
+	for _, g := range b.Gaps {
+		r.gaps = append(r.gaps, [2]uint64{g.FirstSeq, g.LastSeq})
+	}
 	key := [2]uint64{b.FirstSeq, last}
 	r.arrivals[key]++
 	arrival := r.arrivals[key]

@@ -151,8 +151,10 @@ func (u *Uplink) readBatches(now time.Time, n int) ([]*flight, error) {
 	// read once, not once per batch.
 	stats := u.st.Stats()
 	hdr := u.batchHeader(stats)
+	gaps := hdr.Gaps
 	fs := make([]*flight, 0, len(as))
 	for _, a := range as {
+		hdr.Gaps = gapsOutside(hdr.Gaps[:0:0], gaps, a.first, a.last)
 		payload, err := u.encode(a, hdr)
 		if err != nil {
 			if len(fs) > 0 {
@@ -224,6 +226,27 @@ func (u *Uplink) batchHeader(stats buffer.Stats) *wirepb.Batch {
 		hdr.Clock = u.opts.Clock()
 	}
 	return hdr
+}
+
+// gapsOutside appends to dst the parts of gaps outside [first, last]. The
+// gaps are read after the pass's records, so a drop in between (the device
+// appending at its bound) can report records the batch carries; hubd
+// rejects a batch whose gaps overlap its events, which would lose them.
+// The part over the batch is not lost: the batch delivers it.
+func gapsOutside(dst, gaps []*wirepb.Gap, first, last uint64) []*wirepb.Gap {
+	for _, g := range gaps {
+		if g.LastSeq < first || g.FirstSeq > last {
+			dst = append(dst, g)
+			continue
+		}
+		if g.FirstSeq < first {
+			dst = append(dst, &wirepb.Gap{FirstSeq: g.FirstSeq, LastSeq: first - 1, Reason: g.Reason})
+		}
+		if g.LastSeq > last {
+			dst = append(dst, &wirepb.Gap{FirstSeq: last + 1, LastSeq: g.LastSeq, Reason: g.Reason})
+		}
+	}
+	return dst
 }
 
 // encode frames the assembled batch behind hdr (its first sequence number
