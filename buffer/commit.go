@@ -181,6 +181,11 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 			n, err = s.ackThrough(wb, o.st, &c.m, &c.bytes, o.upTo, &c.front)
 			c.acked += n
 		case opDropBlock:
+			// A block leaves from the middle: the key index no longer
+			// lists the stream's blocks, for this group's later ops too.
+			o.st.mu.Lock()
+			o.st.resetKeys()
+			o.st.mu.Unlock()
 			var n uint64
 			n, err = s.dropBlock(wb, o.st, &c.m, &c.bytes, o.upTo, o.reason)
 			c.drops += n
@@ -209,6 +214,7 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 		for _, c := range changes {
 			c.st.mu.Lock()
 			s.updateTail(c.st, c.m.head, true, nil)
+			c.st.resetKeys()
 			c.st.mu.Unlock()
 		}
 		for _, o := range group {
@@ -245,6 +251,7 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 		// With the new head, in the same critical section, so no reader
 		// sees blocks that are gone or misses blocks that are written.
 		s.updateTail(st, c.m.head, c.reset, c.added)
+		st.trimKeys(c.m.head)
 		if s.opts.Durability == DurabilityInterval {
 			unsynced[st] = c.m.next
 		} else if c.m.next > st.readable {
@@ -451,6 +458,20 @@ func (s *Store) deleteBlocks(wb *badger.WriteBatch, st *Stream, from uint64, byt
 			*bytes -= int64(b.plain)
 		}
 		return blockInfo{}, false, nil
+	}
+	if blocks, ok := st.indexedFrom(from); ok {
+		// Keys a read found: no iterator, which would copy every block.
+		for _, b := range blocks {
+			if !del(b) {
+				return b, true, nil
+			}
+			if err := wb.Delete(blockKey(st.num, b.lastSeq, b.appendMs, int(b.size))); err != nil {
+				return blockInfo{}, false, err
+			}
+			*bytes -= b.size
+		}
+		// Every indexed block went: the rest is after the index's end.
+		from = blocks[len(blocks)-1].lastSeq + 1
 	}
 	var keys [][]byte
 	err = s.db.View(func(txn *badger.Txn) error {

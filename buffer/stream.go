@@ -54,6 +54,9 @@ type Stream struct {
 	// it copied under mu after unlocking.
 	tail      []tailBlock
 	tailBytes int64
+	// keys lists the block keys reads found in Badger, for acks to delete
+	// them without an iterator (see keyindex.go).
+	keys keyIndex
 
 	appended, acked, dropped atomic.Uint64
 }
@@ -410,7 +413,9 @@ func (r *blockRead) fromTail(blocks []tailBlock) error {
 // fromBadger reads blocks from Badger, seeking to the one that holds r.seq.
 func (r *blockRead) fromBadger() error {
 	st := r.st
-	return st.s.db.View(func(txn *badger.Txn) error {
+	gen := st.indexGen()
+	var found []blockInfo
+	err := st.s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: streamBlockPrefix(st.num)})
 		defer it.Close()
 		// The loop returns as soon as fn is done rather than stepping on:
@@ -426,6 +431,7 @@ func (r *blockRead) fromBadger() error {
 				// committer): blocks are whole, so nothing here is readable.
 				return nil
 			}
+			found = append(found, b)
 			done := false
 			err := it.Item().Value(func(v []byte) (err error) {
 				done, err = r.block(v, b.lastSeq)
@@ -437,6 +443,10 @@ func (r *blockRead) fromBadger() error {
 		}
 		return nil
 	})
+	if err == nil {
+		st.publishKeys(gen, r.seq, found)
+	}
+	return err
 }
 
 // block hands one block's value, whichever source it came from, to fn. A
