@@ -47,6 +47,10 @@ type committer struct {
 	m         *metrics
 	committed atomic.Uint64 // position of the last durable entry
 	lag       lagBudget     // payload committed and not yet applied
+	// lastEnd is when the previous group commit ended (GroupCommitWait
+	// counts from it); waitTimer is reused from group to group.
+	lastEnd   time.Time
+	waitTimer *time.Timer
 }
 
 // applyLagBytes bounds the payload bytes committed (and acknowledged) but
@@ -136,7 +140,8 @@ func (c *committer) drainAfterFailure() {
 }
 
 // collect waits for one pending and takes whatever else is queued, up to
-// the group bounds. more is false once in is closed.
+// the group bounds; until GroupCommitWait has passed since the previous
+// commit ended, it also waits for more. more is false once in is closed.
 func (c *committer) collect() (group []*pending, more bool) {
 	p, ok := <-c.in
 	if !ok {
@@ -144,17 +149,37 @@ func (c *committer) collect() (group []*pending, more bool) {
 	}
 	group = append(make([]*pending, 0, 16), p)
 	size := len(p.payload)
-	for len(group) < c.opts.MaxGroupBatches && size < c.opts.MaxGroupBytes {
-		select {
-		case p, ok := <-c.in:
-			if !ok {
-				return group, false
-			}
-			group = append(group, p)
-			size += len(p.payload)
-		default:
-			return group, true
+	var wait <-chan time.Time
+	if d := time.Until(c.lastEnd.Add(c.opts.GroupCommitWait)); d > 0 {
+		if c.waitTimer == nil {
+			c.waitTimer = time.NewTimer(d)
+		} else {
+			c.waitTimer.Reset(d)
 		}
+		defer c.waitTimer.Stop()
+		wait = c.waitTimer.C
+	}
+	for len(group) < c.opts.MaxGroupBatches && size < c.opts.MaxGroupBytes {
+		var p *pending
+		if wait == nil {
+			select {
+			case p, ok = <-c.in:
+			default:
+				return group, true
+			}
+		} else {
+			select {
+			case p, ok = <-c.in:
+			case <-wait:
+				wait = nil
+				continue
+			}
+		}
+		if !ok {
+			return group, false
+		}
+		group = append(group, p)
+		size += len(p.payload)
 	}
 	return group, true
 }
@@ -198,6 +223,7 @@ func (c *committer) commit(group []*pending) error {
 		return fmt.Errorf("sync log: %w", err)
 	}
 	c.committed.Store(c.nextSeq - 1)
+	c.lastEnd = time.Now()
 	c.m.commitSeconds.Observe(time.Since(start).Seconds())
 	c.m.groupBatches.Observe(float64(logged))
 	return nil

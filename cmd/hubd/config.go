@@ -49,6 +49,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("checkpoint-interval", "1m", "time between checkpoints")
 	fs.String("retention-max-age", "168h", "how long logged batches are kept")
 	fs.String("retention-interval", "5m", "time between retention passes")
+	fs.String("group-commit-wait", "2ms", "how long after a group commit (one fsync) the next may start at the earliest, gathering the batches that arrive meanwhile (0: commit as soon as a batch is there; at most 100ms)")
 	fs.String("shutdown-timeout", "30s", "how long a stop (SIGINT, SIGTERM) may take to write, checkpoint and close the store before hubd exits without it")
 	fs.Int("ack-qos", 0, "MQTT QoS of the hub's acks: 0 (an agent resends what a lost ack leaves unanswered), or 1 to have the broker keep acks for agents that just went offline at a PUBACK per batch")
 	fs.Int("workers", 0, "decode workers (0: one per CPU)")
@@ -131,6 +132,11 @@ func fromViper(v *viper.Viper) (*config, error) {
 	dur("retention-interval", &o.RetentionInterval)
 	dur("shutdown-timeout", &o.ShutdownTimeout)
 	dur("tick-interval", &o.TickInterval)
+	if d, err := cast.ToDurationE(v.Get("group-commit-wait")); err != nil || d < 0 {
+		errs = append(errs, fmt.Errorf("config key %q: %q is not a duration like 2ms, or 0", "group-commit-wait", v.GetString("group-commit-wait")))
+	} else if o.GroupCommitWait = d; d == 0 {
+		o.GroupCommitWait = hub.NoGroupCommitWait
+	}
 	num("workers", &o.Workers)
 	num("mqtt-client-queue", &o.MQTTClientQueue)
 	switch q := v.GetString("ack-qos"); q {
@@ -172,7 +178,7 @@ var optionKeys = map[string]string{
 	"DataDir": "data-dir", "HTTPAddr": "http-addr", "MQTTListen": "mqtt-listen", "MQTTURL": "mqtt-url",
 	"Group": "group", "Workers": "workers", "Limits.MaxEvents": "max-events",
 	"CheckpointInterval": "checkpoint-interval", "RetentionMaxAge": "retention-max-age",
-	"RetentionInterval": "retention-interval", "ShutdownTimeout": "shutdown-timeout", "ClientID": "client-id", "TickInterval": "tick-interval",
+	"RetentionInterval": "retention-interval", "ShutdownTimeout": "shutdown-timeout", "GroupCommitWait": "group-commit-wait", "ClientID": "client-id", "TickInterval": "tick-interval",
 	"MQTTAuthFile": "mqtt-auth-file", "MQTTTLSCertFile": "mqtt-tls-cert", "MQTTTLSClientCAFile": "mqtt-tls-client-ca",
 	"MQTTDenyAnonymous": "mqtt-allow-anonymous", "MQTTMaxConnsPerDevice": "mqtt-max-conns-per-device", "MQTTClientQueue": "mqtt-client-queue",
 	"MaxEventsPerSecond": "max-events-per-second", "EventsBurst": "events-burst",
