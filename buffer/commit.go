@@ -251,7 +251,14 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 		// With the new head, in the same critical section, so no reader
 		// sees blocks that are gone or misses blocks that are written.
 		s.updateTail(st, c.m.head, c.reset, c.added)
-		st.trimKeys(c.m.head)
+		if c.reset {
+			// Again now that the drop is in Badger: a read that took its
+			// generation after the reset at the op but its snapshot before
+			// this commit may have seen the dropped block.
+			st.resetKeys()
+		} else {
+			st.trimKeys(c.m.head)
+		}
 		if s.opts.Durability == DurabilityInterval {
 			unsynced[st] = c.m.next
 		} else if c.m.next > st.readable {
