@@ -154,7 +154,7 @@ func (u *Uplink) readBatches(now time.Time, n int) ([]*flight, error) {
 	gaps := hdr.Gaps
 	fs := make([]*flight, 0, len(as))
 	for _, a := range as {
-		hdr.Gaps = gapsOutside(hdr.Gaps[:0:0], gaps, a.first, a.last)
+		hdr.Gaps = gapsBefore(hdr.Gaps[:0:0], gaps, a.first)
 		payload, err := u.encode(a, hdr)
 		if err != nil {
 			if len(fs) > 0 {
@@ -228,22 +228,20 @@ func (u *Uplink) batchHeader(stats buffer.Stats) *wirepb.Batch {
 	return hdr
 }
 
-// gapsOutside appends to dst the parts of gaps outside [first, last]. The
-// gaps are read after the pass's records, so a drop in between (the device
-// appending at its bound) can report records the batch carries; hubd
-// rejects a batch whose gaps overlap its events, which would lose them.
-// The part over the batch is not lost: the batch delivers it.
-func gapsOutside(dst, gaps []*wirepb.Gap, first, last uint64) []*wirepb.Gap {
+// gapsBefore appends to dst the parts of gaps below first. The gaps are
+// read after the pass's records, so a drop in between (the device appending
+// at its bound) can report records the pass's batches carry; hubd rejects a
+// batch whose gaps overlap its events, which would lose them. What lies at
+// or above first is delivered by this batch or the next ones of the pass,
+// and what they do not carry stays pending and goes in the header of the
+// batch after it (a gap leaves the buffer only with an ack that covers it).
+func gapsBefore(dst, gaps []*wirepb.Gap, first uint64) []*wirepb.Gap {
 	for _, g := range gaps {
-		if g.LastSeq < first || g.FirstSeq > last {
+		switch {
+		case g.LastSeq < first:
 			dst = append(dst, g)
-			continue
-		}
-		if g.FirstSeq < first {
+		case g.FirstSeq < first:
 			dst = append(dst, &wirepb.Gap{FirstSeq: g.FirstSeq, LastSeq: first - 1, Reason: g.Reason})
-		}
-		if g.LastSeq > last {
-			dst = append(dst, &wirepb.Gap{FirstSeq: last + 1, LastSeq: g.LastSeq, Reason: g.Reason})
 		}
 	}
 	return dst
