@@ -22,15 +22,18 @@ type registry struct {
 
 // deviceState is one device's entry. Field names are the checkpoint's JSON.
 type deviceState struct {
-	LastSeenNs   int64                  `json:"last_seen_ns"`
-	StatusKnown  bool                   `json:"status_known,omitempty"`
-	Online       bool                   `json:"online,omitempty"`
-	StatusTimeNs int64                  `json:"status_time_ns,omitempty"`
-	Version      string                 `json:"version,omitempty"`
-	Backlog      Backlog                `json:"backlog"`
-	AgentClock   *clockState            `json:"agent_clock,omitempty"`
-	HubClock     *clockState            `json:"hub_clock,omitempty"`
-	Streams      map[string]*streamInfo `json:"streams"`
+	LastSeenNs   int64  `json:"last_seen_ns"`
+	StatusKnown  bool   `json:"status_known,omitempty"`
+	Online       bool   `json:"online,omitempty"`
+	StatusTimeNs int64  `json:"status_time_ns,omitempty"`
+	Version      string `json:"version,omitempty"`
+	// Connection is the agent's connection id of the online status the
+	// registry holds (0: unknown, or an agent that sends none).
+	Connection uint64                 `json:"connection,omitempty"`
+	Backlog    Backlog                `json:"backlog"`
+	AgentClock *clockState            `json:"agent_clock,omitempty"`
+	HubClock   *clockState            `json:"hub_clock,omitempty"`
+	Streams    map[string]*streamInfo `json:"streams"`
 }
 
 // clockState is a clock estimate as stored in the registry.
@@ -130,7 +133,13 @@ func (r *registry) applyStatus(e *walEntry, st *wirepb.Status) {
 	defer r.mu.Unlock()
 	d := r.device(e.device)
 	d.LastSeenNs = max(d.LastSeenNs, e.serverTimeNs)
-	d.StatusKnown, d.Online = true, st.GetOnline()
+	if c := st.GetConnection(); !st.GetOnline() && c != 0 && d.Online && d.Connection != 0 && c != d.Connection {
+		// The will (or goodbye) of a connection older than the online one:
+		// a broker that took the session over published it when it closed
+		// that connection, after the new connection's online status.
+		return
+	}
+	d.StatusKnown, d.Online, d.Connection = true, st.GetOnline(), st.GetConnection()
 	d.StatusTimeNs, d.Version = st.GetTimeNs(), st.GetVersion()
 	if bl := st.GetBacklog(); bl != nil {
 		d.Backlog = Backlog{Events: bl.Events, Bytes: bl.Bytes, OldestNs: bl.OldestNs}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"time"
@@ -156,6 +157,11 @@ func (u *Uplink) clientOptions() *mqtt.ClientOptions {
 	o.SetPingTimeout(min(u.opts.KeepAlive, 10*time.Second))
 	o.SetConnectTimeout(u.opts.ConnectTimeout)
 	o.SetWriteTimeout(u.opts.WriteTimeout)
+	// A new connection id for this connection's will and statuses, so the
+	// hub can tell an old connection's will (which a broker taking the
+	// session over may publish after this connection's online status)
+	// from this one's.
+	u.connID = rand.Uint64() | 1
 	o.SetBinaryWill(wire.StatusTopic(u.opts.DeviceID), u.statusPayload(false), 1, true)
 	o.SetDefaultPublishHandler(u.onMessage)
 	if u.opts.Username != "" {

@@ -102,12 +102,13 @@ func backlogOf(st Stream) *wirepb.Backlog {
 // statusPayload encodes the retained status message (and the last will).
 func (u *Uplink) statusPayload(online bool) []byte {
 	s := &wirepb.Status{
-		DeviceId: u.opts.DeviceID,
-		Online:   online,
-		StreamId: u.sid[:],
-		Backlog:  backlogOf(u.st),
-		TimeNs:   u.opts.Now().UnixNano(),
-		Version:  u.opts.Version,
+		DeviceId:   u.opts.DeviceID,
+		Online:     online,
+		StreamId:   u.sid[:],
+		Backlog:    backlogOf(u.st),
+		TimeNs:     u.opts.Now().UnixNano(),
+		Version:    u.opts.Version,
+		Connection: u.connID,
 	}
 	if u.opts.Clock != nil {
 		s.Clock = u.opts.Clock()

@@ -64,7 +64,8 @@ type Uplink struct {
 	bwUntil   time.Time
 	statusDue time.Time
 	conn      *conn
-	fails     int // connection attempts since the last stable connection
+	connID    uint64 // this connection's id in its statuses and will (send loop)
+	fails     int    // connection attempts since the last stable connection
 	everUp    bool
 	rejLog    lograte.Limiter
 	warnLog   lograte.Limiter

@@ -860,14 +860,21 @@ func (x *TimeResponse) GetT3Ns() int64 {
 // Status is the retained message on edge/v1/{device}/status: online state
 // (the MQTT last will carries online=false) and backlog figures.
 type Status struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DeviceId      string                 `protobuf:"bytes,1,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
-	Online        bool                   `protobuf:"varint,2,opt,name=online,proto3" json:"online,omitempty"`
-	StreamId      []byte                 `protobuf:"bytes,3,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
-	Backlog       *Backlog               `protobuf:"bytes,4,opt,name=backlog,proto3" json:"backlog,omitempty"`
-	Clock         *ClockEstimate         `protobuf:"bytes,5,opt,name=clock,proto3" json:"clock,omitempty"`
-	TimeNs        int64                  `protobuf:"varint,6,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
-	Version       string                 `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	DeviceId string                 `protobuf:"bytes,1,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	Online   bool                   `protobuf:"varint,2,opt,name=online,proto3" json:"online,omitempty"`
+	StreamId []byte                 `protobuf:"bytes,3,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
+	Backlog  *Backlog               `protobuf:"bytes,4,opt,name=backlog,proto3" json:"backlog,omitempty"`
+	Clock    *ClockEstimate         `protobuf:"bytes,5,opt,name=clock,proto3" json:"clock,omitempty"`
+	TimeNs   int64                  `protobuf:"varint,6,opt,name=time_ns,json=timeNs,proto3" json:"time_ns,omitempty"`
+	Version  string                 `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
+	// connection is random per MQTT connection of the agent (never 0 from
+	// an agent that sets it): the same in the connection's online statuses,
+	// its last will and its goodbye. A broker that takes a session over
+	// publishes the old connection's will when it closes that connection,
+	// possibly after the new connection's online status; the hub ignores an
+	// offline status whose connection differs from the online one it holds.
+	Connection    uint64 `protobuf:"fixed64,8,opt,name=connection,proto3" json:"connection,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -951,6 +958,13 @@ func (x *Status) GetVersion() string {
 	return ""
 }
 
+func (x *Status) GetConnection() uint64 {
+	if x != nil {
+		return x.Connection
+	}
+	return 0
+}
+
 var File_wirepb_wire_proto protoreflect.FileDescriptor
 
 const file_wirepb_wire_proto_rawDesc = "" +
@@ -1010,7 +1024,7 @@ const file_wirepb_wire_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x13\n" +
 	"\x05t1_ns\x18\x02 \x01(\x03R\x04t1Ns\x12\x13\n" +
 	"\x05t2_ns\x18\x03 \x01(\x03R\x04t2Ns\x12\x13\n" +
-	"\x05t3_ns\x18\x04 \x01(\x03R\x04t3Ns\"\xf9\x01\n" +
+	"\x05t3_ns\x18\x04 \x01(\x03R\x04t3Ns\"\x99\x02\n" +
 	"\x06Status\x12\x1b\n" +
 	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\x12\x16\n" +
 	"\x06online\x18\x02 \x01(\bR\x06online\x12\x1b\n" +
@@ -1018,7 +1032,10 @@ const file_wirepb_wire_proto_rawDesc = "" +
 	"\abacklog\x18\x04 \x01(\v2\x19.edgeflow.wire.v1.BacklogR\abacklog\x125\n" +
 	"\x05clock\x18\x05 \x01(\v2\x1f.edgeflow.wire.v1.ClockEstimateR\x05clock\x12\x17\n" +
 	"\atime_ns\x18\x06 \x01(\x03R\x06timeNs\x12\x18\n" +
-	"\aversion\x18\a \x01(\tR\aversion*\xa6\x01\n" +
+	"\aversion\x18\a \x01(\tR\aversion\x12\x1e\n" +
+	"\n" +
+	"connection\x18\b \x01(\x06R\n" +
+	"connection*\xa6\x01\n" +
 	"\n" +
 	"TimeMethod\x12\x19\n" +
 	"\x15TIME_METHOD_UNTRUSTED\x10\x00\x12\x13\n" +
