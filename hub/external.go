@@ -15,6 +15,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"edgeflow/internal/mqttdial"
 )
 
 // ExternalOptions configure the connection to an external broker.
@@ -153,6 +155,11 @@ func NewExternalBroker(o ExternalOptions) Transport {
 	}
 	if tc != nil {
 		co.SetTLSConfig(tc)
+	}
+	if mqttdial.Handles([]string{broker}) {
+		// Buffered reads: paho reads each packet with three to six read
+		// calls otherwise (internal/mqttdial).
+		co.SetCustomOpenConnectionFn(mqttdial.Open(nil, o.Timeout))
 	}
 	e.client = paho.NewClient(co)
 	return e

@@ -2,16 +2,14 @@ package uplink
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/url"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/internal/mqttdial"
 	"edgeflow/wire"
 )
 
@@ -171,38 +169,13 @@ func (u *Uplink) clientOptions() *mqtt.ClientOptions {
 	if u.tlsConf != nil {
 		o.SetTLSConfig(u.tlsConf.Clone())
 	}
-	if u.opts.Dial != nil {
-		o.SetCustomOpenConnectionFn(u.openConn)
+	// Buffered reads (internal/mqttdial): paho reads each packet with three
+	// to six read calls otherwise. Options.Dial (the fleet simulator's
+	// cuttable sockets) goes through the same function.
+	if u.opts.Dial != nil || mqttdial.Handles(u.opts.Brokers) {
+		o.SetCustomOpenConnectionFn(mqttdial.Open(mqttdial.DialFunc(u.opts.Dial), u.opts.ConnectTimeout))
 	}
 	return o
-}
-
-// openConn opens the broker connection through Options.Dial, with TLS on
-// top for TLS URLs. Paho calls it in place of its own dialer.
-func (u *Uplink) openConn(uri *url.URL, co mqtt.ClientOptions) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), u.opts.ConnectTimeout)
-	defer cancel()
-	c, err := u.opts.Dial(ctx, "tcp", uri.Host)
-	if err != nil {
-		return nil, err
-	}
-	switch uri.Scheme {
-	case "ssl", "tls", "mqtts":
-		conf := &tls.Config{MinVersion: tls.VersionTLS12}
-		if co.TLSConfig != nil {
-			conf = co.TLSConfig.Clone()
-		}
-		if conf.ServerName == "" {
-			conf.ServerName = uri.Hostname()
-		}
-		tc := tls.Client(c, conf)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			c.Close()
-			return nil, err
-		}
-		return tc, nil
-	}
-	return c, nil
 }
 
 // onMessage is paho's handler for the ack topic (and the default handler,
