@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -62,6 +63,18 @@ func Open(dial DialFunc, timeout time.Duration) mqtt.OpenConnectionFunc {
 		c, err := dial(ctx, "tcp", uri.Host)
 		if err != nil {
 			return nil, err
+		}
+		if c.LocalAddr().String() == c.RemoteAddr().String() {
+			// TCP's simultaneous open: dialling a local port nothing listens
+			// on can pick that very port as the source and connect to
+			// itself. The socket would hold the port the broker (or hubd)
+			// is about to bind, and paho would read its own CONNECT back.
+			// Closed with a reset (linger 0), so no TIME_WAIT keeps the port.
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			c.Close()
+			return nil, fmt.Errorf("mqttdial: %s connected to itself: nothing listens there", uri.Host)
 		}
 		switch uri.Scheme {
 		case "ssl", "tls", "mqtts":

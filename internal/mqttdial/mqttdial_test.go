@@ -1,9 +1,11 @@
 package mqttdial
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,4 +88,35 @@ func TestOpenReadsThroughBuffer(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("peer got nothing")
 	}
+}
+
+// TestOpenRefusesSelfConnect: a dial to a local port nothing listens on
+// that picks that port as its source connects to itself (TCP simultaneous
+// open); Open must refuse it and let the port go, or the broker that is
+// about to start there cannot bind it.
+func TestOpenRefusesSelfConnect(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().(*net.TCPAddr)
+	ln.Close()
+	self := func(ctx context.Context, network, a string) (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: addr.IP, Port: addr.Port}}
+		return d.DialContext(ctx, network, a)
+	}
+	u, _ := url.Parse("tcp://" + addr.String())
+	c, err := Open(self, 5*time.Second)(u, *mqtt.NewClientOptions())
+	if err == nil {
+		c.Close()
+		t.Fatal("Open returned a connection to itself")
+	}
+	if !strings.Contains(err.Error(), "connected to itself") {
+		t.Skipf("the dial did not connect to itself here: %v", err)
+	}
+	l2, err := net.Listen("tcp", addr.String())
+	if err != nil {
+		t.Fatalf("port still held after the refused self-connection: %v", err)
+	}
+	l2.Close()
 }
