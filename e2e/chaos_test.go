@@ -179,26 +179,10 @@ func (h *hubProc) chaosRow(ctx context.Context, t testing.TB, device string, cou
 	// A reported gap may cover events the hub applied anyway (sent, then
 	// dropped from the agent's buffer before their ack came): count only
 	// the sequence numbers the hub has not applied.
-	applied := func(seq uint64) bool {
-		for _, a := range s.Applied {
-			if seq >= a[0] && seq <= a[1] {
-				return true
-			}
-		}
-		return false
-	}
-	gapped := func(seq uint64) bool {
-		for _, g := range s.Gaps {
-			if seq >= g[0] && seq <= g[1] {
-				return true
-			}
-		}
-		return false
-	}
 	for seq := uint64(1); seq <= count; seq++ {
 		switch {
-		case applied(seq):
-		case gapped(seq):
+		case inRanges(s.Applied, seq):
+		case inRanges(s.Gaps, seq):
 			r.dropped++
 		default:
 			r.lost++

@@ -57,7 +57,9 @@ import (
 // E2E_WINDOW sets the window (default 32) and E2E_MOSQUITTO_NAGLE=1 leaves
 // Mosquitto's set_tcp_nodelay off, its default, to measure what they cost;
 // E2E_HUB_NOSYNC=1 runs the hub without its fsync per group commit (never
-// how a hub runs: it measures what the fsync costs the round trip).
+// how a hub runs: it measures what the fsync costs the round trip), and
+// E2E_GROUP_COMMIT_WAIT sets hubd's group-commit-wait (a duration; 0 turns
+// it off; default hubd's 2ms).
 const (
 	benchAgents      = 4
 	benchBatchEvents = 1000
@@ -70,6 +72,22 @@ var benchWindow = func() int {
 	}
 	return 32
 }()
+
+// benchGroupCommitWait is E2E_GROUP_COMMIT_WAIT as hub.Options takes it.
+func benchGroupCommitWait(b *testing.B) time.Duration {
+	v := os.Getenv("E2E_GROUP_COMMIT_WAIT")
+	if v == "" {
+		return 0 // the hub's default
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		b.Fatalf("E2E_GROUP_COMMIT_WAIT=%q: want a duration such as 2ms, or 0", v)
+	}
+	if d == 0 {
+		return hub.NoGroupCommitWait
+	}
+	return d
+}
 
 // benchRecords returns n encoded events of about 40 bytes, shaped like one
 // sensor's readings: a metric from a small set, one tag, a noisy value with
@@ -149,7 +167,7 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 	}
 	reg := prometheus.NewRegistry()
 	ho := hub.Options{DataDir: b.TempDir(), HTTPAddr: "off", MQTTURL: brokerURL, ClientID: "bench-hub", Logger: quiet, Registerer: reg,
-		NoSync: os.Getenv("E2E_HUB_NOSYNC") == "1"}
+		NoSync: os.Getenv("E2E_HUB_NOSYNC") == "1", GroupCommitWait: benchGroupCommitWait(b)}
 	if embedded {
 		ho.MQTTListen = "127.0.0.1:0"
 	}

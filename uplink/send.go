@@ -154,7 +154,7 @@ func (u *Uplink) readBatches(now time.Time, n int) ([]*flight, error) {
 	gaps := hdr.Gaps
 	fs := make([]*flight, 0, len(as))
 	for _, a := range as {
-		hdr.Gaps = gapsBefore(hdr.Gaps[:0:0], gaps, a.first)
+		hdr.Gaps = gapsBefore(nil, gaps, a.first)
 		payload, err := u.encode(a, hdr)
 		if err != nil {
 			if len(fs) > 0 {
