@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"sync"
 
 	"github.com/klauspost/compress/s2"
+
+	"edgeflow/wire"
 )
 
 // ErrCorrupt classifies damaged data found in the store. Errors wrapping it
@@ -31,6 +34,18 @@ const (
 	// buffer holds compressed blocks (or set BlockCompression none first
 	// and let the buffer drain).
 	blockS2 = 2
+	// blockColumns holds events in the wire's columnar form (a column
+	// chunk, wire.AppendColumnChunk):
+	//
+	//	3 | firstSeq uvarint | count uvarint | chunk | crc32c u32le
+	//
+	// Written under CompressColumns when every record is an event the
+	// columns carry exactly and the chunk saves at least an eighth. An
+	// uplink sending the columnar codec frames the chunk as a batch
+	// without touching its events (Stream.ScanColumns); other reads decode
+	// it to records. Binaries before this format read such a block as
+	// corrupt, as with blockS2.
+	blockColumns = 3
 )
 
 // maxBlockBody bounds a decompressed block body: the largest block the
@@ -45,7 +60,15 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // is what stream bounds count. scratch is reused for the plain body of a
 // compressed block; the result never shares memory with it (Badger keeps
 // the value until the write batch is flushed).
-func encodeBlock(firstSeq uint64, recs [][]byte, size int, compress bool, scratch *[]byte) (v []byte, plainLen int) {
+func encodeBlock(firstSeq uint64, recs [][]byte, size int, mode BlockCompression, scratch *[]byte) (v []byte, plainLen int) {
+	if mode == CompressColumns {
+		plain := plainBlockLen(firstSeq, recs)
+		if v, ok := encodeColumnBlock(firstSeq, recs, plain); ok {
+			return v, plain
+		}
+		mode = CompressS2
+	}
+	compress := mode == CompressS2
 	var body []byte
 	if compress {
 		body = (*scratch)[:0]
@@ -72,6 +95,98 @@ func encodeBlock(firstSeq uint64, recs [][]byte, size int, compress bool, scratc
 		body = append([]byte(nil), body...)
 	}
 	return binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, castagnoli)), len(body) + 4
+}
+
+// plainBlockLen is the length of recs' plain block: what stream bounds
+// count whichever form the block is stored in.
+func plainBlockLen(firstSeq uint64, recs [][]byte) int {
+	n := 1 + uvarintLen(firstSeq) + uvarintLen(uint64(len(recs))) + 4
+	for _, r := range recs {
+		n += uvarintLen(uint64(len(r))) + len(r)
+	}
+	return n
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+// encodeColumnBlock encodes recs as a blockColumns block, if they are all
+// events with an exact columnar form and it saves an eighth of plain, the
+// length of their plain block.
+func encodeColumnBlock(firstSeq uint64, recs [][]byte, plain int) ([]byte, bool) {
+	v := make([]byte, 0, plain/3+32)
+	v = append(v, blockColumns)
+	v = binary.AppendUvarint(v, firstSeq)
+	v = binary.AppendUvarint(v, uint64(len(recs)))
+	v, ok := wire.AppendColumnChunk(v, recs)
+	if !ok || len(v)+4 >= plain-plain/8 {
+		return nil, false
+	}
+	return binary.LittleEndian.AppendUint32(v, crc32.Checksum(v, castagnoli)), true
+}
+
+// openColumns checks a block's checksum and returns its column chunk, or
+// ok false for a block of another kind.
+func openColumns(v []byte, lastSeq uint64) (first, count uint64, chunk []byte, ok bool, err error) {
+	if len(v) < 7 {
+		return 0, 0, nil, false, fmt.Errorf("%w: block of %d bytes is too short", ErrCorrupt, len(v))
+	}
+	body, sum := v[:len(v)-4], binary.LittleEndian.Uint32(v[len(v)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return 0, 0, nil, false, fmt.Errorf("%w: block ending at seq %d fails its checksum", ErrCorrupt, lastSeq)
+	}
+	if body[0] != blockColumns {
+		return 0, 0, nil, false, nil
+	}
+	first, count, chunk, err = blockHeader(body[1:], lastSeq)
+	return first, count, chunk, err == nil, err
+}
+
+// blockHeader reads a block body's first sequence number and record count
+// and checks them against lastSeq, from the block's key.
+func blockHeader(body []byte, lastSeq uint64) (first, count uint64, rest []byte, err error) {
+	first, n := binary.Uvarint(body)
+	if n <= 0 {
+		return 0, 0, nil, fmt.Errorf("%w: block header", ErrCorrupt)
+	}
+	body = body[n:]
+	count, n = binary.Uvarint(body)
+	if n <= 0 || count == 0 || count > uint64(len(body)) || first+count-1 != lastSeq {
+		return 0, 0, nil, fmt.Errorf("%w: block header says %d records from %d, key says last %d", ErrCorrupt, count, first, lastSeq)
+	}
+	return first, count, body[n:], nil
+}
+
+// chunkLimits bound the decoding of a stored column chunk: a block holds
+// at most maxBlockBody bytes of records, and an event takes at least one.
+var chunkLimits = wire.Limits{MaxEvents: maxBlockBody, MaxBodyBytes: 1 << 30}
+
+// columnDecoders are reused by reads decoding column blocks.
+var columnDecoders = sync.Pool{New: func() any { return new(wire.Columns) }}
+
+// decodeColumns rewrites a column chunk of count events as the records of
+// a plain block body ((len uvarint | bytes)*) in dst.
+func decodeColumns(dst, chunk []byte, count, lastSeq uint64) ([]byte, error) {
+	c := columnDecoders.Get().(*wire.Columns)
+	defer columnDecoders.Put(c)
+	if err := c.DecodeChunk(chunk, chunkLimits); err != nil {
+		return nil, fmt.Errorf("%w: column block ending at seq %d: %v", ErrCorrupt, lastSeq, err)
+	}
+	if uint64(c.Len()) != count {
+		return nil, fmt.Errorf("%w: column block ending at seq %d holds %d events, its header says %d", ErrCorrupt, lastSeq, c.Len(), count)
+	}
+	var ev []byte
+	for i := range c.Len() {
+		ev = c.AppendEvent(ev[:0], i)
+		dst = binary.AppendUvarint(dst, uint64(len(ev)))
+		dst = append(dst, ev...)
+	}
+	return dst, nil
 }
 
 // blockReader iterates the records of an encoded block without copying.
@@ -102,6 +217,23 @@ func openBlock(v []byte, lastSeq uint64, own bool, scratch *[]byte) (blockReader
 		if own {
 			body = append([]byte(nil), body...)
 		}
+	case blockColumns:
+		first, count, chunk, err := blockHeader(body[1:], lastSeq)
+		if err != nil {
+			return blockReader{}, err
+		}
+		var dst []byte
+		if !own && scratch != nil {
+			dst = (*scratch)[:0]
+		}
+		recs, err := decodeColumns(dst, chunk, count, lastSeq)
+		if err != nil {
+			return blockReader{}, err
+		}
+		if !own && scratch != nil {
+			*scratch = recs
+		}
+		return blockReader{firstSeq: first, count: count, rest: recs}, nil
 	case blockS2:
 		n, err := s2.DecodedLen(body[1:])
 		if err != nil || n > maxBlockBody {
@@ -122,16 +254,11 @@ func openBlock(v []byte, lastSeq uint64, own bool, scratch *[]byte) (blockReader
 	default:
 		return blockReader{}, fmt.Errorf("%w: block version %d (written by a newer agent?)", ErrCorrupt, body[0])
 	}
-	first, n := binary.Uvarint(body)
-	if n <= 0 {
-		return blockReader{}, fmt.Errorf("%w: block header", ErrCorrupt)
+	first, count, rest, err := blockHeader(body, lastSeq)
+	if err != nil {
+		return blockReader{}, err
 	}
-	body = body[n:]
-	count, n := binary.Uvarint(body)
-	if n <= 0 || count == 0 || count > uint64(len(body)) || first+count-1 != lastSeq {
-		return blockReader{}, fmt.Errorf("%w: block header says %d records from %d, key says last %d", ErrCorrupt, count, first, lastSeq)
-	}
-	return blockReader{firstSeq: first, count: count, rest: body[n:]}, nil
+	return blockReader{firstSeq: first, count: count, rest: rest}, nil
 }
 
 // next returns the next record and its sequence number; ok is false at the end.

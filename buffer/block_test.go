@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"edgeflow/wire/wirepb"
 )
 
 // TestBlockFormats round-trips blocks through both versions and checks that
@@ -18,22 +22,25 @@ func TestBlockFormats(t *testing.T) {
 		random[i] = []byte(fmt.Sprintf("%x", uint64(i)*0x9e3779b97f4a7c15))
 	}
 	for _, c := range []struct {
-		name     string
-		recs     [][]byte
-		compress bool
-		want     byte
+		name string
+		recs [][]byte
+		mode BlockCompression
+		want byte
 	}{
-		{"plain", compressible, false, blockPlain},
-		{"s2", compressible, true, blockS2},
-		{"s2-not-worth-it", random, true, blockPlain},
+		{"plain", compressible, CompressNone, blockPlain},
+		{"s2", compressible, CompressS2, blockS2},
+		{"s2-not-worth-it", random, CompressS2, blockPlain},
+		{"columns", eventBatch(300), CompressColumns, blockColumns},
+		{"columns-not-events", compressible, CompressColumns, blockS2},
+		{"columns-nor-s2", random, CompressColumns, blockPlain},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var scratch []byte
-			v, plain := encodeBlock(100, c.recs, 0, c.compress, &scratch)
+			v, plain := encodeBlock(100, c.recs, 0, c.mode, &scratch)
 			if v[0] != c.want {
 				t.Fatalf("version %d, want %d", v[0], c.want)
 			}
-			if p, _ := encodeBlock(100, c.recs, 0, false, nil); plain != len(p) {
+			if p, _ := encodeBlock(100, c.recs, 0, CompressNone, nil); plain != len(p) {
 				t.Fatalf("plain length %d, want %d", plain, len(p))
 			}
 			if len(scratch) > 0 && &scratch[0] == &v[0] {
@@ -77,7 +84,12 @@ func TestBlockFormats(t *testing.T) {
 // TestBlockDamage checks that damaged or unknown blocks are ErrCorrupt,
 // never a panic or a huge allocation.
 func TestBlockDamage(t *testing.T) {
-	v, _ := encodeBlock(1, benchBatch(100), 0, true, new([]byte))
+	v, _ := encodeBlock(1, benchBatch(100), 0, CompressS2, new([]byte))
+	cols, _ := encodeBlock(1, eventBatch(100), 0, CompressColumns, new([]byte))
+	badChunk := append(append([]byte(nil), cols[:len(cols)-5]...), 0, 0, 0, 0) // the chunk's last byte cut
+	fixSum(badChunk)
+	miscount := append([]byte{blockColumns, 2, 99}, cols[3:]...) // the key's last seq, but the chunk holds 100
+	fixSum(miscount)
 	future := append([]byte(nil), v...)
 	future[0] = 9
 	fixSum(future)
@@ -88,6 +100,9 @@ func TestBlockDamage(t *testing.T) {
 		"checksum":   append(append([]byte(nil), v[:len(v)-1]...), v[len(v)-1]^1),
 		"version":    future,
 		"huge-claim": bomb,
+		"column-checksum": append(append([]byte(nil), cols[:len(cols)-1]...), cols[len(cols)-1]^1),
+		"column-chunk":    badChunk,
+		"column-count":    miscount,
 	} {
 		if _, err := openBlock(b, 100, false, nil); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: want ErrCorrupt, got %v", name, err)
@@ -140,10 +155,12 @@ func TestMixedBlockVersions(t *testing.T) {
 // FuzzOpenBlock feeds damaged blocks to the decoder: it must fail with
 // ErrCorrupt or yield records, never panic or over-allocate.
 func FuzzOpenBlock(f *testing.F) {
-	for _, compress := range []bool{false, true} {
-		v, _ := encodeBlock(1, benchBatch(20), 0, compress, new([]byte))
+	for _, mode := range []BlockCompression{CompressNone, CompressS2} {
+		v, _ := encodeBlock(1, benchBatch(20), 0, mode, new([]byte))
 		f.Add(v, uint64(20))
 	}
+	v, _ := encodeBlock(1, eventBatch(20), 0, CompressColumns, new([]byte))
+	f.Add(v, uint64(20))
 	f.Fuzz(func(t *testing.T, v []byte, lastSeq uint64) {
 		br, err := openBlock(v, lastSeq, false, nil)
 		if err != nil {
@@ -162,4 +179,17 @@ func FuzzOpenBlock(f *testing.F) {
 			}
 		}
 	})
+}
+
+// eventBatch returns n encoded events shaped like one sensor's readings,
+// which CompressColumns stores as columns.
+func eventBatch(n int) [][]byte {
+	out := make([][]byte, n)
+	t := int64(1_800_000_000_000_000_000)
+	for i := range out {
+		t += 10e6 + int64(i%7)*1000
+		out[i], _ = proto.Marshal(&wirepb.Event{Metric: []string{"temp", "rh"}[i%2], Value: float64(2000+i%50) / 100,
+			Tags: []*wirepb.Tag{{Key: "rm", Value: "b2"}}, DeviceTimeNs: t, MonoNs: t - 1e15, Method: wirepb.TimeMethod_TIME_METHOD_NTP})
+	}
+	return out
 }

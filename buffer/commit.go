@@ -291,7 +291,7 @@ func (s *Store) writeBlocks(wb *badger.WriteBatch, st *Stream, m *meta, bytes *i
 	start, size := 0, 0
 	flush := func(end int) error {
 		first := m.next
-		v, plain := encodeBlock(first, recs[start:end], size, s.opts.BlockCompression == CompressS2, &s.scratch)
+		v, plain := encodeBlock(first, recs[start:end], size, s.opts.BlockCompression, &s.scratch)
 		last := first + uint64(end-start) - 1
 		if err := wb.Set(blockKey(st.num, last, nowMs, plain), v); err != nil {
 			return err

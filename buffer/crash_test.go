@@ -269,7 +269,7 @@ func TestCorruptBlockBecomesGap(t *testing.T) {
 	// Overwrite the middle block (seqs 6..10) with a bad checksum.
 	var key []byte
 	wb := s.db.NewWriteBatch()
-	v, _ := encodeBlock(6, recs(6, 5), 100, false, nil)
+	v, _ := encodeBlock(6, recs(6, 5), 100, CompressNone, nil)
 	v[len(v)-1] ^= 0xff
 	key = blockKey(st.num, 10, 0, len(v))
 	// Remove the original block key first: its append time differs.

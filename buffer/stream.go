@@ -338,6 +338,45 @@ func (st *Stream) Scan(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, 
 	return n, err
 }
 
+// ColumnBlock is a block stored as a column chunk (CompressColumns), as
+// ScanColumns hands it out.
+type ColumnBlock struct {
+	First, Last uint64 // its records' sequence numbers
+	// Chunk is the records' column chunk (wire.AppendColumnChunk), valid
+	// only during the call and not to be modified.
+	Chunk []byte
+	// Plain is the length of the block's records as a plain block, what
+	// stream bounds count.
+	Plain int
+}
+
+// ScanColumns calls fn with the stream's blocks from seq on, in order, as
+// long as each is stored as a column chunk and starts where the previous
+// one ended (the first at seq), until fn returns false or the readable
+// records end. It returns how many blocks fn accepted. A block of another
+// kind, one holding seq but starting below it, or a range dropped in
+// between ends the scan, and the caller reads the rest with Scan. A
+// corrupt block ends it too and is dropped as a gap, as with Scan.
+func (st *Stream) ScanColumns(seq uint64, fn func(b ColumnBlock) bool) (int, error) {
+	n, want := 0, uint64(0)
+	err := st.visitRaw(seq, func(v []byte, lastSeq uint64, plain int, from uint64) (bool, error) {
+		if n == 0 {
+			want = from
+		}
+		first, count, chunk, ok, err := openColumns(v, lastSeq)
+		if err != nil || !ok || first != want {
+			return true, err
+		}
+		if !fn(ColumnBlock{First: first, Last: first + count - 1, Chunk: chunk, Plain: plain}) {
+			return true, nil
+		}
+		n++
+		want = lastSeq + 1
+		return false, nil
+	})
+	return n, err
+}
+
 // visitBlocks calls fn with a reader over each block that holds sequence
 // numbers from seq on (raised to the head), in order, until fn reports that
 // the read is done. from is the first sequence number wanted. The records
@@ -348,6 +387,20 @@ func (st *Stream) Scan(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, 
 // A read that the tail cache holds every block for is answered from it;
 // any other goes to Badger as a whole. Both hand fn the same blocks.
 func (st *Stream) visitBlocks(seq uint64, copyValue bool, fn func(br *blockReader, from uint64) (done bool, err error)) error {
+	return st.visit(blockRead{own: copyValue, fn: fn}, seq)
+}
+
+// visitRaw is visitBlocks handing fn each block's stored value, its last
+// sequence number and plain length, unopened, and the first sequence
+// number wanted. A value fn finds corrupt
+// (an error wrapping ErrCorrupt) is logged and dropped as a gap, and ends
+// the read.
+func (st *Stream) visitRaw(seq uint64, fn func(v []byte, lastSeq uint64, plain int, from uint64) (done bool, err error)) error {
+	return st.visit(blockRead{raw: fn}, seq)
+}
+
+// visit runs the read r, whose callback is set, from seq.
+func (st *Stream) visit(r blockRead, seq uint64) error {
 	if err := st.s.enter(); err != nil {
 		return err
 	}
@@ -359,8 +412,8 @@ func (st *Stream) visitBlocks(seq uint64, copyValue bool, fn func(br *blockReade
 	if seq >= next {
 		return nil
 	}
-	r := blockRead{st: st, seq: seq, next: next, own: copyValue, fn: fn, prevLast: seq - 1}
-	if !copyValue {
+	r.st, r.seq, r.next, r.prevLast = st, seq, next, seq-1
+	if !r.own && r.raw == nil {
 		r.scratch = scratchBufs.Get().(*[]byte)
 		defer scratchBufs.Put(r.scratch)
 	}
@@ -388,6 +441,7 @@ type blockRead struct {
 	seq, next uint64 // first sequence number wanted; readable bound
 	own       bool   // records must outlive the read
 	fn        func(br *blockReader, from uint64) (done bool, err error)
+	raw       func(v []byte, lastSeq uint64, plain int, from uint64) (done bool, err error) // instead of fn
 	prevLast  uint64 // last sequence number of the previous block
 	corrupt   []Range
 	scratch   *[]byte // decoded block, reused block to block (not with own)
@@ -403,7 +457,7 @@ func (r *blockRead) fromTail(blocks []tailBlock) error {
 		if b.last >= r.next {
 			return nil // not yet readable, as in fromBadger
 		}
-		if done, err := r.block(b.v, b.last); done || err != nil {
+		if done, err := r.block(b.v, b.last, b.plain); done || err != nil {
 			return err
 		}
 	}
@@ -434,7 +488,7 @@ func (r *blockRead) fromBadger() error {
 			found = append(found, b)
 			done := false
 			err := it.Item().Value(func(v []byte) (err error) {
-				done, err = r.block(v, b.lastSeq)
+				done, err = r.block(v, b.lastSeq, int(b.size))
 				return err
 			})
 			if done || err != nil {
@@ -451,17 +505,30 @@ func (r *blockRead) fromBadger() error {
 
 // block hands one block's value, whichever source it came from, to fn. A
 // corrupt block is logged and noted for dropping, and the read goes on.
-func (r *blockRead) block(v []byte, lastSeq uint64) (done bool, err error) {
-	br, err := openBlock(v, lastSeq, r.own, r.scratch)
+func (r *blockRead) block(v []byte, lastSeq uint64, plain int) (done bool, err error) {
 	first := r.prevLast + 1
 	r.prevLast = lastSeq
+	if r.raw != nil {
+		done, err := r.raw(v, lastSeq, plain, r.seq)
+		if errors.Is(err, ErrCorrupt) {
+			r.dropCorrupt(first, lastSeq, err)
+			return true, nil
+		}
+		return done, err
+	}
+	br, err := openBlock(v, lastSeq, r.own, r.scratch)
 	if err != nil {
-		st := r.st
-		st.s.opts.Logger.Error("buffer: dropping corrupt block", "dir", st.s.dir, "stream", st.name, "first", first, "last", lastSeq, "err", err)
-		r.corrupt = append(r.corrupt, Range{first, lastSeq})
+		r.dropCorrupt(first, lastSeq, err)
 		return false, nil
 	}
 	return r.fn(&br, r.seq)
+}
+
+// dropCorrupt logs a corrupt block and notes it for dropping as a gap.
+func (r *blockRead) dropCorrupt(first, last uint64, err error) {
+	st := r.st
+	st.s.opts.Logger.Error("buffer: dropping corrupt block", "dir", st.s.dir, "stream", st.name, "first", first, "last", last, "err", err)
+	r.corrupt = append(r.corrupt, Range{first, last})
 }
 
 // Ack frees every record with a sequence number up to upTo: the hub has them.

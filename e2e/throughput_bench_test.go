@@ -59,7 +59,10 @@ import (
 // E2E_HUB_NOSYNC=1 runs the hub without its fsync per group commit (never
 // how a hub runs: it measures what the fsync costs the round trip), and
 // E2E_GROUP_COMMIT_WAIT sets hubd's group-commit-wait (a duration; 0 turns
-// it off; default hubd's 2ms).
+// it off; default hubd's 2ms), and E2E_BUFFER_COMPRESSION the agents'
+// buffer.BlockCompression (default columns, the edge agent's: the uplink
+// then sends stored column blocks as they are; s2 makes it encode each
+// batch).
 const (
 	benchAgents      = 4
 	benchBatchEvents = 1000
@@ -87,6 +90,15 @@ func benchGroupCommitWait(b *testing.B) time.Duration {
 		return hub.NoGroupCommitWait
 	}
 	return d
+}
+
+// benchBlockCompression is E2E_BUFFER_COMPRESSION, the agents' buffer
+// block format: columns (the edge agent's default), s2 or none.
+func benchBlockCompression() buffer.BlockCompression {
+	if v := os.Getenv("E2E_BUFFER_COMPRESSION"); v != "" {
+		return buffer.BlockCompression(v)
+	}
+	return buffer.CompressColumns
 }
 
 // benchRecords returns n encoded events of about 40 bytes, shaped like one
@@ -144,7 +156,7 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	store, err := buffer.Open(b.TempDir(), buffer.Options{Logger: quiet})
+	store, err := buffer.Open(b.TempDir(), buffer.Options{Logger: quiet, BlockCompression: benchBlockCompression()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -135,13 +135,14 @@ func (a *applier) build(e *walEntry, v *batchView) *AppliedBatch {
 		b.Backlog = Backlog{Events: v.backlog.Events, Bytes: v.backlog.Bytes, OldestNs: v.backlog.OldestNs}
 	}
 	a.tags = a.tags[:0]
+	evs := v.eventList()
 	for _, r := range e.fresh {
 		for seq := r.First; seq <= r.Last && seq >= r.First; seq++ {
 			i := seq - v.firstSeq
-			if i >= uint64(len(v.events)) {
+			if i >= uint64(len(evs)) {
 				break
 			}
-			b.Events = append(b.Events, a.event(seq, &v.events[i], v, e.est))
+			b.Events = append(b.Events, a.event(seq, &evs[i], v, e.est))
 		}
 	}
 	return b

@@ -105,7 +105,7 @@ func (s *Server) decode(msg inMsg) (p *pending) {
 		err = validateBatch(v, msg.device)
 	}
 	if err == nil {
-		err = s.limiter.take(msg.device, len(v.events), msg.serverTimeNs)
+		err = s.limiter.take(msg.device, v.len(), msg.serverTimeNs)
 	}
 	p.describe(v)
 	if err != nil {
@@ -124,7 +124,7 @@ func (p *pending) describe(v *batchView) {
 		copy(p.stream[:], v.streamID)
 	}
 	p.first = v.firstSeq
-	if n := uint64(len(v.events)); n > 0 && v.firstSeq > 0 && v.firstSeq+n-1 >= v.firstSeq {
+	if n := uint64(v.len()); n > 0 && v.firstSeq > 0 && v.firstSeq+n-1 >= v.firstSeq {
 		p.last = v.firstSeq + n - 1
 	}
 }

@@ -28,28 +28,38 @@ func validateBatch(v *batchView, topicDevice string) error {
 	if len(v.streamID) != 16 {
 		return reject(ReasonStreamID, "stream id is %d bytes, want 16", len(v.streamID))
 	}
-	if len(v.events) == 0 {
+	n := v.len()
+	if n == 0 {
 		return reject(ReasonNoEvents, "batch has no events")
 	}
 	if v.firstSeq == 0 {
 		return reject(ReasonFirstSeq, "first_seq is 0 (sequences start at 1)")
 	}
-	if v.firstSeq > math.MaxUint64-uint64(len(v.events)) {
-		return reject(ReasonSeqOverflow, "first_seq %d + %d events overflows", v.firstSeq, len(v.events))
+	if v.firstSeq > math.MaxUint64-uint64(n) {
+		return reject(ReasonSeqOverflow, "first_seq %d + %d events overflows", v.firstSeq, n)
 	}
 	if err := validateSendTime(v); err != nil {
 		return err
 	}
-	for i := range v.events {
-		if err := validateEvent(&v.events[i], i); err != nil {
-			return err
+	if v.columnar {
+		c := &v.cols
+		for i := range n {
+			if err := checkEvent(i, c.Value[i], len(c.Strings[c.Metric[i]]), wirepb.TimeMethod(int32(c.Method[i])), c.Uncertainty[i], c.Time[i], c.Offset[i]); err != nil {
+				return err
+			}
+		}
+	} else {
+		for i := range v.events {
+			if err := validateEvent(&v.events[i], i); err != nil {
+				return err
+			}
 		}
 	}
 	return validateGaps(v)
 }
 
 // lastSeq is the sequence number of the batch's last event.
-func (v *batchView) lastSeq() uint64 { return v.firstSeq + uint64(len(v.events)) - 1 }
+func (v *batchView) lastSeq() uint64 { return v.firstSeq + uint64(v.len()) - 1 }
 
 // validateSendTime bounds send_time when the agent says its clock is trusted.
 func validateSendTime(v *batchView) error {
@@ -77,23 +87,29 @@ func correctedSane(rawNs, offsetNs int64) bool {
 
 // validateEvent checks one event's value, metric and timestamps.
 func validateEvent(e *eventView, i int) error {
-	if math.IsNaN(e.value) || math.IsInf(e.value, 0) {
-		return reject(ReasonValue, "event %d: value %v", i, e.value)
+	return checkEvent(i, e.value, len(e.metric), e.method, e.uncertaintyNs, e.deviceTimeNs, e.offsetNs)
+}
+
+// checkEvent is validateEvent on event i's fields, as a view or a
+// columnar batch's columns hold them.
+func checkEvent(i int, value float64, metricLen int, method wirepb.TimeMethod, uncertaintyNs, deviceTimeNs, offsetNs int64) error {
+	if math.IsNaN(value) || math.IsInf(value, 0) {
+		return reject(ReasonValue, "event %d: value %v", i, value)
 	}
-	if len(e.metric) == 0 {
+	if metricLen == 0 {
 		return reject(ReasonMetric, "event %d: empty metric name", i)
 	}
-	if e.method < 0 || e.method > maxMethod {
-		return reject(ReasonMethod, "event %d: time method %d unknown", i, e.method)
+	if method < 0 || method > maxMethod {
+		return reject(ReasonMethod, "event %d: time method %d unknown", i, method)
 	}
-	if e.uncertaintyNs < 0 {
-		return reject(ReasonTime, "event %d: negative uncertainty %d", i, e.uncertaintyNs)
+	if uncertaintyNs < 0 {
+		return reject(ReasonTime, "event %d: negative uncertainty %d", i, uncertaintyNs)
 	}
-	if e.method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
+	if method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
 		return nil
 	}
-	if !correctedSane(e.deviceTimeNs, e.offsetNs) {
-		return reject(ReasonTime, "event %d: corrected time %d + %d outside [2000, 2200) with method %s", i, e.deviceTimeNs, e.offsetNs, e.method)
+	if !correctedSane(deviceTimeNs, offsetNs) {
+		return reject(ReasonTime, "event %d: corrected time %d + %d outside [2000, 2200) with method %s", i, deviceTimeNs, offsetNs, method)
 	}
 	return nil
 }

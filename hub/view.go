@@ -30,6 +30,52 @@ type batchView struct {
 	tags       []tagView
 	fastErr    error        // the rejection eventFieldFast found
 	cols       wire.Columns // a columnar batch's columns, reused
+	// columnar: the events are in cols, and events and tags are built
+	// from them only when something asks for them (eventList): checking
+	// and logging a batch reads the columns.
+	columnar bool
+}
+
+// len is the number of events in the batch.
+func (v *batchView) len() int {
+	if v.columnar {
+		return v.cols.Len()
+	}
+	return len(v.events)
+}
+
+// eventList returns the batch's events, building them from the columns
+// of a columnar batch the first time.
+func (v *batchView) eventList() []eventView {
+	if !v.columnar || len(v.events) == v.cols.Len() {
+		return v.events
+	}
+	c := &v.cols
+	v.tags = v.tags[:0]
+	for _, t := range c.Tags {
+		v.tags = append(v.tags, tagView{key: c.Strings[t.Key], value: c.Strings[t.Value]})
+	}
+	n := c.Len()
+	if cap(v.events) < n {
+		v.events = make([]eventView, 0, n)
+	}
+	v.events = v.events[:n]
+	for i := range v.events {
+		set := c.TagSet[i]
+		v.events[i] = eventView{
+			metric:        c.Strings[c.Metric[i]],
+			value:         c.Value[i],
+			deviceTimeNs:  c.Time[i],
+			monoNs:        c.Mono[i],
+			bootID:        c.Strings[c.Boot[i]],
+			offsetNs:      c.Offset[i],
+			uncertaintyNs: c.Uncertainty[i],
+			method:        wirepb.TimeMethod(int32(c.Method[i])),
+			tagLo:         c.SetStart[set],
+			tagHi:         c.SetStart[set+1],
+		}
+	}
+	return v.events
 }
 
 // clockView is the agent's ClockEstimate.
@@ -184,9 +230,10 @@ func parseBatchFrame(v *batchView, payload []byte, lim wire.Limits) error {
 	return parseBatchView(v, body, lim)
 }
 
-// fromColumns fills v from a columnar batch body. Events share the tag
-// ranges of their tag sets, and strings point into the body; each string is
-// checked once, as the protobuf path checks each use.
+// fromColumns fills v from a columnar batch body, leaving the events in
+// their columns (eventList builds them; they then share the tag ranges of
+// their tag sets, and strings point into the body). Each string is checked
+// once, as the protobuf path checks each use.
 func (v *batchView) fromColumns(body []byte, lim wire.Limits) error {
 	c := &v.cols
 	if err := c.Decode(body, lim); err != nil {
@@ -200,29 +247,7 @@ func (v *batchView) fromColumns(body []byte, lim wire.Limits) error {
 			return malformed("string %d of the batch is not valid UTF-8", i)
 		}
 	}
-	for _, t := range c.Tags {
-		v.tags = append(v.tags, tagView{key: c.Strings[t.Key], value: c.Strings[t.Value]})
-	}
-	n := c.Len()
-	if cap(v.events) < n {
-		v.events = make([]eventView, 0, n)
-	}
-	v.events = v.events[:n]
-	for i := range v.events {
-		set := c.TagSet[i]
-		v.events[i] = eventView{
-			metric:        c.Strings[c.Metric[i]],
-			value:         c.Value[i],
-			deviceTimeNs:  c.Time[i],
-			monoNs:        c.Mono[i],
-			bootID:        c.Strings[c.Boot[i]],
-			offsetNs:      c.Offset[i],
-			uncertaintyNs: c.Uncertainty[i],
-			method:        wirepb.TimeMethod(int32(c.Method[i])),
-			tagLo:         c.SetStart[set],
-			tagHi:         c.SetStart[set+1],
-		}
-	}
+	v.columnar = true
 	return nil
 }
 

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -133,15 +134,19 @@ func FuzzBatchViewMatchesWire(f *testing.F) {
 func compareView(t *testing.T, v *batchView, w *wirepb.Batch) {
 	t.Helper()
 	if string(v.device) != w.DeviceId || string(v.streamID) != string(w.StreamId) || v.firstSeq != w.FirstSeq ||
-		v.sendTimeNs != w.SendTimeNs || len(v.events) != len(w.Events) || len(v.gaps) != len(w.Gaps) ||
+		v.sendTimeNs != w.SendTimeNs || v.len() != len(w.Events) || len(v.gaps) != len(w.Gaps) ||
 		v.hasClock != (w.Clock != nil) || v.hasBacklog != (w.Backlog != nil) {
 		t.Fatalf("header differs: view %+v", v)
 	}
 	if w.Clock != nil && (v.clock.offsetNs != w.Clock.OffsetNs || v.clock.method != w.Clock.Method) {
 		t.Fatalf("clock differs")
 	}
+	evs := v.eventList()
+	if len(evs) != len(w.Events) {
+		t.Fatalf("%d events listed, %d in the batch", len(evs), len(w.Events))
+	}
 	for i, e := range w.Events {
-		g := v.events[i]
+		g := evs[i]
 		if string(g.metric) != e.Metric || math.Float64bits(g.value) != math.Float64bits(e.Value) || g.deviceTimeNs != e.DeviceTimeNs || g.monoNs != e.MonoNs ||
 			string(g.bootID) != e.BootId || g.offsetNs != e.OffsetNs || g.uncertaintyNs != e.UncertaintyNs ||
 			g.method != e.Method || int(g.tagHi-g.tagLo) != len(e.Tags) {
@@ -213,6 +218,16 @@ func TestValidateBatch(t *testing.T) {
 			if err = parseBatchView(&v, body, lim); err == nil {
 				err = validateBatch(&v, tt.topic)
 			}
+			// The same batch as columns, which the hub checks without
+			// building its events: the same verdict, in the same words.
+			var cv batchView
+			cerr := parseBatchFrame(&cv, columnFrame(t, b), lim)
+			if cerr == nil {
+				cerr = validateBatch(&cv, tt.topic)
+			}
+			if !cv.columnar || fmt.Sprint(cerr) != fmt.Sprint(err) {
+				t.Fatalf("as columns (columnar %v): %v; as protobuf: %v", cv.columnar, cerr, err)
+			}
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("unexpected rejection: %v", err)
@@ -224,6 +239,31 @@ func TestValidateBatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// columnFrame frames b in the columnar codec whatever its size (FrameWith
+// sends a short batch as protobuf).
+func columnFrame(t *testing.T, b *wirepb.Batch) []byte {
+	t.Helper()
+	hdr := proto.Clone(b).(*wirepb.Batch)
+	hdr.Events = nil
+	var evs [][]byte
+	for _, e := range b.Events {
+		ev, err := proto.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	chunk, ok := wire.AppendColumnChunk(nil, evs)
+	if !ok {
+		t.Fatal("the batch has no columnar form")
+	}
+	frame, err := wire.AppendColumnBatch(nil, hdr, chunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return frame
 }
 
 // syncPath is the hub's message path run synchronously on real parts (a

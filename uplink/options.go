@@ -144,6 +144,9 @@ type Options struct {
 	// late time repair). An error sends the event as stored and is counted.
 	// Nil sends events as stored. rec points into the buffer's read and is
 	// valid only during the call: Retime may return it, never keep it.
+	// Events stored with a method other than TIME_METHOD_UNTRUSTED may be
+	// sent without a call (a block of them stored as columns goes as it
+	// is), so Retime must return those unchanged.
 	Retime func(rec []byte) ([]byte, error)
 	// Clock, if set, gives the clock estimate carried in batches and status.
 	Clock func() *wirepb.ClockEstimate

@@ -60,6 +60,8 @@ type Uplink struct {
 	// lingered: the waiting events have lingered and were not yet
 	// readable (the buffer's interval sync), so they go once they are.
 	lingered  bool
+	cuts      []columnCut // readColumnBatches' blocks and chunks, reused
+	chunks    []byte
 	bw        *bucket
 	bwUntil   time.Time
 	statusDue time.Time

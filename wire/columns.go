@@ -444,10 +444,16 @@ func appendColumns(dst, body []byte) (out []byte, ok bool) {
 		}
 		b = b[n+m:]
 	}
-	c.deltas()
 	out = append(dst, colsVersion)
 	out = binary.AppendUvarint(out, uint64(len(c.hdr)))
 	out = append(out, c.hdr...)
+	return c.appendChunk(out), true
+}
+
+// appendChunk appends the part of a columnar body after its header: the
+// event count, the tables and the columns of the events added to c.
+func (c *colEncoder) appendChunk(out []byte) []byte {
+	c.deltas()
 	out = binary.AppendUvarint(out, uint64(len(c.values)))
 	out = binary.AppendUvarint(out, uint64(len(c.strList)))
 	for _, s := range c.strList {
@@ -470,7 +476,7 @@ func appendColumns(dst, body []byte) (out []byte, ok bool) {
 			out = binary.LittleEndian.AppendUint64(out, math.Float64bits(v))
 		}
 	}
-	return out, true
+	return out
 }
 
 // ColumnTag is one tag of a tag set: indexes into Columns.Strings.
@@ -636,6 +642,16 @@ func (c *Columns) Decode(body []byte, lim Limits) error {
 			return err
 		}
 	}
+	if r.err != nil {
+		return r.err
+	}
+	return c.decodeChunk(r, lim)
+}
+
+// decodeChunk reads the part of a columnar body after its header (from
+// the event count on) into c; lim has its defaults.
+func (c *Columns) decodeChunk(r *colReader, lim Limits) error {
+	c.Value = c.Value[:0]
 	n := r.uvarint("event count")
 	if r.err == nil && n > uint64(lim.MaxEvents) {
 		return fmt.Errorf("%w: %d events in one batch, limit %d", ErrTooLarge, n, lim.MaxEvents)
@@ -787,48 +803,54 @@ func (c *Columns) AppendProto(dst []byte) []byte {
 	dst = append(dst, c.Header...)
 	var ev []byte
 	for i := range c.Value {
-		ev = ev[:0]
-		if s := c.Strings[c.Metric[i]]; len(s) > 0 {
-			ev = protowire.AppendTag(ev, 1, protowire.BytesType)
-			ev = protowire.AppendBytes(ev, s)
-		}
-		if bits := math.Float64bits(c.Value[i]); bits != 0 {
-			ev = protowire.AppendTag(ev, 2, protowire.Fixed64Type)
-			ev = protowire.AppendFixed64(ev, bits)
-		}
-		ts := c.TagSet[i]
-		for _, t := range c.Tags[c.SetStart[ts]:c.SetStart[ts+1]] {
-			k, v := c.Strings[t.Key], c.Strings[t.Value]
-			size := 0
-			if len(k) > 0 {
-				size += 1 + protowire.SizeBytes(len(k))
-			}
-			if len(v) > 0 {
-				size += 1 + protowire.SizeBytes(len(v))
-			}
-			ev = protowire.AppendTag(ev, 3, protowire.BytesType)
-			ev = protowire.AppendVarint(ev, uint64(size))
-			if len(k) > 0 {
-				ev = protowire.AppendTag(ev, 1, protowire.BytesType)
-				ev = protowire.AppendBytes(ev, k)
-			}
-			if len(v) > 0 {
-				ev = protowire.AppendTag(ev, 2, protowire.BytesType)
-				ev = protowire.AppendBytes(ev, v)
-			}
-		}
-		ev = appendVarintField(ev, 4, uint64(c.Time[i]))
-		ev = appendVarintField(ev, 5, uint64(c.Mono[i]))
-		if s := c.Strings[c.Boot[i]]; len(s) > 0 {
-			ev = protowire.AppendTag(ev, 6, protowire.BytesType)
-			ev = protowire.AppendBytes(ev, s)
-		}
-		ev = appendVarintField(ev, 7, uint64(c.Offset[i]))
-		ev = appendVarintField(ev, 8, uint64(c.Uncertainty[i]))
-		ev = appendVarintField(ev, 9, c.Method[i])
+		ev = c.AppendEvent(ev[:0], i)
 		dst = AppendEvent(dst, ev)
 	}
 	return dst
+}
+
+// AppendEvent appends event i as a protobuf Event, with proto3's zero
+// values left out.
+func (c *Columns) AppendEvent(ev []byte, i int) []byte {
+	if s := c.Strings[c.Metric[i]]; len(s) > 0 {
+		ev = protowire.AppendTag(ev, 1, protowire.BytesType)
+		ev = protowire.AppendBytes(ev, s)
+	}
+	if bits := math.Float64bits(c.Value[i]); bits != 0 {
+		ev = protowire.AppendTag(ev, 2, protowire.Fixed64Type)
+		ev = protowire.AppendFixed64(ev, bits)
+	}
+	ts := c.TagSet[i]
+	for _, t := range c.Tags[c.SetStart[ts]:c.SetStart[ts+1]] {
+		k, v := c.Strings[t.Key], c.Strings[t.Value]
+		size := 0
+		if len(k) > 0 {
+			size += 1 + protowire.SizeBytes(len(k))
+		}
+		if len(v) > 0 {
+			size += 1 + protowire.SizeBytes(len(v))
+		}
+		ev = protowire.AppendTag(ev, 3, protowire.BytesType)
+		ev = protowire.AppendVarint(ev, uint64(size))
+		if len(k) > 0 {
+			ev = protowire.AppendTag(ev, 1, protowire.BytesType)
+			ev = protowire.AppendBytes(ev, k)
+		}
+		if len(v) > 0 {
+			ev = protowire.AppendTag(ev, 2, protowire.BytesType)
+			ev = protowire.AppendBytes(ev, v)
+		}
+	}
+	ev = appendVarintField(ev, 4, uint64(c.Time[i]))
+	ev = appendVarintField(ev, 5, uint64(c.Mono[i]))
+	if s := c.Strings[c.Boot[i]]; len(s) > 0 {
+		ev = protowire.AppendTag(ev, 6, protowire.BytesType)
+		ev = protowire.AppendBytes(ev, s)
+	}
+	ev = appendVarintField(ev, 7, uint64(c.Offset[i]))
+	ev = appendVarintField(ev, 8, uint64(c.Uncertainty[i]))
+	ev = appendVarintField(ev, 9, c.Method[i])
+	return ev
 }
 
 // appendVarintField appends a varint field unless it is zero.

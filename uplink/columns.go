@@ -1,0 +1,84 @@
+package uplink
+
+import (
+	"time"
+
+	"edgeflow/buffer"
+	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
+)
+
+// columnStream is a Stream that can hand out blocks it stores as column
+// chunks (buffer.Stream under buffer.CompressColumns). An uplink sending
+// the columnar codec frames such a block as a batch as it is: the events
+// were encoded once, when they were appended, and a drain after an outage
+// neither decodes nor encodes them.
+type columnStream interface {
+	ScanColumns(seq uint64, fn func(b buffer.ColumnBlock) bool) (int, error)
+}
+
+// columnCut is one block of a column pass: its records and where its chunk
+// sits in Uplink.chunks.
+type columnCut struct {
+	first, last uint64
+	start, end  int
+}
+
+// readColumnBatches is readBatches for blocks stored as column chunks:
+// each block from u.next on goes as one batch, up to n, while it fits a
+// batch (MaxBatchEvents, MaxBatchBytes), is not small while more records
+// wait behind it (small blocks, from a device appending a few events at a
+// time, go through readBatches, which joins them), and, with a Retime
+// hook, holds no event stored untrusted (which the hook may repair). It
+// returns no batch when the first block does not qualify; readBatches
+// then reads records as for any other block.
+func (u *Uplink) readColumnBatches(now time.Time, n int) ([]*flight, error) {
+	cs, ok := u.st.(columnStream)
+	if !ok || u.codec != wire.CodecColumns {
+		return nil, nil
+	}
+	maxEvents, maxBytes := u.opts.MaxBatchEvents, u.opts.MaxBatchBytes
+	readable := u.st.Stats().Readable
+	cuts := u.cuts[:0]
+	chunks := u.chunks[:0]
+	_, err := cs.ScanColumns(u.next, func(b buffer.ColumnBlock) bool {
+		events := int(b.Last - b.First + 1)
+		if len(cuts) == n || events > maxEvents || b.Plain > maxBytes ||
+			(2*events < maxEvents && b.Last+1 < readable) {
+			return false
+		}
+		if u.opts.Retime != nil {
+			if m, err := wire.ChunkMethods(b.Chunk); err != nil || m&(1<<uint(wirepb.TimeMethod_TIME_METHOD_UNTRUSTED)) != 0 {
+				return false
+			}
+		}
+		start := len(chunks)
+		chunks = append(chunks, b.Chunk...)
+		cuts = append(cuts, columnCut{first: b.First, last: b.Last, start: start, end: len(chunks)})
+		return true
+	})
+	u.cuts, u.chunks = cuts, chunks
+	if err != nil || len(cuts) == 0 {
+		return nil, err
+	}
+	u.lingerSince, u.lingered = time.Time{}, false
+	stats := u.st.Stats()
+	hdr := u.batchHeader(stats)
+	gaps := hdr.Gaps
+	fs := make([]*flight, 0, len(cuts))
+	for _, c := range cuts {
+		hdr.Gaps = gapsBefore(nil, gaps, c.first)
+		hdr.FirstSeq, hdr.SendTimeNs = c.first, u.opts.Now().UnixNano()
+		payload, err := wire.AppendColumnBatch(make([]byte, 0, 256+c.end-c.start), hdr, chunks[c.start:c.end])
+		if err != nil {
+			if len(fs) > 0 {
+				return fs, nil
+			}
+			return nil, err
+		}
+		u.next = c.last + 1
+		u.draining = stats.Next > u.next
+		fs = append(fs, &flight{first: c.first, last: c.last, payload: payload, queued: true})
+	}
+	return fs, nil
+}
