@@ -148,7 +148,8 @@ func openColumns(v []byte, lastSeq uint64) (first, count uint64, chunk []byte, o
 }
 
 // blockHeader reads a block body's first sequence number and record count
-// and checks them against lastSeq, from the block's key.
+// and checks them against lastSeq, from the block's key. A column chunk
+// can hold more events than bytes; its decoder bounds the count.
 func blockHeader(body []byte, lastSeq uint64) (first, count uint64, rest []byte, err error) {
 	first, n := binary.Uvarint(body)
 	if n <= 0 {
@@ -156,7 +157,7 @@ func blockHeader(body []byte, lastSeq uint64) (first, count uint64, rest []byte,
 	}
 	body = body[n:]
 	count, n = binary.Uvarint(body)
-	if n <= 0 || count == 0 || count > uint64(len(body)) || first+count-1 != lastSeq {
+	if n <= 0 || count == 0 || count > lastSeq || first+count-1 != lastSeq {
 		return 0, 0, nil, fmt.Errorf("%w: block header says %d records from %d, key says last %d", ErrCorrupt, count, first, lastSeq)
 	}
 	return first, count, body[n:], nil
@@ -195,6 +196,7 @@ type blockReader struct {
 	count    uint64
 	rest     []byte
 	i        uint64
+	columns  bool // stored as a column chunk
 }
 
 // openBlock checks a block's checksum and header; lastSeq comes from its
@@ -233,7 +235,7 @@ func openBlock(v []byte, lastSeq uint64, own bool, scratch *[]byte) (blockReader
 		if !own && scratch != nil {
 			*scratch = recs
 		}
-		return blockReader{firstSeq: first, count: count, rest: recs}, nil
+		return blockReader{firstSeq: first, count: count, rest: recs, columns: true}, nil
 	case blockS2:
 		n, err := s2.DecodedLen(body[1:])
 		if err != nil || n > maxBlockBody {
@@ -257,6 +259,9 @@ func openBlock(v []byte, lastSeq uint64, own bool, scratch *[]byte) (blockReader
 	first, count, rest, err := blockHeader(body, lastSeq)
 	if err != nil {
 		return blockReader{}, err
+	}
+	if count > uint64(len(rest)) { // a record takes a byte at least (its length)
+		return blockReader{}, fmt.Errorf("%w: block header says %d records in %d bytes", ErrCorrupt, count, len(rest))
 	}
 	return blockReader{firstSeq: first, count: count, rest: rest}, nil
 }

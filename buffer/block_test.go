@@ -31,6 +31,7 @@ func TestBlockFormats(t *testing.T) {
 		{"s2", compressible, CompressS2, blockS2},
 		{"s2-not-worth-it", random, CompressS2, blockPlain},
 		{"columns", eventBatch(300), CompressColumns, blockColumns},
+		{"columns-fewer-bytes-than-events", sameEvents(300), CompressColumns, blockColumns},
 		{"columns-not-events", compressible, CompressColumns, blockS2},
 		{"columns-nor-s2", random, CompressColumns, blockPlain},
 	} {
@@ -96,10 +97,10 @@ func TestBlockDamage(t *testing.T) {
 	bomb := append([]byte{blockS2}, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0)
 	fixSum(bomb)
 	for name, b := range map[string][]byte{
-		"short":      v[:5],
-		"checksum":   append(append([]byte(nil), v[:len(v)-1]...), v[len(v)-1]^1),
-		"version":    future,
-		"huge-claim": bomb,
+		"short":           v[:5],
+		"checksum":        append(append([]byte(nil), v[:len(v)-1]...), v[len(v)-1]^1),
+		"version":         future,
+		"huge-claim":      bomb,
 		"column-checksum": append(append([]byte(nil), cols[:len(cols)-1]...), cols[len(cols)-1]^1),
 		"column-chunk":    badChunk,
 		"column-count":    miscount,
@@ -190,6 +191,17 @@ func eventBatch(n int) [][]byte {
 		t += 10e6 + int64(i%7)*1000
 		out[i], _ = proto.Marshal(&wirepb.Event{Metric: []string{"temp", "rh"}[i%2], Value: float64(2000+i%50) / 100,
 			Tags: []*wirepb.Tag{{Key: "rm", Value: "b2"}}, DeviceTimeNs: t, MonoNs: t - 1e15, Method: wirepb.TimeMethod_TIME_METHOD_NTP})
+	}
+	return out
+}
+
+// sameEvents returns n encoded events 10 ms apart with the same value: a
+// column chunk of them is shorter than n bytes.
+func sameEvents(n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		t := int64(1_800_000_000_000_000_000) + int64(i)*10e6
+		out[i], _ = proto.Marshal(&wirepb.Event{Metric: "temp", Value: 21.5, DeviceTimeNs: t, MonoNs: t - 1e15, Method: wirepb.TimeMethod_TIME_METHOD_NTP})
 	}
 	return out
 }

@@ -315,11 +315,20 @@ func (st *Stream) ReadFrom(seq uint64, maxEvents, maxBytes int) ([]Record, error
 // Corrupt blocks are handled as ReadFrom does. It returns the number of
 // records fn took.
 func (st *Stream) Scan(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, rec []byte) bool) (int, error) {
+	return st.ScanBlocks(seq, maxEvents, maxBytes, func(seq uint64, rec []byte, _ Range, _ bool) bool { return fn(seq, rec) })
+}
+
+// ScanBlocks is Scan also handing fn the range of the block each record is
+// stored in and whether that block is a column chunk (one ScanColumns
+// hands out), so a reader can cut its batches where such blocks end (the
+// uplink keeps batches on the boundaries of blocks it can send as stored).
+func (st *Stream) ScanBlocks(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, rec []byte, block Range, columns bool) bool) (int, error) {
 	if maxEvents <= 0 {
 		return 0, nil
 	}
 	n, size := 0, 0
 	err := st.visitBlocks(seq, false, func(br *blockReader, from uint64) (bool, error) {
+		block := Range{First: br.firstSeq, Last: br.firstSeq + br.count - 1}
 		for {
 			s, rec, ok, err := br.next()
 			if err != nil || !ok {
@@ -328,7 +337,7 @@ func (st *Stream) Scan(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, 
 			if s < from {
 				continue
 			}
-			if n == maxEvents || (n > 0 && size+len(rec) > maxBytes) || !fn(s, rec) {
+			if n == maxEvents || (n > 0 && size+len(rec) > maxBytes) || !fn(s, rec, block, br.columns) {
 				return true, nil
 			}
 			n++
@@ -442,7 +451,7 @@ type blockRead struct {
 	own       bool   // records must outlive the read
 	fn        func(br *blockReader, from uint64) (done bool, err error)
 	raw       func(v []byte, lastSeq uint64, plain int, from uint64) (done bool, err error) // instead of fn
-	prevLast  uint64 // last sequence number of the previous block
+	prevLast  uint64                                                                        // last sequence number of the previous block
 	corrupt   []Range
 	scratch   *[]byte // decoded block, reused block to block (not with own)
 }

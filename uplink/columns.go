@@ -17,6 +17,13 @@ type columnStream interface {
 	ScanColumns(seq uint64, fn func(b buffer.ColumnBlock) bool) (int, error)
 }
 
+// blockStream is a Stream that tells which block each record is stored in
+// and whether it is a column chunk (buffer.Stream), so readBatches can keep
+// batches on the boundaries of such blocks.
+type blockStream interface {
+	ScanBlocks(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, rec []byte, block buffer.Range, columns bool) bool) (int, error)
+}
+
 // columnCut is one block of a column pass: its records and where its chunk
 // sits in Uplink.chunks.
 type columnCut struct {
@@ -79,6 +86,7 @@ func (u *Uplink) readColumnBatches(now time.Time, n int) ([]*flight, error) {
 		u.next = c.last + 1
 		u.draining = stats.Next > u.next
 		fs = append(fs, &flight{first: c.first, last: c.last, payload: payload, queued: true})
+		u.m.BatchesAsStored.Inc()
 	}
 	return fs, nil
 }

@@ -20,6 +20,7 @@ const maxReasonLabels = 32
 type Metrics struct {
 	BatchesPublished prometheus.Counter
 	EventsPublished  prometheus.Counter
+	BatchesAsStored  prometheus.Counter
 	BytesSent        prometheus.Counter
 	BatchesResent    prometheus.Counter
 	BatchesAcked     *prometheus.CounterVec // by status: ok, duplicate, rejected, retry_later
@@ -47,6 +48,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		BatchesPublished: c("batches_published_total", "Batches published (first sends)."),
 		EventsPublished:  c("events_published_total", "Events published (first sends)."),
+		BatchesAsStored:  c("batches_as_stored_total", "Batches read as a block the buffer stores in the wire's columns and sent without encoding their events again (first sends)."),
 		BytesSent:        c("bytes_sent_total", "Frame bytes published, resends included."),
 		BatchesResent:    c("batches_resent_total", "Batches published again after an ack timeout, a reconnect or a retry_later answer."),
 		BatchesAcked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "uplink", Name: "batches_acked_total",
@@ -69,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.BatchesPublished, m.EventsPublished, m.BytesSent, m.BatchesResent, m.BatchesAcked,
+	for _, col := range []prometheus.Collector{m.BatchesPublished, m.EventsPublished, m.BatchesAsStored, m.BytesSent, m.BatchesResent, m.BatchesAcked,
 		m.EventsAcked, m.Rejected, m.AcksIgnored, m.RetimeErrors, m.CodecFallbacks, m.InFlight, m.Connected, m.Reconnects, m.ConnectFailures, m.AckLatency} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError

@@ -46,7 +46,10 @@ type responder struct {
 	events         int
 	bytes          int
 	errs           []string
-	gaps           [][2]uint64 // every gap a batch header reported
+	gaps           [][2]uint64                  // every gap a batch header reported
+	methods        map[uint64]wirepb.TimeMethod // seq -> time method, as last received
+	batchSizes     []int                        // events per batch, first arrivals, in order
+	codecs         map[wire.Codec]int           // frames by codec
 }
 
 func newResponder(t testing.TB, url string, policy func(*wirepb.Batch, int) verdict) *responder {
@@ -55,6 +58,7 @@ func newResponder(t testing.TB, url string, policy func(*wirepb.Batch, int) verd
 		t: t, in: make(chan mqtt.Message, 1024), policy: policy, ackQoS: 1,
 		stop: make(chan struct{}), done: make(chan struct{}),
 		received: map[uint64]int{}, arrivals: map[[2]uint64]int{}, answered: map[uint64]bool{},
+		methods: map[uint64]wirepb.TimeMethod{}, codecs: map[wire.Codec]int{},
 	}
 	subscribed := make(chan struct{}, 1)
 	r.cli = dialTest(t, url, fmt.Sprintf("responder-%d", time.Now().UnixNano()), func(c mqtt.Client) {
@@ -176,6 +180,7 @@ func (r *responder) handle(m mqtt.Message) *heldAck {
 	r.arrivals[key]++
 	arrival := r.arrivals[key]
 	r.bytes += len(m.Payload())
+	r.codecs[wire.Codec(m.Payload()[2])]++
 	fresh := false
 	if r.light {
 		if arrival == 1 {
@@ -193,9 +198,11 @@ func (r *responder) handle(m mqtt.Message) *heldAck {
 				r.events++
 			}
 			r.received[seq]++
+			r.methods[seq] = e.Method
 		}
 		if arrival == 1 {
 			r.order = append(r.order, b.FirstSeq)
+			r.batchSizes = append(r.batchSizes, int(n))
 		}
 	}
 	r.mu.Unlock()

@@ -123,11 +123,21 @@ func (u *Uplink) readBatches(now time.Time, n int) ([]*flight, error) {
 		}
 	}()
 	var a *assembly
-	_, err := u.st.Scan(u.next, n*maxEvents, n*maxBytes, func(seq uint64, rec []byte) bool {
+	closed := false // a ends here: the end of a block that could go as stored
+	add := func(seq uint64, rec []byte, block buffer.Range, columns bool) bool {
 		// A batch is consecutive events; the buffer's records jump across
-		// a range it dropped, and the rest goes in the next batch.
-		if a == nil || seq != a.last+1 || a.n == maxEvents || a.size+len(rec) > maxBytes {
-			if len(as) == n {
+		// a range it dropped, and the rest goes in the next batch. With
+		// column blocks, a block of half a batch or more starts a batch
+		// unless it fits whole in the current one, and ends it and the
+		// pass: batches then stay on the boundaries of blocks
+		// readColumnBatches can send as stored, once past a block it could
+		// not.
+		large := columns && block.Len()*2 >= uint64(maxEvents)
+		if a == nil || closed || seq != a.last+1 || a.n == maxEvents || a.size+len(rec) > maxBytes ||
+			(large && seq == block.First && a.n+int(block.Len()) > maxEvents) {
+			if len(as) == n || closed {
+				// Past such a block the pass ends: the next one tries
+				// readColumnBatches again.
 				return false
 			}
 			a = assemblies.Get().(*assembly)
@@ -136,8 +146,15 @@ func (u *Uplink) readBatches(now time.Time, n int) ([]*flight, error) {
 		}
 		a.size += len(rec)
 		a.add(seq, u.retime(seq, rec))
+		closed = large && seq == block.Last
 		return true
-	})
+	}
+	var err error
+	if bs, ok := u.st.(blockStream); ok && u.codec == wire.CodecColumns {
+		_, err = bs.ScanBlocks(u.next, n*maxEvents, n*maxBytes, add)
+	} else {
+		_, err = u.st.Scan(u.next, n*maxEvents, n*maxBytes, func(seq uint64, rec []byte) bool { return add(seq, rec, buffer.Range{}, false) })
+	}
 	if err != nil {
 		return nil, err
 	}

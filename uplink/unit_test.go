@@ -188,6 +188,13 @@ func (h *hidingStream) Scan(seq uint64, maxEvents, maxBytes int, fn func(uint64,
 	return h.Stream.Scan(seq, maxEvents, maxBytes, fn)
 }
 
+func (h *hidingStream) ScanBlocks(seq uint64, maxEvents, maxBytes int, fn func(uint64, []byte, buffer.Range, bool) bool) (int, error) {
+	if h.hide {
+		return 0, nil
+	}
+	return h.Stream.ScanBlocks(seq, maxEvents, maxBytes, fn)
+}
+
 // TestLingerNotRestartedByUnreadable: events that waited their linger but
 // were not readable yet go as soon as they are, without a second linger,
 // and the send loop does not spin while it waits for them.

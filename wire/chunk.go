@@ -60,7 +60,7 @@ func (c *Columns) DecodeChunk(chunk []byte, lim Limits) error {
 // without decoding the events.
 func ChunkMethods(chunk []byte) (mask uint64, err error) {
 	r := &colReader{b: chunk}
-	n := r.count("event count")
+	n := r.uvarint("event count") // a chunk can hold more events than bytes
 	for range r.count("string count") {
 		r.bytes(r.count("string length"), "string")
 	}
@@ -77,7 +77,7 @@ func ChunkMethods(chunk []byte) (mask uint64, err error) {
 	switch mode := r.byte1("method column"); {
 	case r.err != nil:
 	case mode == colPlain:
-		for range n {
+		for i := uint64(0); i < n && r.err == nil; i++ {
 			set(r.uvarint("method column"))
 		}
 	case mode == colRuns:
@@ -96,11 +96,11 @@ func ChunkMethods(chunk []byte) (mask uint64, err error) {
 
 // skipIntColumn steps over an integer column of n numbers without
 // checking them.
-func (r *colReader) skipIntColumn(n int, what string) {
+func (r *colReader) skipIntColumn(n uint64, what string) {
 	switch mode := r.byte1(what); {
 	case r.err != nil:
 	case mode == colPlain:
-		for range n {
+		for i := uint64(0); i < n && r.err == nil; i++ {
 			r.uvarint(what)
 		}
 	case mode == colRuns:

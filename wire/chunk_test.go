@@ -89,18 +89,29 @@ func TestColumnChunkIsTheBatchsColumns(t *testing.T) {
 // ChunkMethods reads both modes of the method column: runs (one method
 // throughout) and plain (methods alternating).
 func TestChunkMethodsModes(t *testing.T) {
+	same := make([]wirepb.TimeMethod, 1000)
+	for i := range same {
+		same[i] = 2
+	}
 	for name, methods := range map[string][]wirepb.TimeMethod{
-		"runs":  {1, 1, 1, 1, 1, 1, 1, 1},
-		"plain": {1, 0, 2, 0, 1, 0, 2, 0},
+		"runs":                   {1, 1, 1, 1, 1, 1, 1, 1},
+		"plain":                  {1, 0, 2, 0, 1, 0, 2, 0},
+		"more-events-than-bytes": same,
 	} {
 		in := readings(len(methods))
 		for i, m := range methods {
 			in.Events[i].Method = m
+			if name == "more-events-than-bytes" {
+				in.Events[i].Metric, in.Events[i].Value, in.Events[i].DeviceTimeNs, in.Events[i].MonoNs = "temp", 21.5, int64(i)*1e7, int64(i)*1e7
+			}
 		}
 		_, evs := splitBatch(t, in)
 		chunk, ok := AppendColumnChunk(nil, evs)
 		if !ok {
 			t.Fatal("no chunk")
+		}
+		if name == "more-events-than-bytes" && len(chunk) >= len(methods) {
+			t.Fatalf("%s: a chunk of %d bytes", name, len(chunk))
 		}
 		want := uint64(0)
 		for _, m := range methods {
