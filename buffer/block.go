@@ -61,7 +61,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // compressed block; the result never shares memory with it (Badger keeps
 // the value until the write batch is flushed).
 func encodeBlock(firstSeq uint64, recs [][]byte, size int, mode BlockCompression, scratch *[]byte) (v []byte, plainLen int) {
-	if mode == CompressColumns {
+	if mode == CompressColumns && len(recs) >= minColumnRecords {
 		plain := plainBlockLen(firstSeq, recs)
 		if v, ok := encodeColumnBlock(firstSeq, recs, plain); ok {
 			return v, plain
@@ -96,6 +96,11 @@ func encodeBlock(firstSeq uint64, recs [][]byte, size int, mode BlockCompression
 	}
 	return binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, castagnoli)), len(body) + 4
 }
+
+// minColumnRecords is the fewest records CompressColumns tries to store as
+// columns: a chunk's tables cost more than a few events save, so smaller
+// blocks (a device appending one event at a time) go straight to s2.
+const minColumnRecords = 8
 
 // plainBlockLen is the length of recs' plain block: what stream bounds
 // count whichever form the block is stored in.

@@ -22,11 +22,14 @@
 //	m<num:4>                         -> stream metadata
 //	b<num:4><lastSeq:8><appendMs:8><plainLen:4> -> block of records
 //
-// A block's value is versioned: plain, or s2-compressed when that saves at
-// least an eighth (Options.BlockCompression). Every reader takes both; an
-// unknown version is ErrCorrupt, dropped as a gap like any damaged block.
-// plainLen in the key is the block's uncompressed length (for a plain block,
-// its value length), so byte bounds count events, not how well they compress.
+// A block's value is versioned: plain, s2-compressed when that saves at
+// least an eighth, or a column chunk of events (the wire's columnar batch
+// form without its header) when that does (Options.BlockCompression).
+// Every reader takes all three; an unknown version is ErrCorrupt, dropped
+// as a gap like any damaged block. plainLen in the key is the block's plain
+// length (for a plain block, its value length), so byte bounds count
+// events, not how well they compress. ScanColumns hands column blocks out
+// as stored, for an uplink to frame as batches.
 //
 // # Memory
 //
