@@ -165,3 +165,31 @@ func FuzzChunkMethods(f *testing.F) {
 		_ = c.DecodeChunk(b, Limits{})
 	})
 }
+
+// fitsBody, which settles most batches from the tables alone, agrees with
+// the exact bound at every limit around it.
+func TestFitsBodyAgreesWithExactBound(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for iter := range 60 {
+		in := randomBatch(rng, []int{1, 5, 100, 1000}[iter%4])
+		hdr, evs := splitBatch(t, in)
+		chunk, ok := AppendColumnChunk(nil, evs)
+		if !ok {
+			t.Fatal("no chunk")
+		}
+		frame, err := AppendColumnBatch(nil, hdr, chunk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c Columns
+		if err := c.Decode(frame[headerLen:], Limits{MaxBodyBytes: 1 << 30}); err != nil {
+			t.Fatal(err)
+		}
+		exact := c.exactSizeBound()
+		for _, limit := range []int{0, exact / 2, exact - 1, exact, exact + 1, 2 * exact, 1 << 30} {
+			if got := c.fitsBody(limit); got != (exact <= limit) {
+				t.Fatalf("batch %d: fitsBody(%d) = %v with an exact bound of %d", iter, limit, got, exact)
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -563,55 +564,78 @@ func (r *colReader) byte1(what string) byte {
 // intColumn reads an integer column of n numbers into dst[:0], each below
 // limit (negative: any).
 func (r *colReader) intColumn(dst []uint64, n int, limit int, what string) []uint64 {
+	return readIntColumn(r, dst, n, limit, what)
+}
+
+// readIntColumn is intColumn into a slice of T; a column read as uint32
+// must have a limit (its numbers are table indexes), which its numbers are
+// checked against before they are narrowed.
+func readIntColumn[T uint32 | uint64](r *colReader, dst []T, n int, limit int, what string) []T {
 	dst = dst[:0]
-	switch mode := r.byte1(what); {
-	case r.err != nil:
-	case mode == colPlain:
-		b := r.b
-		for range n {
-			if len(b) > 0 && b[0] < 0x80 {
-				dst, b = append(dst, uint64(b[0])), b[1:]
-				continue
-			}
-			v, k := binary.Uvarint(b)
-			if k <= 0 {
-				r.fail("bad varint in %s", what)
-				break
-			}
-			dst, b = append(dst, v), b[k:]
-		}
-		r.b = b
-	case mode == colRuns:
-		runs := r.count(what + " runs")
-		for range runs {
-			v, l := r.uvarint(what), r.uvarint(what+" run length")
-			if r.err != nil {
-				break
-			}
-			if l == 0 || l > uint64(n-len(dst)) {
-				r.fail("%s has a run of %d where %d events are left", what, l, n-len(dst))
-				break
-			}
-			for range l {
-				dst = append(dst, v)
-			}
-		}
-		if r.err == nil && len(dst) != n {
-			r.fail("%s runs cover %d of %d events", what, len(dst), n)
-		}
-	default:
-		r.fail("%s has unknown mode %d", what, mode)
-	}
+	mode := r.byte1(what)
 	if r.err != nil {
-		return dst[:0]
+		return dst
 	}
-	if limit >= 0 {
-		for _, v := range dst {
-			if v >= uint64(limit) {
+	bad := func(v uint64) bool { return limit >= 0 && v >= uint64(limit) }
+	switch mode {
+	case colPlain:
+		b := r.b
+		if n > len(b) { // a number takes a byte at least
+			r.fail("%s of %d numbers runs past the end", what, n)
+			return dst
+		}
+		dst = slices.Grow(dst, n)[:n]
+		for i := range dst {
+			var v uint64
+			if b[0] < 0x80 {
+				v, b = uint64(b[0]), b[1:]
+			} else {
+				k := 0
+				if v, k = protowire.ConsumeVarint(b); k <= 0 { // unrolled, unlike binary.Uvarint
+					r.fail("bad varint in %s", what)
+					return dst[:0]
+				}
+				b = b[k:]
+			}
+			if bad(v) {
 				r.fail("%s index %d is out of range (%d entries)", what, v, limit)
 				return dst[:0]
 			}
+			dst[i] = T(v)
+			if len(b) == 0 && i < n-1 {
+				r.fail("%s of %d numbers runs past the end", what, n)
+				return dst[:0]
+			}
 		}
+		r.b = b
+	case colRuns:
+		runs := r.count(what + " runs")
+		dst = slices.Grow(dst, n)[:n]
+		at := 0
+		for range runs {
+			v, l := r.uvarint(what), r.uvarint(what+" run length")
+			if r.err != nil {
+				return dst[:0]
+			}
+			if l == 0 || l > uint64(n-at) {
+				r.fail("%s has a run of %d where %d events are left", what, l, n-at)
+				return dst[:0]
+			}
+			if bad(v) {
+				r.fail("%s index %d is out of range (%d entries)", what, v, limit)
+				return dst[:0]
+			}
+			for i := range dst[at : at+int(l)] {
+				dst[at+i] = T(v)
+			}
+			at += int(l)
+		}
+		if at != n {
+			r.fail("%s runs cover %d of %d events", what, at, n)
+			return dst[:0]
+		}
+	default:
+		r.fail("%s has unknown mode %d", what, mode)
 	}
 	return dst
 }
@@ -693,43 +717,37 @@ func (c *Columns) decodeChunk(r *colReader, lim Limits) error {
 	events := int(n) // at most lim.MaxEvents, which bounds the columns' memory
 	sp := colScratch.Get().(*[]uint64)
 	defer colScratch.Put(sp)
-	idx := func(dst []uint32, limit int, what string) []uint32 {
-		*sp = r.intColumn(*sp, events, limit, what)
-		dst = dst[:0]
-		for _, v := range *sp {
-			dst = append(dst, uint32(v))
-		}
-		return dst
-	}
-	c.Metric = idx(c.Metric, nStr, "metric column")
-	c.TagSet = idx(c.TagSet, nSets, "tag set column")
-	c.Boot = idx(c.Boot, nStr, "boot id column")
-	*sp = r.intColumn(*sp, events, -1, "method column")
-	c.Method = append(c.Method[:0], *sp...)
+	c.Metric = readIntColumn(r, c.Metric, events, nStr, "metric column")
+	c.TagSet = readIntColumn(r, c.TagSet, events, nSets, "tag set column")
+	c.Boot = readIntColumn(r, c.Boot, events, nStr, "boot id column")
+	c.Method = r.intColumn(c.Method, events, -1, "method column")
+	// Each column is read into *sp, then expanded into a slice sized for
+	// it (empty after an error, which every later read keeps).
+	sized := func(col []int64) []int64 { return slices.Grow(col[:0], len(*sp))[:len(*sp)] }
 	*sp = r.intColumn(*sp, events, -1, "device time column")
-	c.Time = c.Time[:0]
+	c.Time = sized(c.Time)
 	var t, d uint64
-	for _, z := range *sp {
+	for i, z := range *sp {
 		d += unzigzag(z)
 		t += d
-		c.Time = append(c.Time, int64(t))
+		c.Time[i] = int64(t)
 	}
 	*sp = r.intColumn(*sp, events, -1, "mono column")
-	c.Mono = c.Mono[:0]
+	c.Mono = sized(c.Mono)
 	var m, prevT uint64
 	for i, z := range *sp { // both columns hold n numbers unless r.err is set
 		t = uint64(c.Time[i])
 		m += unzigzag(z) + (t - prevT)
 		prevT = t
-		c.Mono = append(c.Mono, int64(m))
+		c.Mono[i] = int64(m)
 	}
 	for _, col := range [...]*[]int64{&c.Offset, &c.Uncertainty} {
 		*sp = r.intColumn(*sp, events, -1, "offset or uncertainty column")
-		*col = (*col)[:0]
+		*col = sized(*col)
 		var v uint64
-		for _, z := range *sp {
+		for i, z := range *sp {
 			v += unzigzag(z)
-			*col = append(*col, int64(v))
+			(*col)[i] = int64(v)
 		}
 	}
 	switch mode := r.byte1("value mode"); {
@@ -746,10 +764,12 @@ func (c *Columns) decodeChunk(r *colReader, lim Limits) error {
 			break
 		}
 		*sp = r.intColumn(*sp, events, -1, "value column")
+		c.Value = slices.Grow(c.Value[:0], len(*sp))[:len(*sp)]
 		var v uint64
-		for _, z := range *sp {
+		scale := pow10[k]
+		for i, z := range *sp {
 			v += unzigzag(z)
-			c.Value = append(c.Value, float64(int64(v))/pow10[k])
+			c.Value[i] = float64(int64(v)) / scale
 		}
 	default:
 		r.fail("unknown value mode %d", mode)
@@ -761,15 +781,40 @@ func (c *Columns) decodeChunk(r *colReader, lim Limits) error {
 		c.Value = c.Value[:0]
 		return r.err
 	}
-	if size := c.protoSizeBound(); size > lim.MaxBodyBytes {
+	if !c.fitsBody(lim.MaxBodyBytes) {
 		c.Value = c.Value[:0]
-		return fmt.Errorf("%w: columnar batch stands for a body of up to %d bytes, limit %d", ErrTooLarge, size, lim.MaxBodyBytes)
+		return fmt.Errorf("%w: columnar batch stands for a body of up to %d bytes, limit %d", ErrTooLarge, c.protoSizeBound(), lim.MaxBodyBytes)
 	}
 	return nil
 }
 
 // protoSizeBound bounds the size of the batch's protobuf body from above.
-func (c *Columns) protoSizeBound() int {
+func (c *Columns) protoSizeBound() int { return c.exactSizeBound() }
+
+// fitsBody says whether the batch, written as protobuf, fits limit. A
+// cruder bound than protoSizeBound's, from the longest string and tag set,
+// costs a pass over the tables rather than the events and settles any
+// batch well within the limit; the exact bound settles the rest.
+func (c *Columns) fitsBody(limit int) bool {
+	longest, set := 0, 0
+	for _, s := range c.Strings {
+		longest = max(longest, len(s))
+	}
+	for i := range len(c.SetStart) - 1 {
+		n := 0
+		for _, t := range c.Tags[c.SetStart[i]:c.SetStart[i+1]] {
+			n += 12 + len(c.Strings[t.Key]) + len(c.Strings[t.Value])
+		}
+		set = max(set, n)
+	}
+	if per := 1 + 3 + 9*11 + 2*2 + 2*longest + set; per <= (limit-len(c.Header))/max(len(c.Value), 1) {
+		return true
+	}
+	return c.exactSizeBound() <= limit
+}
+
+// exactSizeBound is protoSizeBound event by event.
+func (c *Columns) exactSizeBound() int {
 	size := len(c.Header)
 	setSize := func(s uint32) int {
 		n := 0
