@@ -60,9 +60,9 @@ import (
 // how a hub runs: it measures what the fsync costs the round trip), and
 // E2E_GROUP_COMMIT_WAIT sets hubd's group-commit-wait (a duration; 0 turns
 // it off; default hubd's 2ms), and E2E_BUFFER_COMPRESSION the agents'
-// buffer.BlockCompression (default columns, the edge agent's: the uplink
-// then sends stored column blocks as they are; s2 makes it encode each
-// batch).
+// buffer.BlockCompression (default the edge agent's: columns under the
+// columnar codec, whose uplink then sends stored blocks as they are, s2
+// under the others; s2 with the columns makes the uplink encode each batch).
 const (
 	benchAgents      = 4
 	benchBatchEvents = 1000
@@ -93,12 +93,16 @@ func benchGroupCommitWait(b *testing.B) time.Duration {
 }
 
 // benchBlockCompression is E2E_BUFFER_COMPRESSION, the agents' buffer
-// block format: columns (the edge agent's default), s2 or none.
-func benchBlockCompression() buffer.BlockCompression {
+// block format (columns, s2 or none), by default the edge agent's for the
+// codec: columns under the columnar codec, else s2.
+func benchBlockCompression(codec wire.Codec) buffer.BlockCompression {
 	if v := os.Getenv("E2E_BUFFER_COMPRESSION"); v != "" {
 		return buffer.BlockCompression(v)
 	}
-	return buffer.CompressColumns
+	if codec == wire.CodecColumns {
+		return buffer.CompressColumns
+	}
+	return buffer.CompressS2
 }
 
 // benchRecords returns n encoded events of about 40 bytes, shaped like one
@@ -156,7 +160,7 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	store, err := buffer.Open(b.TempDir(), buffer.Options{Logger: quiet, BlockCompression: benchBlockCompression()})
+	store, err := buffer.Open(b.TempDir(), buffer.Options{Logger: quiet, BlockCompression: benchBlockCompression(codec)})
 	if err != nil {
 		b.Fatal(err)
 	}

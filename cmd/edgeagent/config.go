@@ -59,7 +59,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("profile", "low-memory", "buffer memory profile: default or low-memory")
 	fs.String("memory-limit", "", "Go memory limit, e.g. 32MiB; empty: 32MiB with low-memory unless GOMEMLIMIT is set; \"off\": none")
 	fs.String("page-out", "", "how often to hand Badger's mapped files back to the kernel (Linux); empty: 100ms with low-memory, \"off\": never")
-	fs.String("buffer-compression", "columns", "form of buffered blocks on disk: columns (events as the wire's columns, sent as stored), s2, or none (readable by agents before s2)")
+	fs.String("buffer-compression", "auto", "form of buffered blocks on disk: columns (events as the wire's columns, sent as stored), s2, none (readable by agents before s2), or auto (columns when compression is columns, else s2)")
 	fs.String("buffer-max-bytes", "256MiB", "bound of the buffered events on disk")
 	fs.String("buffer-max-age", "0", "drop buffered events older than this (0: keep until the size bound)")
 	fs.String("buffer-full-policy", "drop_oldest", "at the bound: drop_oldest, reject or block")
@@ -237,7 +237,15 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 	o.Buffer.Durability = buffer.Durability(p.oneOf("durability", "sync", "interval", "none"))
 	o.Buffer.SyncInterval = p.dur("sync-interval", false)
 	o.Buffer.Profile = buffer.Profile(p.oneOf("profile", "default", "low-memory"))
-	o.Buffer.BlockCompression = buffer.BlockCompression(p.oneOf("buffer-compression", "columns", "s2", "none"))
+	o.Buffer.BlockCompression = buffer.BlockCompression(p.oneOf("buffer-compression", "auto", "columns", "s2", "none"))
+	if o.Buffer.BlockCompression == "auto" {
+		// Column blocks go as stored only as columnar batches; under
+		// another codec each read would decode them first.
+		o.Buffer.BlockCompression = buffer.CompressS2
+		if p.str("compression") == "columns" {
+			o.Buffer.BlockCompression = buffer.CompressColumns
+		}
+	}
 	switch s := p.str("page-out"); s {
 	case "":
 	case agent.Off:

@@ -136,3 +136,26 @@ func TestConfigPageOut(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigBufferCompressionAuto: the buffer stores columns when batches
+// go as columns (the default) and s2 under another codec; an explicit
+// choice stands.
+func TestConfigBufferCompressionAuto(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want buffer.BlockCompression
+	}{
+		{nil, buffer.CompressColumns},
+		{[]string{"--compression", "zstd"}, buffer.CompressS2},
+		{[]string{"--compression", "zstd", "--buffer-compression", "columns"}, buffer.CompressColumns},
+		{[]string{"--buffer-compression", "none"}, buffer.CompressNone},
+	} {
+		cfg, err := loadConfig(append([]string{"--device-id", "d"}, c.args...), noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.agent.Buffer.BlockCompression; got != c.want {
+			t.Errorf("%v: buffer compression %q, want %q", c.args, got, c.want)
+		}
+	}
+}
