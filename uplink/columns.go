@@ -39,7 +39,7 @@ type columnCut struct {
 // hook, holds no event stored untrusted (which the hook may repair). It
 // returns no batch when the first block does not qualify; readBatches
 // then reads records as for any other block.
-func (u *Uplink) readColumnBatches(now time.Time, n int) ([]*flight, error) {
+func (u *Uplink) readColumnBatches(n int) ([]*flight, error) {
 	cs, ok := u.st.(columnStream)
 	if !ok || u.codec != wire.CodecColumns {
 		return nil, nil

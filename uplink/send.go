@@ -112,7 +112,7 @@ func (u *Uplink) readBatches(now time.Time, n int) ([]*flight, error) {
 	if n <= 0 || !u.ready(now) {
 		return nil, nil
 	}
-	if fs, err := u.readColumnBatches(now, n); len(fs) > 0 || err != nil {
+	if fs, err := u.readColumnBatches(n); len(fs) > 0 || err != nil {
 		return fs, err
 	}
 	maxEvents, maxBytes := u.opts.MaxBatchEvents, u.opts.MaxBatchBytes

@@ -74,15 +74,23 @@ func BenchmarkReadBatch(b *testing.B) {
 // 1000 events in one pass (as the uplink does while draining), encode them,
 // then ack them in the buffer, as if the hub had answered. The buffer is
 // filled 1000 events per append, as the end-to-end benchmark fills it, and
-// syncs as an agent's does by default. One op is one event.
+// syncs as an agent's does by default; its blocks are s2 (the uplink
+// decodes and encodes each batch) or columns (the agent's default: each
+// block goes as stored). One op is one event.
 //
 //	go test -run '^$' -bench BenchmarkDrain -benchtime 2000000x ./uplink/
 func BenchmarkDrain(b *testing.B) {
+	for _, c := range []buffer.BlockCompression{buffer.CompressS2, buffer.CompressColumns} {
+		b.Run("buffer="+string(c), func(b *testing.B) { benchDrain(b, c) })
+	}
+}
+
+func benchDrain(b *testing.B, blocks buffer.BlockCompression) {
 	const size, window = 1000, 32
 	n := max(b.N, size) / size * size
 	dir := b.TempDir()
 	open := func() (*buffer.Store, *buffer.Stream) {
-		s, err := buffer.Open(dir, buffer.Options{Logger: quietLogger()})
+		s, err := buffer.Open(dir, buffer.Options{Logger: quietLogger(), BlockCompression: blocks})
 		if err != nil {
 			b.Fatal(err)
 		}
