@@ -361,8 +361,8 @@ type ColumnBlock struct {
 
 // ScanColumns calls fn with the stream's blocks from seq on, in order, as
 // long as each is stored as a column chunk and starts where the previous
-// one ended (the first at seq), until fn returns false or the readable
-// records end. It returns how many blocks fn accepted. A block of another
+// one ended (the first at seq, or at the head if seq is below it), until
+// fn returns false or the readable records end. It returns how many blocks fn accepted. A block of another
 // kind, one holding seq but starting below it, or a range dropped in
 // between ends the scan, and the caller reads the rest with Scan. A
 // corrupt block ends it too and is dropped as a gap, as with Scan.
@@ -399,11 +399,10 @@ func (st *Stream) visitBlocks(seq uint64, copyValue bool, fn func(br *blockReade
 	return st.visit(blockRead{own: copyValue, fn: fn}, seq)
 }
 
-// visitRaw is visitBlocks handing fn each block's stored value, its last
-// sequence number and plain length, unopened, and the first sequence
-// number wanted. A value fn finds corrupt
-// (an error wrapping ErrCorrupt) is logged and dropped as a gap, and ends
-// the read.
+// visitRaw is visitBlocks handing fn each block's stored value, unopened,
+// with its last sequence number, its plain length and the first sequence
+// number wanted. A value fn finds corrupt (an error wrapping ErrCorrupt)
+// is logged and dropped as a gap, and ends the read.
 func (st *Stream) visitRaw(seq uint64, fn func(v []byte, lastSeq uint64, plain int, from uint64) (done bool, err error)) error {
 	return st.visit(blockRead{raw: fn}, seq)
 }
@@ -450,10 +449,11 @@ type blockRead struct {
 	seq, next uint64 // first sequence number wanted; readable bound
 	own       bool   // records must outlive the read
 	fn        func(br *blockReader, from uint64) (done bool, err error)
-	raw       func(v []byte, lastSeq uint64, plain int, from uint64) (done bool, err error) // instead of fn
-	prevLast  uint64                                                                        // last sequence number of the previous block
-	corrupt   []Range
-	scratch   *[]byte // decoded block, reused block to block (not with own)
+	// raw, if set, takes the blocks' values unopened instead of fn.
+	raw      func(v []byte, lastSeq uint64, plain int, from uint64) (done bool, err error)
+	prevLast uint64 // last sequence number of the previous block
+	corrupt  []Range
+	scratch  *[]byte // decoded block, reused block to block (not with own)
 }
 
 // scratchBufs holds the buffers reads decode compressed blocks into, so a
