@@ -19,21 +19,32 @@ import (
 // take long to build (a million tags).
 func rawBatch(t testing.TB, b *wirepb.Batch, edit func(i int, ev []byte) []byte) []byte {
 	t.Helper()
-	h := proto.Clone(b).(*wirepb.Batch)
-	h.Events = nil
-	var evs [][]byte
-	for i, e := range b.Events {
-		raw, err := proto.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs = append(evs, edit(i, raw))
+	h, evs := splitBatch(t, b)
+	for i := range evs {
+		evs[i] = edit(i, evs[i])
 	}
 	body, err := wire.AppendRawEvents(h, evs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return wire.Frame(wire.MsgBatch, body)
+}
+
+// splitBatch returns b's header (its events left out) and its events,
+// each encoded as an agent's buffer stores them.
+func splitBatch(t testing.TB, b *wirepb.Batch) (*wirepb.Batch, [][]byte) {
+	t.Helper()
+	h := proto.Clone(b).(*wirepb.Batch)
+	h.Events = nil
+	var evs [][]byte
+	for _, e := range b.Events {
+		raw, err := proto.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, raw)
+	}
+	return h, evs
 }
 
 // TestBatchesThatLie sends, through the embedded broker, batches that lie

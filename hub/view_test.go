@@ -245,16 +245,7 @@ func TestValidateBatch(t *testing.T) {
 // sends a short batch as protobuf).
 func columnFrame(t *testing.T, b *wirepb.Batch) []byte {
 	t.Helper()
-	hdr := proto.Clone(b).(*wirepb.Batch)
-	hdr.Events = nil
-	var evs [][]byte
-	for _, e := range b.Events {
-		ev, err := proto.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs = append(evs, ev)
-	}
+	hdr, evs := splitBatch(t, b)
 	chunk, ok := wire.AppendColumnChunk(nil, evs)
 	if !ok {
 		t.Fatal("the batch has no columnar form")

@@ -69,24 +69,11 @@ func (u *Uplink) readColumnBatches(n int) ([]*flight, error) {
 		return nil, err
 	}
 	u.lingerSince, u.lingered = time.Time{}, false
-	stats := u.st.Stats()
-	hdr := u.batchHeader(stats)
-	gaps := hdr.Gaps
-	fs := make([]*flight, 0, len(cuts))
-	for _, c := range cuts {
-		hdr.Gaps = gapsBefore(nil, gaps, c.first)
-		hdr.FirstSeq, hdr.SendTimeNs = c.first, u.opts.Now().UnixNano()
-		payload, err := wire.AppendColumnBatch(make([]byte, 0, 256+c.end-c.start), hdr, chunks[c.start:c.end])
-		if err != nil {
-			if len(fs) > 0 {
-				return fs, nil
-			}
-			return nil, err
-		}
-		u.next = c.last + 1
-		u.draining = stats.Next > u.next
-		fs = append(fs, &flight{first: c.first, last: c.last, payload: payload, queued: true})
-		u.m.BatchesAsStored.Inc()
-	}
-	return fs, nil
+	fs, err := u.frameBatches(len(cuts), func(i int) (uint64, uint64) { return cuts[i].first, cuts[i].last },
+		func(i int, hdr *wirepb.Batch) ([]byte, error) {
+			c := cuts[i]
+			return wire.AppendColumnBatch(make([]byte, 0, 256+c.end-c.start), hdr, chunks[c.start:c.end])
+		})
+	u.m.BatchesAsStored.Add(float64(len(fs)))
+	return fs, err
 }

@@ -17,16 +17,7 @@ import (
 // as columns, as the edge agent's does.
 func openColumnStream(t testing.TB, device string) *buffer.Stream {
 	t.Helper()
-	s, err := buffer.Open(t.TempDir(), buffer.Options{Logger: quietLogger(), Durability: buffer.DurabilityNone,
-		BlockCompression: buffer.CompressColumns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	st, err := s.Stream(device, buffer.StreamOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, st := openStreamWith(t, device, buffer.CompressColumns)
 	return st
 }
 

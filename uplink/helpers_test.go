@@ -55,7 +55,13 @@ func newMosquitto(t testing.TB) *testbroker.Mosquitto {
 // openStream opens a fresh buffer stream for device.
 func openStream(t testing.TB, device string) (*buffer.Store, *buffer.Stream) {
 	t.Helper()
-	s, err := buffer.Open(t.TempDir(), buffer.Options{Logger: quietLogger(), Durability: buffer.DurabilityNone})
+	return openStreamWith(t, device, buffer.CompressS2)
+}
+
+// openStreamWith is openStream with the buffer's blocks in the given form.
+func openStreamWith(t testing.TB, device string, blocks buffer.BlockCompression) (*buffer.Store, *buffer.Stream) {
+	t.Helper()
+	s, err := buffer.Open(t.TempDir(), buffer.Options{Logger: quietLogger(), Durability: buffer.DurabilityNone, BlockCompression: blocks})
 	if err != nil {
 		t.Fatal(err)
 	}

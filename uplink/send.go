@@ -167,24 +167,36 @@ func (u *Uplink) readBatches(now time.Time, n int) ([]*flight, error) {
 		return nil, nil
 	}
 	u.lingered = false
-	// One header for the pass: the backlog, gaps and clock estimate are
-	// read once, not once per batch.
+	return u.frameBatches(len(as), func(i int) (uint64, uint64) { return as[i].first, as[i].last },
+		func(i int, hdr *wirepb.Batch) ([]byte, error) { return u.encode(as[i], hdr) })
+}
+
+// frameBatches makes the flights of a pass's n batches, in order: rangeOf
+// gives batch i's sequence numbers and frame its frame behind hdr. One
+// header serves the pass: the backlog, gaps and clock estimate are read
+// once, not once per batch; each batch gets its first sequence number, a
+// send time and the parts of the gaps below its first event (gapsBefore).
+// A batch that cannot be framed ends the pass; it and the rest are read
+// again next time.
+func (u *Uplink) frameBatches(n int, rangeOf func(i int) (first, last uint64), frame func(i int, hdr *wirepb.Batch) ([]byte, error)) ([]*flight, error) {
 	stats := u.st.Stats()
 	hdr := u.batchHeader(stats)
 	gaps := hdr.Gaps
-	fs := make([]*flight, 0, len(as))
-	for _, a := range as {
-		hdr.Gaps = gapsBefore(nil, gaps, a.first)
-		payload, err := u.encode(a, hdr)
+	fs := make([]*flight, 0, n)
+	for i := range n {
+		first, last := rangeOf(i)
+		hdr.Gaps = gapsBefore(nil, gaps, first)
+		hdr.FirstSeq, hdr.SendTimeNs = first, u.opts.Now().UnixNano()
+		payload, err := frame(i, hdr)
 		if err != nil {
 			if len(fs) > 0 {
-				return fs, nil // the rest is read again next time
+				return fs, nil
 			}
 			return nil, err
 		}
-		u.next = a.last + 1
+		u.next = last + 1
 		u.draining = stats.Next > u.next
-		fs = append(fs, &flight{first: a.first, last: a.last, payload: payload, queued: true})
+		fs = append(fs, &flight{first: first, last: last, payload: payload, queued: true})
 	}
 	return fs, nil
 }
@@ -267,10 +279,9 @@ func gapsBefore(dst, gaps []*wirepb.Gap, first uint64) []*wirepb.Gap {
 	return dst
 }
 
-// encode frames the assembled batch behind hdr (its first sequence number
-// and send time set here), without decoding the events.
+// encode frames the assembled batch behind hdr, without decoding the
+// events.
 func (u *Uplink) encode(a *assembly, hdr *wirepb.Batch) ([]byte, error) {
-	hdr.FirstSeq, hdr.SendTimeNs = a.first, u.opts.Now().UnixNano()
 	body, err := wire.AppendBatchHeader(a.body[:0], hdr)
 	if err != nil {
 		return nil, fmt.Errorf("uplink: encode batch from %d: %w", a.first, err)
