@@ -135,18 +135,20 @@ func encodeColumnBlock(firstSeq uint64, recs [][]byte, plain int) ([]byte, bool)
 	return binary.LittleEndian.AppendUint32(v, crc32.Checksum(v, castagnoli)), true
 }
 
-// openColumns checks a block's checksum and returns its column chunk, or
+// openColumns checks a column block's checksum and returns its chunk, or
 // ok false for a block of another kind.
 func openColumns(v []byte, lastSeq uint64) (first, count uint64, chunk []byte, ok bool, err error) {
+	if len(v) > 0 && v[0] != blockColumns {
+		// Another kind (or a damaged version byte, which the reader of
+		// that kind finds): no checksum pass over a block not used here.
+		return 0, 0, nil, false, nil
+	}
 	if len(v) < 7 {
 		return 0, 0, nil, false, fmt.Errorf("%w: block of %d bytes is too short", ErrCorrupt, len(v))
 	}
 	body, sum := v[:len(v)-4], binary.LittleEndian.Uint32(v[len(v)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
 		return 0, 0, nil, false, fmt.Errorf("%w: block ending at seq %d fails its checksum", ErrCorrupt, lastSeq)
-	}
-	if body[0] != blockColumns {
-		return 0, 0, nil, false, nil
 	}
 	first, count, chunk, err = blockHeader(body[1:], lastSeq)
 	return first, count, chunk, err == nil, err
