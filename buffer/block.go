@@ -150,8 +150,18 @@ func openColumns(v []byte, lastSeq uint64) (first, count uint64, chunk []byte, o
 	if crc32.Checksum(body, castagnoli) != sum {
 		return 0, 0, nil, false, fmt.Errorf("%w: block ending at seq %d fails its checksum", ErrCorrupt, lastSeq)
 	}
-	first, count, chunk, err = blockHeader(body[1:], lastSeq)
+	first, count, chunk, err = columnHeader(body[1:], lastSeq)
 	return first, count, chunk, err == nil, err
+}
+
+// columnHeader is blockHeader for a column block, whose count a chunk's
+// size does not bound.
+func columnHeader(body []byte, lastSeq uint64) (first, count uint64, chunk []byte, err error) {
+	first, count, chunk, err = blockHeader(body, lastSeq)
+	if err == nil && count > maxBlockRecords {
+		err = fmt.Errorf("%w: column block ending at seq %d says %d records, at most %d", ErrCorrupt, lastSeq, count, maxBlockRecords)
+	}
+	return first, count, chunk, err
 }
 
 // blockHeader reads a block body's first sequence number and record count
@@ -170,9 +180,15 @@ func blockHeader(body []byte, lastSeq uint64) (first, count uint64, rest []byte,
 	return first, count, body[n:], nil
 }
 
-// chunkLimits bound the decoding of a stored column chunk: a block holds
-// at most maxBlockBody bytes of records, and an event takes at least one.
-var chunkLimits = wire.Limits{MaxEvents: maxBlockBody, MaxBodyBytes: 1 << 30}
+// maxBlockRecords bounds the records of a block: the writer counts each
+// record's length plus 4 against MaxBlockBytes, and the record that
+// crosses it is the block's last.
+const maxBlockRecords = maxBlockBytes/4 + 1
+
+// chunkLimits bound the decoding of a stored column chunk (its count is
+// checked against maxBlockRecords first, so a damaged one cannot make the
+// decoder allocate much).
+var chunkLimits = wire.Limits{MaxEvents: maxBlockRecords, MaxBodyBytes: 1 << 30}
 
 // columnDecoders are reused by reads decoding column blocks.
 var columnDecoders = sync.Pool{New: func() any { return new(wire.Columns) }}
@@ -227,7 +243,7 @@ func openBlock(v []byte, lastSeq uint64, own bool, scratch *[]byte) (blockReader
 			body = append([]byte(nil), body...)
 		}
 	case blockColumns:
-		first, count, chunk, err := blockHeader(body[1:], lastSeq)
+		first, count, chunk, err := columnHeader(body[1:], lastSeq)
 		if err != nil {
 			return blockReader{}, err
 		}
