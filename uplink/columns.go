@@ -1,6 +1,7 @@
 package uplink
 
 import (
+	"sync"
 	"time"
 
 	"edgeflow/buffer"
@@ -24,8 +25,13 @@ type blockStream interface {
 	ScanBlocks(seq uint64, maxEvents, maxBytes int, fn func(seq uint64, rec []byte, block buffer.Range, columns bool) bool) (int, error)
 }
 
+// chunkScratch holds the buffers a column pass copies its blocks' chunks
+// into until it has read the header; pooled, like assemblies, so thousands
+// of mostly idle uplinks (the fleet simulator) hold a few.
+var chunkScratch = sync.Pool{New: func() any { return new([]byte) }}
+
 // columnCut is one block of a column pass: its records and where its chunk
-// sits in Uplink.chunks.
+// sits in the pass's scratch buffer.
 type columnCut struct {
 	first, last uint64
 	start, end  int
@@ -47,7 +53,9 @@ func (u *Uplink) readColumnBatches(n int) ([]*flight, error) {
 	maxEvents, maxBytes := u.opts.MaxBatchEvents, u.opts.MaxBatchBytes
 	readable := u.st.Stats().Readable
 	cuts := u.cuts[:0]
-	chunks := u.chunks[:0]
+	scratch := chunkScratch.Get().(*[]byte)
+	defer chunkScratch.Put(scratch)
+	chunks := (*scratch)[:0]
 	_, err := cs.ScanColumns(u.next, func(b buffer.ColumnBlock) bool {
 		events := int(b.Last - b.First + 1)
 		if len(cuts) == n || events > maxEvents || b.Plain > maxBytes ||
@@ -64,7 +72,7 @@ func (u *Uplink) readColumnBatches(n int) ([]*flight, error) {
 		cuts = append(cuts, columnCut{first: b.First, last: b.Last, start: start, end: len(chunks)})
 		return true
 	})
-	u.cuts, u.chunks = cuts, chunks
+	u.cuts, *scratch = cuts, chunks
 	if err != nil || len(cuts) == 0 {
 		return nil, err
 	}

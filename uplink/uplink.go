@@ -60,8 +60,7 @@ type Uplink struct {
 	// lingered: the waiting events have lingered and were not yet
 	// readable (the buffer's interval sync), so they go once they are.
 	lingered  bool
-	cuts      []columnCut // readColumnBatches' blocks and chunks, reused
-	chunks    []byte
+	cuts      []columnCut // readColumnBatches' blocks, reused
 	bw        *bucket
 	bwUntil   time.Time
 	statusDue time.Time
