@@ -206,7 +206,7 @@ func decodeColumns(dst, chunk []byte, count, lastSeq uint64) ([]byte, error) {
 	}
 	var ev []byte
 	for i := range c.Len() {
-		ev = c.AppendEvent(ev[:0], i)
+		ev = c.AppendEventProto(ev[:0], i)
 		dst = binary.AppendUvarint(dst, uint64(len(ev)))
 		dst = append(dst, ev...)
 	}

@@ -18,7 +18,7 @@ func chunkRecords(t *testing.T, chunk []byte) [][]byte {
 	}
 	out := make([][]byte, c.Len())
 	for i := range out {
-		out[i] = c.AppendEvent(nil, i)
+		out[i] = c.AppendEventProto(nil, i)
 	}
 	return out
 }

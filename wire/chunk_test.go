@@ -68,7 +68,7 @@ func TestColumnChunkIsTheBatchsColumns(t *testing.T) {
 		got := &wirepb.Batch{}
 		for i := range n {
 			e := &wirepb.Event{}
-			if err := proto.Unmarshal(c.AppendEvent(nil, i), e); err != nil {
+			if err := proto.Unmarshal(c.AppendEventProto(nil, i), e); err != nil {
 				t.Fatal(err)
 			}
 			got.Events = append(got.Events, e)

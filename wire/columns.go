@@ -848,15 +848,15 @@ func (c *Columns) AppendProto(dst []byte) []byte {
 	dst = append(dst, c.Header...)
 	var ev []byte
 	for i := range c.Value {
-		ev = c.AppendEvent(ev[:0], i)
+		ev = c.AppendEventProto(ev[:0], i)
 		dst = AppendEvent(dst, ev)
 	}
 	return dst
 }
 
-// AppendEvent appends event i as a protobuf Event, with proto3's zero
+// AppendEventProto appends event i as a protobuf Event, with proto3's zero
 // values left out.
-func (c *Columns) AppendEvent(ev []byte, i int) []byte {
+func (c *Columns) AppendEventProto(ev []byte, i int) []byte {
 	if s := c.Strings[c.Metric[i]]; len(s) > 0 {
 		ev = protowire.AppendTag(ev, 1, protowire.BytesType)
 		ev = protowire.AppendBytes(ev, s)
