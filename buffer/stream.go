@@ -362,10 +362,11 @@ type ColumnBlock struct {
 // ScanColumns calls fn with the stream's blocks from seq on, in order, as
 // long as each is stored as a column chunk and starts where the previous
 // one ended (the first at seq, or at the head if seq is below it), until
-// fn returns false or the readable records end. It returns how many blocks fn accepted. A block of another
-// kind, one holding seq but starting below it, or a range dropped in
-// between ends the scan, and the caller reads the rest with Scan. A
-// corrupt block ends it too and is dropped as a gap, as with Scan.
+// fn returns false or the readable records end. It returns how many
+// blocks fn accepted. A block of another kind, one holding seq but
+// starting below it, or a range dropped in between ends the scan, and the
+// caller reads the rest with Scan. A corrupt block ends it too and is
+// dropped as a gap, as with Scan.
 func (st *Stream) ScanColumns(seq uint64, fn func(b ColumnBlock) bool) (int, error) {
 	n, want := 0, uint64(0)
 	err := st.visitRaw(seq, func(v []byte, lastSeq uint64, plain int, from uint64) (bool, error) {

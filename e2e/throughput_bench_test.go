@@ -94,15 +94,12 @@ func benchGroupCommitWait(b *testing.B) time.Duration {
 
 // benchBlockCompression is E2E_BUFFER_COMPRESSION, the agents' buffer
 // block format (columns, s2 or none), by default the edge agent's for the
-// codec: columns under the columnar codec, else s2.
+// codec (uplink.BufferBlocks).
 func benchBlockCompression(codec wire.Codec) buffer.BlockCompression {
 	if v := os.Getenv("E2E_BUFFER_COMPRESSION"); v != "" {
 		return buffer.BlockCompression(v)
 	}
-	if codec == wire.CodecColumns {
-		return buffer.CompressColumns
-	}
-	return buffer.CompressS2
+	return uplink.BufferBlocks(codec.String())
 }
 
 // benchRecords returns n encoded events of about 40 bytes, shaped like one

@@ -162,7 +162,7 @@ func New(o Options) (*Fleet, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := buffer.Open(o.DataDir, buffer.Options{Durability: o.Durability, BlockCompression: buffer.CompressColumns, // the agent's default
+	store, err := buffer.Open(o.DataDir, buffer.Options{Durability: o.Durability, BlockCompression: uplink.BufferBlocks(o.Scenario.Uplink.Compression), // as the agent's "auto"
 		SyncInterval: o.Scenario.Buffer.SyncInterval, Logger: o.Logger, Now: o.Now})
 	if err != nil {
 		return nil, fmt.Errorf("simulator: open shared buffer: %w", err)

@@ -9,6 +9,23 @@ import (
 	"edgeflow/wire/wirepb"
 )
 
+// BufferBlocks is the buffer block form for an uplink whose Options say
+// compression ("" is the default, columns): column blocks under the
+// columnar codec, since the uplink sends them as stored, and s2 under any
+// other, which would decode column blocks on every read. The edge agent's
+// buffer-compression "auto" and the fleet simulator's devices use it.
+func BufferBlocks(compression string) buffer.BlockCompression {
+	if compression == "" || compression == wire.CodecColumns.String() {
+		return buffer.CompressColumns
+	}
+	return buffer.CompressS2
+}
+
+// wholeBatch says whether a column block of events records is large
+// enough to go as a batch of its own (half of MaxBatchEvents or more)
+// rather than be joined with its neighbours.
+func (u *Uplink) wholeBatch(events uint64) bool { return 2*events >= uint64(u.opts.MaxBatchEvents) }
+
 // columnStream is a Stream that can hand out blocks it stores as column
 // chunks (buffer.Stream under buffer.CompressColumns). An uplink sending
 // the columnar codec frames such a block as a batch as it is: the events
@@ -57,9 +74,9 @@ func (u *Uplink) readColumnBatches(n int) ([]*flight, error) {
 	defer chunkScratch.Put(scratch)
 	chunks := (*scratch)[:0]
 	_, err := cs.ScanColumns(u.next, func(b buffer.ColumnBlock) bool {
-		events := int(b.Last - b.First + 1)
-		if len(cuts) == n || events > maxEvents || b.Plain > maxBytes ||
-			(2*events < maxEvents && b.Last+1 < readable) {
+		events := b.Last - b.First + 1
+		if len(cuts) == n || events > uint64(maxEvents) || b.Plain > maxBytes ||
+			(!u.wholeBatch(events) && b.Last+1 < readable) {
 			return false
 		}
 		if u.opts.Retime != nil {

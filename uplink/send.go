@@ -132,7 +132,7 @@ func (u *Uplink) readBatches(now time.Time, n int) ([]*flight, error) {
 		// pass: batches then stay on the boundaries of blocks
 		// readColumnBatches can send as stored, once past a block it could
 		// not.
-		large := columns && block.Len()*2 >= uint64(maxEvents)
+		large := columns && u.wholeBatch(block.Len())
 		if a == nil || closed || seq != a.last+1 || a.n == maxEvents || a.size+len(rec) > maxBytes ||
 			(large && seq == block.First && a.n+int(block.Len()) > maxEvents) {
 			if len(as) == n || closed {

@@ -185,7 +185,7 @@ func TestFitsBodyAgreesWithExactBound(t *testing.T) {
 		if err := c.Decode(frame[headerLen:], Limits{MaxBodyBytes: 1 << 30}); err != nil {
 			t.Fatal(err)
 		}
-		exact := c.exactSizeBound()
+		exact := c.protoSizeBound()
 		for _, limit := range []int{0, exact / 2, exact - 1, exact, exact + 1, 2 * exact, 1 << 30} {
 			if got := c.fitsBody(limit); got != (exact <= limit) {
 				t.Fatalf("batch %d: fitsBody(%d) = %v with an exact bound of %d", iter, limit, got, exact)

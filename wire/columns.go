@@ -788,56 +788,56 @@ func (c *Columns) decodeChunk(r *colReader, lim Limits) error {
 	return nil
 }
 
-// protoSizeBound bounds the size of the batch's protobuf body from above.
-func (c *Columns) protoSizeBound() int { return c.exactSizeBound() }
+// eventFixedBound bounds what an event takes in a protobuf body besides
+// its strings and tags: its tag and length, 9 fields of at most 11 bytes,
+// and the two strings' lengths.
+const eventFixedBound = 1 + 3 + 9*11 + 2*2
+
+// setSize bounds the protobuf size of tag set s: per tag, its field tag
+// and length, the key's and value's tags and lengths, and the strings.
+func (c *Columns) setSize(s int) int {
+	n := 0
+	for _, t := range c.Tags[c.SetStart[s]:c.SetStart[s+1]] {
+		n += 12 + len(c.Strings[t.Key]) + len(c.Strings[t.Value])
+	}
+	return n
+}
 
 // fitsBody says whether the batch, written as protobuf, fits limit. A
 // cruder bound than protoSizeBound's, from the longest string and tag set,
 // costs a pass over the tables rather than the events and settles any
-// batch well within the limit; the exact bound settles the rest.
+// batch well within the limit; protoSizeBound settles the rest.
 func (c *Columns) fitsBody(limit int) bool {
 	longest, set := 0, 0
 	for _, s := range c.Strings {
 		longest = max(longest, len(s))
 	}
 	for i := range len(c.SetStart) - 1 {
-		n := 0
-		for _, t := range c.Tags[c.SetStart[i]:c.SetStart[i+1]] {
-			n += 12 + len(c.Strings[t.Key]) + len(c.Strings[t.Value])
-		}
-		set = max(set, n)
+		set = max(set, c.setSize(i))
 	}
-	if per := 1 + 3 + 9*11 + 2*2 + 2*longest + set; per <= (limit-len(c.Header))/max(len(c.Value), 1) {
+	if per := eventFixedBound + 2*longest + set; per <= (limit-len(c.Header))/max(len(c.Value), 1) {
 		return true
 	}
-	return c.exactSizeBound() <= limit
+	return c.protoSizeBound() <= limit
 }
 
-// exactSizeBound is protoSizeBound event by event.
-func (c *Columns) exactSizeBound() int {
+// protoSizeBound bounds the size of the batch's protobuf body from above,
+// event by event.
+func (c *Columns) protoSizeBound() int {
 	size := len(c.Header)
-	setSize := func(s uint32) int {
-		n := 0
-		for _, t := range c.Tags[c.SetStart[s]:c.SetStart[s+1]] {
-			n += 12 + len(c.Strings[t.Key]) + len(c.Strings[t.Value]) // tag, lengths, key and value tags
-		}
-		return n
-	}
 	var sets [8]int // sizes of the first sets, the common case
 	for i := range c.Value {
-		ts := c.TagSet[i]
+		ts := int(c.TagSet[i])
 		sn := 0
-		if int(ts) < len(sets) {
+		if ts < len(sets) {
 			if sets[ts] == 0 {
-				sets[ts] = setSize(ts) + 1
+				sets[ts] = c.setSize(ts) + 1
 			}
 			sn = sets[ts] - 1
 		} else {
-			sn = setSize(ts)
+			sn = c.setSize(ts)
 		}
-		// Tag and length of the event, 9 fields of at most 11 bytes, and
-		// the two strings' lengths.
-		size += 1 + 3 + 9*11 + 2*2 + len(c.Strings[c.Metric[i]]) + len(c.Strings[c.Boot[i]]) + sn
+		size += eventFixedBound + len(c.Strings[c.Metric[i]]) + len(c.Strings[c.Boot[i]]) + sn
 	}
 	return size
 }

@@ -239,12 +239,7 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 	o.Buffer.Profile = buffer.Profile(p.oneOf("profile", "default", "low-memory"))
 	o.Buffer.BlockCompression = buffer.BlockCompression(p.oneOf("buffer-compression", "auto", "columns", "s2", "none"))
 	if o.Buffer.BlockCompression == "auto" {
-		// Column blocks go as stored only as columnar batches; under
-		// another codec each read would decode them first.
-		o.Buffer.BlockCompression = buffer.CompressS2
-		if p.str("compression") == "columns" {
-			o.Buffer.BlockCompression = buffer.CompressColumns
-		}
+		o.Buffer.BlockCompression = uplink.BufferBlocks(p.str("compression"))
 	}
 	switch s := p.str("page-out"); s {
 	case "":
