@@ -50,8 +50,13 @@ import (
 // process's CPU per event; the agents' mean ack latency (ack-ms) with its
 // way back (back-ms: the hub's ack stamp to the agent's send loop) and the
 // hub's share (hub-ms: a batch's arrival to its ack handed to the broker);
-// and the hub's mean group commit (time and batches). The machine is
-// shared: compare runs with -count and look at the cores and latencies
+// the hub's mean group commit (time and batches); and the whole machine's
+// busy cores and CPU per event (/proc/stat: every CPU's time neither idle
+// nor waiting for I/O) during the end-to-end part and during the
+// pass-through (machine-cores, machine-cpu-ns/event, pt-machine-cores,
+// pt-machine-cpu-ns/event). When both parts keep the machine about as busy,
+// the ratio of their CPU per event is the ratio of their rates. The machine
+// is shared: compare runs with -count and look at the cores and latencies
 // before reading much into one figure.
 //
 // E2E_WINDOW sets the window (default 32) and E2E_MOSQUITTO_NAGLE=1 leaves
@@ -198,7 +203,9 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 
 	settleWrites()
 	b.ResetTimer()
+	ptCPU0, ptStart := sampleCPU(0), time.Now()
 	pt := passThrough(b, brokerURL, frames, n/benchBatchEvents)
+	ptCPU, ptElapsed := sampleCPU(0).sub(ptCPU0), time.Since(ptStart)
 	rr := requestReply(b, brokerURL, frames, n/benchBatchEvents)
 
 	um, _ := uplink.NewMetrics(nil)
@@ -247,6 +254,12 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 	b.ReportMetric(cpu.self.Seconds()/elapsed.Seconds(), "go-cores")
 	b.ReportMetric(cpu.broker.Seconds()/elapsed.Seconds(), "broker-cores")
 	b.ReportMetric(float64(cpu.self.Nanoseconds())/float64(total), "go-cpu-ns/event")
+	if cpu.machine > 0 {
+		b.ReportMetric(cpu.machine.Seconds()/elapsed.Seconds(), "machine-cores")
+		b.ReportMetric(float64(cpu.machine.Nanoseconds())/float64(total), "machine-cpu-ns/event")
+		b.ReportMetric(ptCPU.machine.Seconds()/ptElapsed.Seconds(), "pt-machine-cores")
+		b.ReportMetric(float64(ptCPU.machine.Nanoseconds())/(pt*ptElapsed.Seconds()), "pt-machine-cpu-ns/event")
+	}
 	b.ReportMetric(float64(len(frames[0])), "B/frame")
 	b.ReportMetric(1000*histMean(um.AckLatency), "ack-ms")
 	if n := backN.Load(); n > 0 {
@@ -319,13 +332,20 @@ func histMean(c any) float64 {
 }
 
 // BenchmarkBrokerPassThrough is the baseline alone: the frames of
-// BenchmarkEndToEnd through Mosquitto with nothing else done to them.
+// BenchmarkEndToEnd through Mosquitto with nothing else done to them, for
+// each codec, with the CPU it takes.
 func BenchmarkBrokerPassThrough(b *testing.B) {
+	for _, codec := range []wire.Codec{wire.CodecZstd, wire.CodecS2, wire.CodecColumns} {
+		b.Run(codec.String(), func(b *testing.B) { brokerPassThrough(b, codec) })
+	}
+}
+
+func brokerPassThrough(b *testing.B, codec wire.Codec) {
 	mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{})
 	brokerPID := childPID("mosquitto")
 	frames := make([][]byte, benchAgents)
 	for i := range frames {
-		frames[i] = benchFrame(fmt.Sprintf("bench-%d", i), wire.CodecZstd, benchRecords(benchBatchEvents, uint64(i), time.Now()))
+		frames[i] = benchFrame(fmt.Sprintf("bench-%d", i), codec, benchRecords(benchBatchEvents, uint64(i), time.Now()))
 	}
 	b.ResetTimer()
 	cpu0 := sampleCPU(brokerPID)
@@ -337,6 +357,10 @@ func BenchmarkBrokerPassThrough(b *testing.B) {
 	b.ReportMetric(rate, "events/s")
 	b.ReportMetric(cpu.self.Seconds()/elapsed.Seconds(), "go-cores")
 	b.ReportMetric(cpu.broker.Seconds()/elapsed.Seconds(), "broker-cores")
+	if cpu.machine > 0 {
+		b.ReportMetric(cpu.machine.Seconds()/elapsed.Seconds(), "machine-cores")
+		b.ReportMetric(float64(cpu.machine.Nanoseconds())/(rate*elapsed.Seconds()), "machine-cpu-ns/event")
+	}
 	b.ReportMetric(float64(len(frames[0])), "B/frame")
 	b.ReportMetric(0, "ns/op")
 }
@@ -516,21 +540,48 @@ func writeBytes() int64 {
 	return 0
 }
 
-// cpuTimes is CPU time (user+system) used by this process and the broker.
-type cpuTimes struct{ self, broker time.Duration }
+// cpuTimes is CPU time (user+system) used by this process and the broker,
+// and by the whole machine (every CPU's time not idle nor waiting for I/O,
+// interrupt handling included, which neither process is charged for).
+type cpuTimes struct{ self, broker, machine time.Duration }
 
-func (c cpuTimes) sub(d cpuTimes) cpuTimes { return cpuTimes{c.self - d.self, c.broker - d.broker} }
+func (c cpuTimes) sub(d cpuTimes) cpuTimes {
+	return cpuTimes{c.self - d.self, c.broker - d.broker, c.machine - d.machine}
+}
 
-// sampleCPU reads the CPU time used so far by this process and by process
-// pid (0: none).
+// sampleCPU reads the CPU time used so far by this process, by process pid
+// (0: none) and by the machine.
 func sampleCPU(pid int) cpuTimes {
-	c := cpuTimes{self: cputime.Self()}
+	c := cpuTimes{self: cputime.Self(), machine: machineBusy()}
 	if f := procStat(pid); len(f) > 14 {
 		ut, _ := strconv.ParseInt(f[13], 10, 64)
 		st, _ := strconv.ParseInt(f[14], 10, 64)
 		c.broker = time.Duration(ut+st) * (time.Second / 100) // USER_HZ is 100 on Linux
 	}
 	return c
+}
+
+// machineBusy is the CPU time all CPUs have spent neither idle nor waiting
+// for I/O since boot (0 where /proc/stat cannot be read).
+func machineBusy() time.Duration {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for i, v := range f[1:9] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		busy += n
+	}
+	return time.Duration(busy) * (time.Second / 100) // USER_HZ
 }
 
 // procStat returns the fields of /proc/pid/stat, the command name as one.
