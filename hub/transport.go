@@ -2,7 +2,11 @@ package hub
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
+	"net"
+	"syscall"
 
 	"edgeflow/wire"
 )
@@ -73,8 +77,27 @@ func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
 
 // Handle drops the broker's packet dumps (attribute "pk"): a dump of a
 // CONNECT holds the device's password, and any dump may hold a payload.
+// Mochi's listeners log the end of each connection that ended in an error
+// as a warning without a message; such a record gets one, and a connection
+// that ended as devices' connections do (closed or reset by the peer
+// without a DISCONNECT: power or link lost) is taken down to debug, below
+// the minimum, so a fleet's power cut does not fill the log. The will and
+// the device registry say the device went away.
 func (m minLevel) Handle(ctx context.Context, r slog.Record) error {
-	clean := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	level, msg := r.Level, r.Message
+	if msg == "" {
+		msg = "client connection ended"
+		r.Attrs(func(a slog.Attr) bool {
+			if err, ok := a.Value.Any().(error); ok && a.Key == "error" && peerWentAway(err) {
+				level = slog.LevelDebug
+			}
+			return true
+		})
+		if level < m.min || !m.Handler.Enabled(ctx, level) {
+			return nil
+		}
+	}
+	clean := slog.NewRecord(r.Time, level, msg, r.PC)
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "pk" {
 			a = slog.String("pk", "(not logged)")
@@ -83,6 +106,13 @@ func (m minLevel) Handle(ctx context.Context, r slog.Record) error {
 		return true
 	})
 	return m.Handler.Handle(ctx, clean)
+}
+
+// peerWentAway reports whether err is how a connection ends when its
+// peer closes or resets it.
+func peerWentAway(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
 // WithAttrs keeps the minimum.
