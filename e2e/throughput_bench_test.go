@@ -51,8 +51,8 @@ import (
 // way back (back-ms: the hub's ack stamp to the agent's send loop) and the
 // hub's share (hub-ms: a batch's arrival to its ack handed to the broker);
 // the hub's mean group commit (time and batches); and the whole machine's
-// busy cores and CPU per event (/proc/stat: every CPU's time neither idle
-// nor waiting for I/O) during the end-to-end part and during the
+// busy cores and CPU per event (/proc/stat: every CPU's time neither idle,
+// waiting for I/O nor stolen) during the end-to-end part and during the
 // pass-through (machine-cores, machine-cpu-ns/event, pt-machine-cores,
 // pt-machine-cpu-ns/event). When both parts keep the machine about as busy,
 // the ratio of their CPU per event is the ratio of their rates. The machine
@@ -203,9 +203,8 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 
 	settleWrites()
 	b.ResetTimer()
-	ptCPU0, ptStart := sampleCPU(0), time.Now()
-	pt := passThrough(b, brokerURL, frames, n/benchBatchEvents)
-	ptCPU, ptElapsed := sampleCPU(0).sub(ptCPU0), time.Since(ptStart)
+	ptr := passThrough(b, brokerURL, frames, n/benchBatchEvents, 0)
+	pt := ptr.rate
 	rr := requestReply(b, brokerURL, frames, n/benchBatchEvents)
 
 	um, _ := uplink.NewMetrics(nil)
@@ -257,8 +256,8 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 	if cpu.machine > 0 {
 		b.ReportMetric(cpu.machine.Seconds()/elapsed.Seconds(), "machine-cores")
 		b.ReportMetric(float64(cpu.machine.Nanoseconds())/float64(total), "machine-cpu-ns/event")
-		b.ReportMetric(ptCPU.machine.Seconds()/ptElapsed.Seconds(), "pt-machine-cores")
-		b.ReportMetric(float64(ptCPU.machine.Nanoseconds())/(pt*ptElapsed.Seconds()), "pt-machine-cpu-ns/event")
+		b.ReportMetric(ptr.cpu.machine.Seconds()/ptr.elapsed.Seconds(), "pt-machine-cores")
+		b.ReportMetric(float64(ptr.cpu.machine.Nanoseconds())/float64(ptr.events), "pt-machine-cpu-ns/event")
 	}
 	b.ReportMetric(float64(len(frames[0])), "B/frame")
 	b.ReportMetric(1000*histMean(um.AckLatency), "ack-ms")
@@ -348,29 +347,36 @@ func brokerPassThrough(b *testing.B, codec wire.Codec) {
 		frames[i] = benchFrame(fmt.Sprintf("bench-%d", i), codec, benchRecords(benchBatchEvents, uint64(i), time.Now()))
 	}
 	b.ResetTimer()
-	cpu0 := sampleCPU(brokerPID)
-	start := time.Now()
-	rate := passThrough(b, mosq.URL(), frames, max(b.N, benchBatchEvents)/benchBatchEvents)
-	elapsed := time.Since(start)
-	cpu := sampleCPU(brokerPID).sub(cpu0)
+	r := passThrough(b, mosq.URL(), frames, max(b.N, benchBatchEvents)/benchBatchEvents, brokerPID)
 	b.StopTimer()
-	b.ReportMetric(rate, "events/s")
+	cpu, elapsed := r.cpu, r.elapsed
+	b.ReportMetric(r.rate, "events/s")
 	b.ReportMetric(cpu.self.Seconds()/elapsed.Seconds(), "go-cores")
 	b.ReportMetric(cpu.broker.Seconds()/elapsed.Seconds(), "broker-cores")
 	if cpu.machine > 0 {
 		b.ReportMetric(cpu.machine.Seconds()/elapsed.Seconds(), "machine-cores")
-		b.ReportMetric(float64(cpu.machine.Nanoseconds())/(rate*elapsed.Seconds()), "machine-cpu-ns/event")
+		b.ReportMetric(float64(cpu.machine.Nanoseconds())/float64(r.events), "machine-cpu-ns/event")
 	}
 	b.ReportMetric(float64(len(frames[0])), "B/frame")
 	b.ReportMetric(0, "ns/op")
+}
+
+// ptResult is a pass-through's rate and the CPU used (by this process,
+// the broker and the machine) over the same interval.
+type ptResult struct {
+	rate    float64 // events/s
+	cpu     cpuTimes
+	elapsed time.Duration
+	events  int
 }
 
 // passThrough publishes batches copies of frames[i] from publisher i, each
 // at QoS 1 with benchWindow publishes awaiting their PUBACK, to one
 // subscriber that is set up as the hub's (QoS 1, persistent session,
 // handlers unordered, manual acks) and reads every payload. It returns
-// events/s from the first connect to the last message received.
-func passThrough(b *testing.B, url string, frames [][]byte, batches int) float64 {
+// events/s from the publishers' first connect to the last message
+// received, and the CPU used meanwhile (brokerPID's too, 0: none).
+func passThrough(b *testing.B, url string, frames [][]byte, batches, brokerPID int) ptResult {
 	var got atomic.Int64
 	done := make(chan struct{})
 	want := int64(batches * len(frames))
@@ -380,7 +386,7 @@ func passThrough(b *testing.B, url string, frames [][]byte, batches int) float64
 		}
 	})
 	defer stop()
-	start := time.Now()
+	cpu0, start := sampleCPU(brokerPID), time.Now()
 	for i, frame := range frames {
 		go func() {
 			pub := mqtt.NewClient(mqtt.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("pt-pub-%d", i)).
@@ -406,11 +412,12 @@ func passThrough(b *testing.B, url string, frames [][]byte, batches int) float64
 	case <-time.After(5 * time.Minute):
 		b.Fatalf("pass-through: %d of %d messages arrived", got.Load(), want)
 	}
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), sampleCPU(brokerPID).sub(cpu0)
 	if sum.Load() != framesSum(frames, batches) {
 		b.Fatalf("pass-through: payload bytes differ from what was sent")
 	}
-	return float64(want*benchBatchEvents) / elapsed.Seconds()
+	events := int(want) * benchBatchEvents
+	return ptResult{rate: float64(events) / elapsed.Seconds(), cpu: cpu, elapsed: elapsed, events: events}
 }
 
 // benchSubscriber connects the subscriber of a baseline (prefix "pt" or
@@ -541,8 +548,8 @@ func writeBytes() int64 {
 }
 
 // cpuTimes is CPU time (user+system) used by this process and the broker,
-// and by the whole machine (every CPU's time not idle nor waiting for I/O,
-// interrupt handling included, which neither process is charged for).
+// and by the whole machine (every CPU's time running something: neither
+// idle, waiting for I/O nor stolen by the hypervisor).
 type cpuTimes struct{ self, broker, machine time.Duration }
 
 func (c cpuTimes) sub(d cpuTimes) cpuTimes {
@@ -561,8 +568,9 @@ func sampleCPU(pid int) cpuTimes {
 	return c
 }
 
-// machineBusy is the CPU time all CPUs have spent neither idle nor waiting
-// for I/O since boot (0 where /proc/stat cannot be read).
+// machineBusy is the CPU time all CPUs have spent running something since
+// boot: user, nice, system, irq and softirq time, not idle, iowait or
+// steal (0 where /proc/stat cannot be read).
 func machineBusy() time.Duration {
 	raw, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -575,7 +583,7 @@ func machineBusy() time.Duration {
 	}
 	var busy int64
 	for i, v := range f[1:9] {
-		if i == 3 || i == 4 { // idle, iowait
+		if i == 3 || i == 4 || i == 7 { // idle, iowait, steal
 			continue
 		}
 		n, _ := strconv.ParseInt(v, 10, 64)
