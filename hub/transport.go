@@ -109,7 +109,7 @@ func (m minLevel) Handle(ctx context.Context, r slog.Record) error {
 }
 
 // peerWentAway reports whether err is how a connection ends when its
-// peer closes or resets it.
+// peer closes or resets it (or the broker closed it itself).
 func peerWentAway(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
