@@ -92,6 +92,12 @@ func FuzzBatchViewColumns(f *testing.F) {
 			return
 		}
 		if verr != nil {
+			// The header is protobuf: as in FuzzBatchViewMatchesWire, a
+			// known field with the wrong wire type is an unknown field to
+			// Go's protobuf and an error to the view, deliberately.
+			if strings.Contains(verr.Error(), "has wire type") {
+				return
+			}
 			t.Fatalf("wire accepts the columns, the view says %v", verr)
 		}
 		compareView(t, &v, want)
