@@ -204,7 +204,7 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 	settleWrites()
 	b.ResetTimer()
 	ptr := passThrough(b, brokerURL, frames, n/benchBatchEvents, 0)
-	pt := ptr.rate
+	pt := ptr.rate()
 	rr := requestReply(b, brokerURL, frames, n/benchBatchEvents)
 
 	um, _ := uplink.NewMetrics(nil)
@@ -253,12 +253,8 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 	b.ReportMetric(cpu.self.Seconds()/elapsed.Seconds(), "go-cores")
 	b.ReportMetric(cpu.broker.Seconds()/elapsed.Seconds(), "broker-cores")
 	b.ReportMetric(float64(cpu.self.Nanoseconds())/float64(total), "go-cpu-ns/event")
-	if cpu.machine > 0 {
-		b.ReportMetric(cpu.machine.Seconds()/elapsed.Seconds(), "machine-cores")
-		b.ReportMetric(float64(cpu.machine.Nanoseconds())/float64(total), "machine-cpu-ns/event")
-		b.ReportMetric(ptr.cpu.machine.Seconds()/ptr.elapsed.Seconds(), "pt-machine-cores")
-		b.ReportMetric(float64(ptr.cpu.machine.Nanoseconds())/float64(ptr.events), "pt-machine-cpu-ns/event")
-	}
+	reportMachine(b, "", cpu, elapsed, int(total))
+	reportMachine(b, "pt-", ptr.cpu, ptr.elapsed, ptr.events)
 	b.ReportMetric(float64(len(frames[0])), "B/frame")
 	b.ReportMetric(1000*histMean(um.AckLatency), "ack-ms")
 	if n := backN.Load(); n > 0 {
@@ -349,25 +345,34 @@ func brokerPassThrough(b *testing.B, codec wire.Codec) {
 	b.ResetTimer()
 	r := passThrough(b, mosq.URL(), frames, max(b.N, benchBatchEvents)/benchBatchEvents, brokerPID)
 	b.StopTimer()
-	cpu, elapsed := r.cpu, r.elapsed
-	b.ReportMetric(r.rate, "events/s")
-	b.ReportMetric(cpu.self.Seconds()/elapsed.Seconds(), "go-cores")
-	b.ReportMetric(cpu.broker.Seconds()/elapsed.Seconds(), "broker-cores")
-	if cpu.machine > 0 {
-		b.ReportMetric(cpu.machine.Seconds()/elapsed.Seconds(), "machine-cores")
-		b.ReportMetric(float64(cpu.machine.Nanoseconds())/float64(r.events), "machine-cpu-ns/event")
-	}
+	b.ReportMetric(r.rate(), "events/s")
+	b.ReportMetric(r.cpu.self.Seconds()/r.elapsed.Seconds(), "go-cores")
+	b.ReportMetric(r.cpu.broker.Seconds()/r.elapsed.Seconds(), "broker-cores")
+	reportMachine(b, "", r.cpu, r.elapsed, r.events)
 	b.ReportMetric(float64(len(frames[0])), "B/frame")
 	b.ReportMetric(0, "ns/op")
 }
 
-// ptResult is a pass-through's rate and the CPU used (by this process,
-// the broker and the machine) over the same interval.
+// ptResult is what a pass-through sent, how long it took and the CPU used
+// (by this process, the broker and the machine) over that interval.
 type ptResult struct {
-	rate    float64 // events/s
-	cpu     cpuTimes
-	elapsed time.Duration
 	events  int
+	elapsed time.Duration
+	cpu     cpuTimes
+}
+
+// rate is the pass-through's events/s.
+func (r ptResult) rate() float64 { return float64(r.events) / r.elapsed.Seconds() }
+
+// reportMachine reports the machine's busy cores and its CPU per event
+// over a part of a benchmark that took elapsed for events (the metric
+// names behind prefix), where /proc/stat could be read.
+func reportMachine(b *testing.B, prefix string, cpu cpuTimes, elapsed time.Duration, events int) {
+	if cpu.machine <= 0 {
+		return
+	}
+	b.ReportMetric(cpu.machine.Seconds()/elapsed.Seconds(), prefix+"machine-cores")
+	b.ReportMetric(float64(cpu.machine.Nanoseconds())/float64(events), prefix+"machine-cpu-ns/event")
 }
 
 // passThrough publishes batches copies of frames[i] from publisher i, each
@@ -416,8 +421,7 @@ func passThrough(b *testing.B, url string, frames [][]byte, batches, brokerPID i
 	if sum.Load() != framesSum(frames, batches) {
 		b.Fatalf("pass-through: payload bytes differ from what was sent")
 	}
-	events := int(want) * benchBatchEvents
-	return ptResult{rate: float64(events) / elapsed.Seconds(), cpu: cpu, elapsed: elapsed, events: events}
+	return ptResult{events: int(want) * benchBatchEvents, elapsed: elapsed, cpu: cpu}
 }
 
 // benchSubscriber connects the subscriber of a baseline (prefix "pt" or

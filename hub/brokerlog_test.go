@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -47,9 +46,8 @@ func TestBrokerLogConnectionEnds(t *testing.T) {
 		t.Fatalf("log line: %s", out)
 	}
 
-	buf.Reset()
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	tr, err := NewSecureEmbeddedBroker(EmbeddedOptions{Addr: "127.0.0.1:0", Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -85,9 +83,7 @@ func TestBrokerLogConnectionEnds(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		mu.Lock()
-		out := buf.String()
-		mu.Unlock()
+		out := logs.String()
 		if strings.Contains(out, `msg="client connection ended"`) {
 			if strings.Contains(out, "EOF") {
 				t.Fatalf("the client that went away was logged: %s", out)
@@ -99,16 +95,4 @@ func TestBrokerLogConnectionEnds(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// lockedWriter serialises writes to a buffer the test also reads.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
