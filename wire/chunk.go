@@ -104,7 +104,7 @@ func (r *colReader) skipIntColumn(n uint64, what string) {
 			r.uvarint(what)
 		}
 	case mode == colRuns:
-		for range 2 * r.count(what+" runs") {
+		for range 2 * r.countOf(what, " runs") {
 			r.uvarint(what)
 		}
 	default:

@@ -517,13 +517,17 @@ func (r *colReader) fail(format string, args ...any) {
 	}
 }
 
-func (r *colReader) uvarint(what string) uint64 {
+func (r *colReader) uvarint(what string) uint64 { return r.uvarintOf(what, "") }
+
+// uvarintOf reads a varint named what+part in an error; the two are kept
+// apart so that a read that goes well does not build the name.
+func (r *colReader) uvarintOf(what, part string) uint64 {
 	if r.err != nil {
 		return 0
 	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
-		r.fail("bad varint in %s", what)
+		r.fail("bad varint in %s%s", what, part)
 		return 0
 	}
 	r.b = r.b[n:]
@@ -532,10 +536,13 @@ func (r *colReader) uvarint(what string) uint64 {
 
 // count reads a count that the remaining bytes must be able to hold at
 // one byte per item at least (so it bounds allocation by the body size).
-func (r *colReader) count(what string) int {
-	v := r.uvarint(what)
+func (r *colReader) count(what string) int { return r.countOf(what, "") }
+
+// countOf is count named what+part, as uvarintOf.
+func (r *colReader) countOf(what, part string) int {
+	v := r.uvarintOf(what, part)
 	if r.err == nil && v > uint64(len(r.b)) {
-		r.fail("%s of %d exceeds the %d bytes left", what, v, len(r.b))
+		r.fail("%s%s of %d exceeds the %d bytes left", what, part, v, len(r.b))
 		return 0
 	}
 	return int(v)
@@ -567,6 +574,25 @@ func (r *colReader) intColumn(dst []uint64, n int, limit int, what string) []uin
 	return readIntColumn(r, dst, n, limit, what)
 }
 
+// highBits and lowBytes pick out each byte's high and low bit of a word:
+// a word w holds eight one-byte varints when w&highBits is 0, and each of
+// them is below a limit of at most 0x80 when adding lowBytes*(0x80-limit)
+// sets no high bit (no byte can carry into the next: 0x7f+0x80 < 0x100).
+const (
+	highBits = 0x8080808080808080
+	lowBytes = 0x0101010101010101
+)
+
+// wordVarint joins the 7-bit groups of a varint of at most eight bytes
+// held little-endian in x, whose bytes past the varint's last are zero.
+// Neighbouring groups are joined pairwise: bytes into 14-bit, those into
+// 28-bit and those into the 56-bit result.
+func wordVarint(x uint64) uint64 {
+	x = x&0x007f007f007f007f | x&0x7f007f007f007f00>>1
+	x = x&0x00003fff00003fff | x&0x3fff00003fff0000>>2
+	return x&0x000000000fffffff | x&0x0fffffff00000000>>4
+}
+
 // readIntColumn is intColumn into a slice of T; a column read as uint32
 // must have a limit (its numbers are table indexes), which its numbers are
 // checked against before they are narrowed.
@@ -585,11 +611,33 @@ func readIntColumn[T uint32 | uint64](r *colReader, dst []T, n int, limit int, w
 			return dst
 		}
 		dst = slices.Grow(dst, n)[:n]
-		for i := range dst {
+		for i := 0; i < n; {
 			var v uint64
-			if b[0] < 0x80 {
+			if len(b) >= 8 {
+				// Eight one-byte numbers at once, the common case of a
+				// delta column; otherwise one number of up to eight bytes
+				// from the same word without a branch per byte.
+				w := binary.LittleEndian.Uint64(b)
+				if w&highBits == 0 && n-i >= 8 && (limit < 0 || limit > 0x80 || (w+lowBytes*uint64(0x80-limit))&highBits == 0) {
+					d := dst[i : i+8 : i+8]
+					d[0], d[1], d[2], d[3] = T(byte(w)), T(byte(w>>8)), T(byte(w>>16)), T(byte(w>>24))
+					d[4], d[5], d[6], d[7] = T(byte(w>>32)), T(byte(w>>40)), T(byte(w>>48)), T(byte(w>>56))
+					b, i = b[8:], i+8
+					continue
+				}
+			}
+			if len(b) == 0 {
+				r.fail("%s of %d numbers runs past the end", what, n)
+				return dst[:0]
+			}
+			switch {
+			case b[0] < 0x80:
 				v, b = uint64(b[0]), b[1:]
-			} else {
+			case len(b) >= 2 && b[1] < 0x80:
+				v, b = uint64(b[0]&0x7f)|uint64(b[1])<<7, b[2:]
+			case len(b) >= 3 && b[2] < 0x80:
+				v, b = uint64(b[0]&0x7f)|uint64(b[1]&0x7f)<<7|uint64(b[2])<<14, b[3:]
+			default:
 				k := 0
 				if v, k = protowire.ConsumeVarint(b); k <= 0 { // unrolled, unlike binary.Uvarint
 					r.fail("bad varint in %s", what)
@@ -602,18 +650,15 @@ func readIntColumn[T uint32 | uint64](r *colReader, dst []T, n int, limit int, w
 				return dst[:0]
 			}
 			dst[i] = T(v)
-			if len(b) == 0 && i < n-1 {
-				r.fail("%s of %d numbers runs past the end", what, n)
-				return dst[:0]
-			}
+			i++
 		}
 		r.b = b
 	case colRuns:
-		runs := r.count(what + " runs")
+		runs := r.countOf(what, " runs")
 		dst = slices.Grow(dst, n)[:n]
 		at := 0
 		for range runs {
-			v, l := r.uvarint(what), r.uvarint(what+" run length")
+			v, l := r.uvarint(what), r.uvarintOf(what, " run length")
 			if r.err != nil {
 				return dst[:0]
 			}
@@ -625,9 +670,7 @@ func readIntColumn[T uint32 | uint64](r *colReader, dst []T, n int, limit int, w
 				r.fail("%s index %d is out of range (%d entries)", what, v, limit)
 				return dst[:0]
 			}
-			for i := range dst[at : at+int(l)] {
-				dst[at+i] = T(v)
-			}
+			fill(dst[at:at+int(l)], T(v))
 			at += int(l)
 		}
 		if at != n {
@@ -638,6 +681,18 @@ func readIntColumn[T uint32 | uint64](r *colReader, dst []T, n int, limit int, w
 		r.fail("%s has unknown mode %d", what, mode)
 	}
 	return dst
+}
+
+// fill sets every element of s to v, doubling a filled prefix with copy
+// (a memmove) instead of storing one element at a time.
+func fill[T any](s []T, v T) {
+	if len(s) == 0 {
+		return
+	}
+	s[0] = v
+	for k := 1; k < len(s); k *= 2 {
+		copy(s[k:], s[:k])
+	}
 }
 
 // colScratch holds an integer column between reading and expanding it.

@@ -1,9 +1,12 @@
 package wire
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -360,4 +363,117 @@ func FuzzDecodeColumns(f *testing.F) {
 		}
 		sameBatch(t, &batch, again)
 	})
+}
+
+// TestReadIntColumnMatchesUvarint checks the plain column reader's word
+// paths (eight one-byte numbers at once, two- and three-byte numbers
+// unrolled) against binary.Uvarint one number at a time: the same numbers,
+// the same bytes left, and an error exactly where the simple reading
+// fails (a truncated column, a bad varint, an index at or past the limit),
+// over columns that mix number lengths at every offset, non-minimal
+// encodings and limits around 0x80.
+func TestReadIntColumnMatchesUvarint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	number := func() (uint64, []byte) { // of any length, sometimes non-minimal
+		var v uint64
+		switch rng.IntN(8) {
+		case 0, 1, 2, 3:
+			v = rng.Uint64N(0x80)
+		case 4:
+			v = rng.Uint64N(1 << 14)
+		case 5:
+			v = rng.Uint64N(1 << 21)
+		case 6:
+			v = rng.Uint64() >> rng.UintN(64)
+		default: // non-minimal: a zero continuation byte added
+			v = rng.Uint64N(1 << 14)
+			b := binary.AppendUvarint(nil, v)
+			b[len(b)-1] |= 0x80
+			return v, append(b, 0)
+		}
+		return v, binary.AppendUvarint(nil, v)
+	}
+	reference := func(b []byte, n, limit int) ([]uint64, []byte, bool) {
+		var out []uint64
+		for range n {
+			v, k := binary.Uvarint(b)
+			if k <= 0 || limit >= 0 && v >= uint64(limit) {
+				return nil, nil, false
+			}
+			out, b = append(out, v), b[k:]
+		}
+		return out, b, true
+	}
+	limits := []int{-1, 0, 1, 5, 0x7f, 0x80, 0x81, 300}
+	for round := range 4000 {
+		n := rng.IntN(40)
+		limit := limits[rng.IntN(len(limits))]
+		// Indexes: below the limit, but for one that may be at it.
+		indexes, planted := limit > 0 && rng.IntN(2) == 0, -1
+		if indexes && rng.IntN(2) == 0 {
+			planted = rng.IntN(n + 1)
+		}
+		var col []byte
+		for i := range n {
+			var b []byte
+			switch {
+			case i == planted:
+				b = binary.AppendUvarint(nil, uint64(limit))
+			case indexes:
+				b = binary.AppendUvarint(nil, rng.Uint64N(uint64(limit)))
+			default:
+				_, b = number()
+			}
+			col = append(col, b...)
+		}
+		switch rng.IntN(4) {
+		case 0: // cut short
+			col = col[:rng.IntN(len(col)+1)]
+		case 1: // a varint that never ends
+			col = append(col, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+		}
+		tail := []byte{0x42, 0x81}[:rng.IntN(3)]
+		in := append(append([]byte{colPlain}, col...), tail...)
+		want, rest, ok := reference(in[1:], n, limit)
+
+		r := &colReader{b: in}
+		if limit < 0 {
+			got := r.intColumn(nil, n, limit, "test column")
+			if ok != (r.err == nil) || ok && (!slices.Equal(got, want) || !bytes.Equal(r.b, rest)) {
+				t.Fatalf("round %d, %d numbers, no limit, % x: got %v %v rest % x, want %v ok %v rest % x", round, n, in, got, r.err, r.b, want, ok, rest)
+			}
+			continue
+		}
+		got := readIntColumn(r, []uint32(nil), n, limit, "test column")
+		if ok != (r.err == nil) {
+			t.Fatalf("round %d, %d numbers, limit %d, % x: error %v, want ok %v", round, n, limit, in, r.err, ok)
+		}
+		if ok {
+			for i := range want {
+				if uint64(got[i]) != want[i] {
+					t.Fatalf("round %d, limit %d, % x: number %d is %d, want %d", round, limit, in, i, got[i], want[i])
+				}
+			}
+			if len(got) != len(want) || !bytes.Equal(r.b, rest) {
+				t.Fatalf("round %d, limit %d: %d numbers, rest % x; want %d, % x", round, limit, len(got), r.b, len(want), rest)
+			}
+		}
+	}
+}
+
+// TestFill checks fill at lengths around its doublings.
+func TestFill(t *testing.T) {
+	for n := range 70 {
+		s := make([]int32, n+1)
+		s[n] = -1
+		fill(s[:n], 7)
+		for i, v := range s[:n] {
+			if v != 7 {
+				t.Fatalf("length %d: element %d is %d", n, i, v)
+			}
+		}
+		if s[n] != -1 {
+			t.Fatalf("length %d: wrote past the end", n)
+		}
+	}
 }
