@@ -583,16 +583,6 @@ const (
 	lowBytes = 0x0101010101010101
 )
 
-// wordVarint joins the 7-bit groups of a varint of at most eight bytes
-// held little-endian in x, whose bytes past the varint's last are zero.
-// Neighbouring groups are joined pairwise: bytes into 14-bit, those into
-// 28-bit and those into the 56-bit result.
-func wordVarint(x uint64) uint64 {
-	x = x&0x007f007f007f007f | x&0x7f007f007f007f00>>1
-	x = x&0x00003fff00003fff | x&0x3fff00003fff0000>>2
-	return x&0x000000000fffffff | x&0x0fffffff00000000>>4
-}
-
 // readIntColumn is intColumn into a slice of T; a column read as uint32
 // must have a limit (its numbers are table indexes), which its numbers are
 // checked against before they are narrowed.
@@ -615,8 +605,8 @@ func readIntColumn[T uint32 | uint64](r *colReader, dst []T, n int, limit int, w
 			var v uint64
 			if len(b) >= 8 {
 				// Eight one-byte numbers at once, the common case of a
-				// delta column; otherwise one number of up to eight bytes
-				// from the same word without a branch per byte.
+				// delta column; a word holding a longer number, or one the
+				// limit refuses, goes the one-number way below.
 				w := binary.LittleEndian.Uint64(b)
 				if w&highBits == 0 && n-i >= 8 && (limit < 0 || limit > 0x80 || (w+lowBytes*uint64(0x80-limit))&highBits == 0) {
 					d := dst[i : i+8 : i+8]

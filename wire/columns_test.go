@@ -374,24 +374,20 @@ func FuzzDecodeColumns(f *testing.F) {
 // encodings and limits around 0x80.
 func TestReadIntColumnMatchesUvarint(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
-	number := func() (uint64, []byte) { // of any length, sometimes non-minimal
-		var v uint64
+	number := func() []byte { // of any length, sometimes non-minimal
 		switch rng.IntN(8) {
 		case 0, 1, 2, 3:
-			v = rng.Uint64N(0x80)
+			return binary.AppendUvarint(nil, rng.Uint64N(0x80))
 		case 4:
-			v = rng.Uint64N(1 << 14)
+			return binary.AppendUvarint(nil, rng.Uint64N(1<<14))
 		case 5:
-			v = rng.Uint64N(1 << 21)
+			return binary.AppendUvarint(nil, rng.Uint64N(1<<21))
 		case 6:
-			v = rng.Uint64() >> rng.UintN(64)
-		default: // non-minimal: a zero continuation byte added
-			v = rng.Uint64N(1 << 14)
-			b := binary.AppendUvarint(nil, v)
-			b[len(b)-1] |= 0x80
-			return v, append(b, 0)
+			return binary.AppendUvarint(nil, rng.Uint64()>>rng.UintN(64))
 		}
-		return v, binary.AppendUvarint(nil, v)
+		b := binary.AppendUvarint(nil, rng.Uint64N(1<<14)) // non-minimal: a zero continuation byte added
+		b[len(b)-1] |= 0x80
+		return append(b, 0)
 	}
 	reference := func(b []byte, n, limit int) ([]uint64, []byte, bool) {
 		var out []uint64
@@ -422,7 +418,7 @@ func TestReadIntColumnMatchesUvarint(t *testing.T) {
 			case indexes:
 				b = binary.AppendUvarint(nil, rng.Uint64N(uint64(limit)))
 			default:
-				_, b = number()
+				b = number()
 			}
 			col = append(col, b...)
 		}
