@@ -2,8 +2,10 @@ package hub
 
 import (
 	"math"
+	"slices"
 	"time"
 
+	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
@@ -41,7 +43,7 @@ func validateBatch(v *batchView, topicDevice string) error {
 	if err := validateSendTime(v); err != nil {
 		return err
 	}
-	if v.columnar {
+	if v.columnar && !columnsValid(&v.cols) {
 		c := &v.cols
 		for i := range n {
 			if err := checkEvent(i, c.Value[i], len(c.Strings[c.Metric[i]]), wirepb.TimeMethod(int32(c.Method[i])), c.Uncertainty[i], c.Time[i], c.Offset[i]); err != nil {
@@ -56,6 +58,31 @@ func validateBatch(v *batchView, topicDevice string) error {
 		}
 	}
 	return validateGaps(v)
+}
+
+// columnsValid reports whether every event of a columnar batch passes
+// checkEvent, in one loop without calls or error values (checkEvent event
+// by event cost about as much as decoding the columns). It says true
+// exactly where checkEvent passes every event (TestColumnsValid); on false
+// the caller goes through checkEvent, which names the first event that
+// fails and why.
+func columnsValid(c *wire.Columns) bool {
+	n := c.Len()
+	if len(c.Metric) < n || len(c.Method) < n || len(c.Uncertainty) < n || len(c.Time) < n || len(c.Offset) < n {
+		return false
+	}
+	// An empty string in the table (a tag's value, say) makes each
+	// event's metric worth a look; without one no metric can be empty.
+	someEmpty := slices.ContainsFunc(c.Strings, func(s []byte) bool { return len(s) == 0 })
+	for i, v := range c.Value[:n] {
+		m := wirepb.TimeMethod(int32(c.Method[i])) // as checkEvent gets it
+		if v-v != 0 /* NaN or infinite */ || someEmpty && len(c.Strings[c.Metric[i]]) == 0 ||
+			m < 0 || m > maxMethod || c.Uncertainty[i] < 0 ||
+			m != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED && !correctedSane(c.Time[i], c.Offset[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // lastSeq is the sequence number of the batch's last event.

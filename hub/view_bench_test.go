@@ -3,6 +3,8 @@ package hub
 import (
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"edgeflow/wire"
 )
 
@@ -23,6 +25,30 @@ func BenchmarkParseBatchView(b *testing.B) {
 	for b.Loop() {
 		if err := parseBatchView(&v, body, lim); err != nil || len(v.events) != 1000 {
 			b.Fatal(len(v.events), err)
+		}
+	}
+	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkValidateColumns measures validateBatch on a columnar batch of
+// 1000 events, the checks the hub runs on every batch before it logs it.
+// One op is one batch.
+//
+//	go test ./hub/ -run '^$' -bench BenchmarkValidateColumns
+func BenchmarkValidateColumns(b *testing.B) {
+	lim := limitsWithDefaults(wire.Limits{})
+	body, err := proto.Marshal(makeBatch("dev-p", wire.NewStreamID(), 1, 1000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	frame := wire.FrameWith(wire.MsgBatch, wire.CodecColumns, body)
+	var v batchView
+	if err := parseBatchFrame(&v, frame, lim); err != nil || !v.columnar {
+		b.Fatal(v.columnar, err)
+	}
+	for b.Loop() {
+		if err := validateBatch(&v, "dev-p"); err != nil {
+			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "events/s")
