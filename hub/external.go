@@ -119,9 +119,18 @@ type externalBroker struct {
 	// conns counts connections, so a subscription retry of an older one
 	// stops once a newer one subscribes for itself.
 	conns     atomic.Uint64
-	closed    chan struct{} // closed by Close; ends subscription retries
+	closed    chan struct{} // closed by Close; ends subscription retries and ackLoop
 	closeOnce sync.Once
+	// acks carries delivered messages to ackLoop, whose goroutine lives as
+	// long as the broker and so keeps the stack paho's acknowledgement
+	// needs (its store key is built with fmt): acknowledged in paho's
+	// goroutine for the message, each grew a fresh stack, 2.8% of the CPU
+	// end to end in a profile (E2E_CPUPROFILE), against 1.1% for ackLoop.
+	acks chan paho.Message
 }
+
+// ackQueue bounds the messages delivered and waiting for ackLoop.
+const ackQueue = 256
 
 // Subscription retry: a refused or unanswered subscription is tried again
 // after subscribeRetryMin, doubling to subscribeRetryMax, while the
@@ -134,7 +143,7 @@ const (
 // NewExternalBroker prepares a paho client; Start connects it (and
 // reports a TLS file that could not be loaded).
 func NewExternalBroker(o ExternalOptions) Transport {
-	e := &externalBroker{opts: o, closed: make(chan struct{})}
+	e := &externalBroker{opts: o, closed: make(chan struct{}), acks: make(chan paho.Message, ackQueue)}
 	broker := o.URL
 	var tc *tls.Config
 	if o.TLS.enabled() {
@@ -172,6 +181,7 @@ func (e *externalBroker) Start(h MessageHandler) error {
 		return e.tlsErr
 	}
 	e.handler.Store(&h)
+	go e.ackLoop()
 	tok := e.client.Connect()
 	if !tok.WaitTimeout(e.opts.Timeout) {
 		e.opts.Logger.Warn("broker not reachable yet, retrying in the background", "url", redactURL(e.opts.URL))
@@ -270,7 +280,23 @@ func (e *externalBroker) deliver(_ paho.Client, m paho.Message) {
 		return
 	}
 	(*h)(m.Topic(), m.Payload())
-	m.Ack()
+	select {
+	case e.acks <- m:
+	case <-e.closed: // not acknowledged: the broker delivers it again
+	}
+}
+
+// ackLoop acknowledges delivered messages, in the order they were handed
+// to the hub, until Close.
+func (e *externalBroker) ackLoop() {
+	for {
+		select {
+		case m := <-e.acks:
+			m.Ack()
+		case <-e.closed:
+			return
+		}
+	}
 }
 
 // Publish publishes every message, then waits for all PUBACKs within one
@@ -283,7 +309,9 @@ func (e *externalBroker) Publish(msgs []Message) error {
 	deadline := time.Now().Add(e.opts.Timeout)
 	var errs []error
 	for i, t := range toks {
-		if !t.WaitTimeout(time.Until(deadline)) {
+		// A token already done (a QoS 0 ack is, once written) needs no
+		// timer: WaitTimeout makes one per call.
+		if !isDone(t) && !t.WaitTimeout(time.Until(deadline)) {
 			errs = append(errs, fmt.Errorf("publish %s: no PUBACK within %v", msgs[i].Topic, e.opts.Timeout))
 			continue
 		}
@@ -292,6 +320,16 @@ func (e *externalBroker) Publish(msgs []Message) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// isDone reports whether t has completed, without waiting.
+func isDone(t paho.Token) bool {
+	select {
+	case <-t.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // Connected reports whether paho's connection is open and the hub's
