@@ -286,15 +286,23 @@ func (e *externalBroker) deliver(_ paho.Client, m paho.Message) {
 	}
 }
 
-// ackLoop acknowledges delivered messages, in the order they were handed
-// to the hub, until Close.
+// ackLoop acknowledges delivered messages, in the order the hub took
+// them, until Close, and then those already queued (paho drops an
+// acknowledgement that comes after its connection is gone).
 func (e *externalBroker) ackLoop() {
 	for {
 		select {
 		case m := <-e.acks:
 			m.Ack()
 		case <-e.closed:
-			return
+			for {
+				select {
+				case m := <-e.acks:
+					m.Ack()
+				default:
+					return
+				}
+			}
 		}
 	}
 }
