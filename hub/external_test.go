@@ -163,3 +163,25 @@ func TestExternalSubscribeRefused(t *testing.T) {
 		t.Fatalf("after the ACL fix: %v", ack)
 	}
 }
+
+// TestExternalBrokerAcknowledges sends batches through a Mosquitto that
+// holds back a subscriber's messages while two are unacknowledged: every
+// batch is applied only if the hub sends each delivery's PUBACK (from
+// ackLoop, not paho's goroutine for the message).
+func TestExternalBrokerAcknowledges(t *testing.T) {
+	url := testbroker.StartMosquitto(t, testbroker.MosquittoOptions{MaxInflight: 2}).URL()
+	o := testOptions(t, t.TempDir())
+	o.MQTTURL, o.ClientID = url, "hub-test-puback"
+	s := startHub(t, o)
+	waitReady(t, s)
+	d := newDevice(t, url, "dev-p")
+	const batches = 30
+	for i := range batches {
+		d.publish("", encodeBatch(t, makeBatch("dev-p", d.stream, uint64(10*i+1), 10)))
+	}
+	for i := range batches {
+		if a := d.waitAck(uint64(10*i+1), 10*time.Second); a.Status != wirepb.AckStatus_ACK_STATUS_OK {
+			t.Fatalf("batch %d: %v", i, a)
+		}
+	}
+}
