@@ -118,7 +118,9 @@ func validateEvent(e *eventView, i int) error {
 }
 
 // checkEvent is validateEvent on event i's fields, as a view or a
-// columnar batch's columns hold them.
+// columnar batch's columns hold them. columnsValid makes the same checks
+// on whole columns: a check added here goes there too (TestColumnsValid
+// compares the two).
 func checkEvent(i int, value float64, metricLen int, method wirepb.TimeMethod, uncertaintyNs, deviceTimeNs, offsetNs int64) error {
 	if math.IsNaN(value) || math.IsInf(value, 0) {
 		return reject(ReasonValue, "event %d: value %v", i, value)
