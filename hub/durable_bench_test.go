@@ -45,25 +45,16 @@ func BenchmarkDurableGroup(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer st.close()
-		var key [9]byte
-		small := make([]byte, 16) // a dedup range's size; Badger keeps the slice until the commit
+		small := make([]byte, 16) // a dedup range's size
 		n := uint64(0)
 		durableLoop(b, func() {
-			err := st.db.Update(func(txn *badger.Txn) error {
-				for range durableGroup {
-					n++
-					binary.BigEndian.PutUint64(key[:8], n)
-					key[8] = 'p'
-					if err := txn.Set(append([]byte(nil), key[:]...), frame); err != nil {
-						return err
-					}
-					key[8] = 'r'
-					if err := txn.Set(append([]byte(nil), key[:]...), small); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			kvs := make([]kv, 0, 2*durableGroup) // Badger keeps keys and values until the commit
+			for range durableGroup {
+				n++
+				kvs = append(kvs, kv{append(binary.BigEndian.AppendUint64(nil, n), 'p'), frame},
+					kv{append(binary.BigEndian.AppendUint64(nil, n), 'r'), small})
+			}
+			err := st.db.Update(func(txn *badger.Txn) error { return setAll(txn, kvs) })
 			if err == nil {
 				err = st.flush()
 			}

@@ -295,14 +295,10 @@ func (e *externalBroker) ackLoop() {
 		case m := <-e.acks:
 			m.Ack()
 		case <-e.closed:
-			for {
-				select {
-				case m := <-e.acks:
-					m.Ack()
-				default:
-					return
-				}
+			for len(e.acks) > 0 { // ackLoop is the only receiver
+				(<-e.acks).Ack()
 			}
+			return
 		}
 	}
 }
