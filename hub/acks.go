@@ -25,18 +25,20 @@ func (s *Server) ackLoop() {
 	defer wg.Wait()
 	slots := make(chan struct{}, ackPublishes)
 	for g := range s.com.toAck {
-		msgs, arrived := s.appendAcks(nil, nil, g)
+		r := newAckRound()
+		r.add(s, g)
 		for more := true; more; {
 			select {
 			case g, ok := <-s.com.toAck:
 				if ok {
-					msgs, arrived = s.appendAcks(msgs, arrived, g)
+					r.add(s, g)
 				}
 				more = ok
 			default:
 				more = false
 			}
 		}
+		msgs, arrived := r.messages(s), r.arrived
 		if len(msgs) == 0 {
 			continue
 		}
@@ -57,9 +59,24 @@ func (s *Server) ackLoop() {
 	}
 }
 
-// appendAcks appends the acks of one group's batches to msgs, and their
-// arrival times to arrived, and counts the group's status messages.
-func (s *Server) appendAcks(msgs []Message, arrived []int64, g []*pending) ([]Message, []int64) {
+// ackRound gathers the acks of the groups one Publish call carries. A run
+// of consecutive batches of one stream answered alike, OK or DUPLICATE,
+// gets one ack for the run when its agent says it takes that (range_acks):
+// an agent draining a backlog has its whole window in one group, and an
+// ack per batch then costs the hub, the broker and the agent a message
+// each, and the agent a buffer commit each.
+type ackRound struct {
+	acks    []*wirepb.Ack
+	devices []string                  // acks[i] goes to devices[i]
+	runs    map[streamKey]*wirepb.Ack // each stream's latest ack a run may extend
+	arrived []int64                   // every answered batch's arrival
+}
+
+func newAckRound() *ackRound { return &ackRound{runs: map[streamKey]*wirepb.Ack{}} }
+
+// add takes the acks of one group's batches and counts the group's status
+// messages.
+func (r *ackRound) add(s *Server, g []*pending) {
 	for _, p := range g {
 		if p.kind != entryBatch {
 			if p.kind == entryStatus {
@@ -67,16 +84,36 @@ func (s *Server) appendAcks(msgs []Message, arrived []int64, g []*pending) ([]Me
 			}
 			continue
 		}
-		if m, ok := s.ackMessage(p); ok {
-			msgs = append(msgs, m)
-			arrived = append(arrived, p.serverTimeNs)
+		a := s.ackFor(p)
+		r.arrived = append(r.arrived, p.serverTimeNs)
+		ranged := p.rangeAcks && (a.Status == wirepb.AckStatus_ACK_STATUS_OK || a.Status == wirepb.AckStatus_ACK_STATUS_DUPLICATE)
+		if !ranged {
+			r.acks, r.devices = append(r.acks, a), append(r.devices, p.device)
+			continue
 		}
+		k := streamKey{p.device, p.stream}
+		if run := r.runs[k]; run != nil && run.Status == a.Status && run.LastSeq+1 == a.FirstSeq {
+			run.LastSeq, run.ServerTimeNs = a.LastSeq, a.ServerTimeNs
+			continue
+		}
+		r.runs[k] = a
+		r.acks, r.devices = append(r.acks, a), append(r.devices, p.device)
 	}
-	return msgs, arrived
 }
 
-// ackMessage builds the ack of one batch and counts its outcome.
-func (s *Server) ackMessage(p *pending) (Message, bool) {
+// messages encodes the round's acks.
+func (r *ackRound) messages(s *Server) []Message {
+	msgs := make([]Message, 0, len(r.acks))
+	for i, a := range r.acks {
+		if m, ok := s.ackMessage(r.devices[i], a); ok {
+			msgs = append(msgs, m)
+		}
+	}
+	return msgs
+}
+
+// ackFor decides the ack of one batch and counts its outcome.
+func (s *Server) ackFor(p *pending) *wirepb.Ack {
 	a := &wirepb.Ack{StreamId: p.stream[:], FirstSeq: p.first, LastSeq: p.last, ServerTimeNs: s.opts.Now().UnixNano()}
 	switch {
 	case p.rej != nil && p.rej.Retry():
@@ -97,12 +134,17 @@ func (s *Server) ackMessage(p *pending) (Message, bool) {
 		a.Status = wirepb.AckStatus_ACK_STATUS_OK
 		s.m.batches.WithLabelValues("ok").Inc()
 	}
+	return a
+}
+
+// ackMessage encodes an ack for device's ack topic.
+func (s *Server) ackMessage(device string, a *wirepb.Ack) (Message, bool) {
 	payload, err := wire.EncodeAck(a)
 	if err != nil {
-		s.log.Error("encode ack", "device", p.device, "err", err)
+		s.log.Error("encode ack", "device", device, "err", err)
 		return Message{}, false
 	}
-	return Message{Topic: wire.AckTopic(p.device), Payload: payload, AtMostOnce: !s.opts.AcksAtLeastOnce}, true
+	return Message{Topic: wire.AckTopic(device), Payload: payload, AtMostOnce: !s.opts.AcksAtLeastOnce}, true
 }
 
 // log writes one line unless one was written less than an interval ago;

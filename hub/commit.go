@@ -24,6 +24,7 @@ type pending struct {
 	view         *batchView
 	stream       wire.StreamID
 	first, last  uint64
+	rangeAcks    bool // the agent takes one ack for a run of batches
 
 	rej      *Rejection // set: acked REJECTED, not logged
 	dup      bool       // set: acked DUPLICATE, not logged

@@ -123,7 +123,7 @@ func (p *pending) describe(v *batchView) {
 	if len(v.streamID) == len(p.stream) {
 		copy(p.stream[:], v.streamID)
 	}
-	p.first = v.firstSeq
+	p.first, p.rangeAcks = v.firstSeq, v.rangeAcks
 	if n := uint64(v.len()); n > 0 && v.firstSeq > 0 && v.firstSeq+n-1 >= v.firstSeq {
 		p.last = v.firstSeq + n - 1
 	}

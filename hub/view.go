@@ -25,6 +25,7 @@ type batchView struct {
 	backlog    wirepb.Backlog
 	hasClock   bool
 	clock      clockView
+	rangeAcks  bool // the agent takes one ack for a run of batches
 	gaps       []gapView
 	events     []eventView
 	tags       []tagView
@@ -291,6 +292,9 @@ func (v *batchView) batchField(f field, lim wire.Limits) error {
 			v.hasClock = true
 			err = parseClock(&v.clock, f.b)
 		}
+	case 9:
+		err = f.expect(protowire.VarintType, "range_acks")
+		v.rangeAcks = f.v != 0
 	}
 	return err
 }

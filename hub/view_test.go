@@ -141,7 +141,7 @@ func compareView(t *testing.T, v *batchView, w *wirepb.Batch) {
 	t.Helper()
 	if string(v.device) != w.DeviceId || string(v.streamID) != string(w.StreamId) || v.firstSeq != w.FirstSeq ||
 		v.sendTimeNs != w.SendTimeNs || v.len() != len(w.Events) || len(v.gaps) != len(w.Gaps) ||
-		v.hasClock != (w.Clock != nil) || v.hasBacklog != (w.Backlog != nil) {
+		v.hasClock != (w.Clock != nil) || v.hasBacklog != (w.Backlog != nil) || v.rangeAcks != w.RangeAcks {
 		t.Fatalf("header differs: view %+v", v)
 	}
 	if w.Clock != nil && (v.clock.offsetNs != w.Clock.OffsetNs || v.clock.method != w.Clock.Method) {
@@ -312,7 +312,7 @@ func (p *syncPath) handle(topic string, payload []byte) (*wirepb.Ack, error) {
 	if err := s.com.commit([]*pending{pd}); err != nil {
 		return nil, err
 	}
-	m, ok := s.ackMessage(pd)
+	m, ok := s.ackMessage(pd.device, s.ackFor(pd))
 	if !ok {
 		return nil, nil
 	}

@@ -3,6 +3,7 @@ package uplink
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,8 +14,9 @@ import (
 // handleAck applies one payload from the ack topic to the window. It
 // returns the new cumulative position to ack the buffer through, if the
 // answered prefix grew. Anything that is not a well-formed answer for a
-// batch in flight of this stream is counted and ignored: duplicate answers
-// to resends are normal, and a stranger's payload must never free events.
+// batch (or run of batches) in flight of this stream is counted and
+// ignored: duplicate answers to resends are normal, and a stranger's
+// payload must never free events.
 func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 	a, err := wire.DecodeAck(payload, wire.Limits{})
 	if err != nil {
@@ -38,15 +40,16 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 		u.m.AcksIgnored.WithLabelValues("foreign_stream").Inc()
 		return 0, false
 	}
-	if f == nil || f.done {
+	fs := u.answered(f, a)
+	if len(fs) == 0 {
 		u.m.AcksIgnored.WithLabelValues("unmatched").Inc()
 		return 0, false
 	}
 	switch a.Status {
 	case wirepb.AckStatus_ACK_STATUS_OK:
-		u.m.BatchesAcked.WithLabelValues("ok").Inc()
+		u.m.BatchesAcked.WithLabelValues("ok").Add(float64(len(fs)))
 	case wirepb.AckStatus_ACK_STATUS_DUPLICATE:
-		u.m.BatchesAcked.WithLabelValues("duplicate").Inc()
+		u.m.BatchesAcked.WithLabelValues("duplicate").Add(float64(len(fs)))
 	case wirepb.AckStatus_ACK_STATUS_RETRY_LATER:
 		// Not applied, and not the batch's fault: it stays in flight, is
 		// published again later and never frees its events until then.
@@ -63,10 +66,12 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 		u.warn(&u.warnLog, "uplink: ack with unknown status ignored", "status", a.Status, "first", a.FirstSeq)
 		return 0, false
 	}
-	f.done, f.payload = true, nil
-	u.m.EventsAcked.Add(float64(f.events()))
-	if f.sends > 0 {
-		u.m.AckLatency.Observe(now.Sub(f.sent).Seconds())
+	for _, f := range fs {
+		f.done, f.payload = true, nil
+		u.m.EventsAcked.Add(float64(f.events()))
+		if f.sends > 0 {
+			u.m.AckLatency.Observe(now.Sub(f.sent).Seconds())
+		}
 	}
 	before := u.win.len()
 	upTo, ok := u.win.popDone()
@@ -76,6 +81,23 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 		u.opts.OnAck(upTo, a.ServerTimeNs)
 	}
 	return upTo, ok
+}
+
+// answered returns the batches in flight that ack a answers and that were
+// not answered before: f, the batch with a's exact range, or, for an OK or
+// DUPLICATE answer, the run of batches that covers a's range exactly (a hub
+// answers a run of batches with one ack, as their range_acks allows).
+func (u *Uplink) answered(f *flight, a *wirepb.Ack) []*flight {
+	fs := u.answers[:0]
+	switch {
+	case f != nil:
+		fs = append(fs, f)
+	case a.Status == wirepb.AckStatus_ACK_STATUS_OK || a.Status == wirepb.AckStatus_ACK_STATUS_DUPLICATE:
+		fs = u.win.run(fs, a.FirstSeq, a.LastSeq)
+	}
+	fs = slices.DeleteFunc(fs, func(f *flight) bool { return f.done })
+	u.answers = fs
+	return fs
 }
 
 // columnsRefused handles a hub that cannot read a columnar batch. A hub

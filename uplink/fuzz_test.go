@@ -11,7 +11,8 @@ import (
 
 // FuzzAckHandler feeds arbitrary payloads to the ack handler with batches
 // in flight. It must never panic, and it may advance the buffer only for a
-// well-formed answer of this stream that names a batch in flight exactly.
+// well-formed answer of this stream that names a batch in flight exactly,
+// or, OK or DUPLICATE, a run of them.
 func FuzzAckHandler(f *testing.F) {
 	_, st := openStream(f, "dev-fuzz")
 	appendEvents(f, st, 40, 40)
@@ -29,6 +30,10 @@ func FuzzAckHandler(f *testing.F) {
 	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 1, LastSeq: 10, Status: 7}))
 	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 1, LastSeq: 10, Status: wirepb.AckStatus_ACK_STATUS_UNSPECIFIED}))
 	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 1, LastSeq: 10, Status: wirepb.AckStatus_ACK_STATUS_RETRY_LATER, RetryAfterNs: 1e9}))
+	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 1, LastSeq: 20, Status: wirepb.AckStatus_ACK_STATUS_OK}))
+	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 1, LastSeq: 40, Status: wirepb.AckStatus_ACK_STATUS_DUPLICATE}))
+	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 1, LastSeq: 30, Status: wirepb.AckStatus_ACK_STATUS_OK}))
+	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 1, LastSeq: 20, Status: wirepb.AckStatus_ACK_STATUS_REJECTED, Reason: "x"}))
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		u.win = window{}
 		for _, r := range [][2]uint64{{1, 10}, {11, 20}, {21, 40}} {
@@ -46,15 +51,18 @@ func FuzzAckHandler(f *testing.F) {
 		default:
 		}
 		a, err := wire.DecodeAck(payload, wire.Limits{})
-		legit := err == nil && bytes.Equal(a.StreamId, sid[:]) && a.FirstSeq == 1 && a.LastSeq == 10 &&
+		exact := err == nil && a.FirstSeq == 1 && a.LastSeq == 10 &&
 			a.Status >= wirepb.AckStatus_ACK_STATUS_OK && a.Status <= wirepb.AckStatus_ACK_STATUS_REJECTED
+		run := err == nil && a.FirstSeq == 1 && (a.LastSeq == 20 || a.LastSeq == 40) &&
+			(a.Status == wirepb.AckStatus_ACK_STATUS_OK || a.Status == wirepb.AckStatus_ACK_STATUS_DUPLICATE)
+		legit := err == nil && bytes.Equal(a.StreamId, sid[:]) && (exact || run)
 		switch {
 		case ok && !legit:
 			t.Fatalf("payload %x would ack the buffer through %d", payload, upTo)
-		case ok && upTo != 10:
-			t.Fatalf("legit answer for 1..10 would ack through %d", upTo)
+		case ok && upTo != a.LastSeq:
+			t.Fatalf("legit answer for %d..%d would ack through %d", a.FirstSeq, a.LastSeq, upTo)
 		case legit && !ok:
-			t.Fatalf("legit answer for 1..10 acked nothing")
+			t.Fatalf("legit answer for %d..%d acked nothing", a.FirstSeq, a.LastSeq)
 		}
 	})
 }

@@ -161,8 +161,8 @@ func (r *responder) handle(m mqtt.Message) *heldAck {
 		return nil
 	}
 	n := uint64(len(b.Events))
-	if n == 0 || b.FirstSeq == 0 || b.DeviceId != device || len(b.StreamId) != 16 {
-		r.fail("bad batch header: device %q first %d events %d", b.DeviceId, b.FirstSeq, n)
+	if n == 0 || b.FirstSeq == 0 || b.DeviceId != device || len(b.StreamId) != 16 || !b.RangeAcks {
+		r.fail("bad batch header: device %q first %d events %d range_acks %v", b.DeviceId, b.FirstSeq, n, b.RangeAcks)
 		return nil
 	}
 	last := b.FirstSeq + n - 1

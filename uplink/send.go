@@ -250,6 +250,8 @@ func (u *Uplink) batchHeader(stats buffer.Stats) *wirepb.Batch {
 		DeviceId: u.opts.DeviceID,
 		StreamId: u.sid[:],
 		Backlog:  &wirepb.Backlog{Events: stats.Depth, Bytes: uint64(max(stats.Bytes, 0)), OldestNs: stats.OldestMs * int64(time.Millisecond)},
+		// handleAck takes an ack for a run of batches.
+		RangeAcks: true,
 	}
 	for _, g := range u.st.Gaps() {
 		hdr.Gaps = append(hdr.Gaps, &wirepb.Gap{FirstSeq: g.First, LastSeq: g.Last, Reason: g.Reason})

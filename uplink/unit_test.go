@@ -1,12 +1,16 @@
 package uplink
 
 import (
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"edgeflow/buffer"
+	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
 )
 
 func TestBackoff(t *testing.T) {
@@ -108,6 +112,77 @@ func TestWindowPrefix(t *testing.T) {
 		if upTo != s.upTo || ok != s.ok || w.len() != s.left {
 			t.Fatalf("step %d (%d..%d): got %d %v left %d, want %d %v left %d", i, s.first, s.last, upTo, ok, w.len(), s.upTo, s.ok, s.left)
 		}
+	}
+}
+
+// TestWindowRun: an ack for a run of batches matches only the batches that
+// cover its range exactly, one after the other.
+func TestWindowRun(t *testing.T) {
+	var w window
+	for _, r := range [][2]uint64{{1, 10}, {11, 20}, {31, 40}, {41, 50}, {51, math.MaxUint64}} { // 21..30 dropped by the buffer
+		w.push(&flight{first: r[0], last: r[1]})
+	}
+	for _, c := range []struct {
+		first, last uint64
+		want        []uint64 // the firsts of the batches matched
+	}{
+		{1, 10, []uint64{1}},
+		{1, 20, []uint64{1, 11}},
+		{31, 50, []uint64{31, 41}},
+		{31, math.MaxUint64, []uint64{31, 41, 51}},
+		{1, 40, nil},  // 21..30 is no batch in flight
+		{1, 15, nil},  // ends inside a batch
+		{5, 20, nil},  // starts inside one
+		{11, 45, nil}, // runs on past 40 into half of 41..50
+		{21, 30, nil},
+		{60, 70, nil},
+		{41, 40, nil},
+	} {
+		var got []uint64
+		for _, f := range w.run(nil, c.first, c.last) {
+			got = append(got, f.first)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("run(%d, %d) = %v, want %v", c.first, c.last, got, c.want)
+		}
+	}
+}
+
+// TestRangeAckFreesTheRun: one OK ack for a run of batches frees each of
+// them once, counting each, also when one of them was answered on its own
+// before; the same ack again frees nothing.
+func TestRangeAckFreesTheRun(t *testing.T) {
+	_, st := openStream(t, "dev-run")
+	appendEvents(t, st, 40, 40)
+	u, err := New(st, Options{DeviceID: "dev-run", Brokers: []string{"tcp://127.0.0.1:1"}, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][2]uint64{{1, 10}, {11, 20}, {21, 30}, {31, 40}} {
+		u.win.push(&flight{first: r[0], last: r[1], sends: 1, sent: time.Now()})
+	}
+	sid := st.ID()
+	ack := func(first, last uint64) (uint64, bool) {
+		p, err := wire.EncodeAck(&wirepb.Ack{StreamId: sid[:], FirstSeq: first, LastSeq: last, Status: wirepb.AckStatus_ACK_STATUS_OK})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.handleAck(p, time.Now())
+	}
+	if _, ok := ack(21, 30); ok {
+		t.Fatal("21..30 alone acked the buffer")
+	}
+	if upTo, ok := ack(1, 40); !ok || upTo != 40 || u.win.len() != 0 {
+		t.Fatalf("the run 1..40: acked through %d (%v), %d batches left in flight; want 40 and none", upTo, ok, u.win.len())
+	}
+	if got, want := value(u.m.BatchesAcked.WithLabelValues("ok")), 4.0; got != want {
+		t.Errorf("batches acked ok = %v, want %v", got, want)
+	}
+	if got := value(u.m.EventsAcked); got != 40 {
+		t.Errorf("events acked = %v, want 40", got)
+	}
+	if _, ok := ack(1, 40); ok || value(u.m.AcksIgnored.WithLabelValues("unmatched")) != 1 {
+		t.Fatal("the same run again was not ignored as unmatched")
 	}
 }
 

@@ -1,6 +1,10 @@
 package uplink
 
-import "time"
+import (
+	"cmp"
+	"slices"
+	"time"
+)
 
 // flight is one batch published (or about to be) and not yet answered.
 type flight struct {
@@ -33,6 +37,21 @@ func (w *window) find(first, last uint64) *flight {
 		if f.first == first && f.last == last {
 			return f
 		}
+	}
+	return nil
+}
+
+// run appends to dst the batches that cover first..last exactly, one
+// after the other (an ack the hub gave a run of batches), and returns nil
+// if none do.
+func (w *window) run(dst []*flight, first, last uint64) []*flight {
+	i, _ := slices.BinarySearchFunc(w.q, first, func(f *flight, s uint64) int { return cmp.Compare(f.first, s) })
+	for next := first; i < len(w.q) && w.q[i].first == next && w.q[i].last <= last; i++ {
+		dst = append(dst, w.q[i])
+		if w.q[i].last == last {
+			return dst
+		}
+		next = w.q[i].last + 1
 	}
 	return nil
 }

@@ -542,10 +542,15 @@ type Batch struct {
 	FirstSeq uint64   `protobuf:"varint,3,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
 	Events   []*Event `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
 	// Device wall clock when the batch was published, Unix ns.
-	SendTimeNs    int64          `protobuf:"varint,5,opt,name=send_time_ns,json=sendTimeNs,proto3" json:"send_time_ns,omitempty"`
-	Gaps          []*Gap         `protobuf:"bytes,6,rep,name=gaps,proto3" json:"gaps,omitempty"`
-	Backlog       *Backlog       `protobuf:"bytes,7,opt,name=backlog,proto3" json:"backlog,omitempty"`
-	Clock         *ClockEstimate `protobuf:"bytes,8,opt,name=clock,proto3" json:"clock,omitempty"`
+	SendTimeNs int64          `protobuf:"varint,5,opt,name=send_time_ns,json=sendTimeNs,proto3" json:"send_time_ns,omitempty"`
+	Gaps       []*Gap         `protobuf:"bytes,6,rep,name=gaps,proto3" json:"gaps,omitempty"`
+	Backlog    *Backlog       `protobuf:"bytes,7,opt,name=backlog,proto3" json:"backlog,omitempty"`
+	Clock      *ClockEstimate `protobuf:"bytes,8,opt,name=clock,proto3" json:"clock,omitempty"`
+	// The agent takes one Ack for several consecutive batches of this stream
+	// (see Ack). An agent sets it when it can; a hub that knows it may then
+	// answer a run of batches it accepted together with one message instead
+	// of one each. Without it every batch gets its own Ack.
+	RangeAcks     bool `protobuf:"varint,9,opt,name=range_acks,json=rangeAcks,proto3" json:"range_acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -636,7 +641,18 @@ func (x *Batch) GetClock() *ClockEstimate {
 	return nil
 }
 
+func (x *Batch) GetRangeAcks() bool {
+	if x != nil {
+		return x.RangeAcks
+	}
+	return false
+}
+
 // Ack answers one batch on edge/v1/{device}/ack once it is durable on the hub.
+// To an agent whose batches say range_acks, one OK or DUPLICATE Ack may
+// answer several consecutive batches of a stream at once: first_seq is the
+// first batch's and last_seq the last one's, and every batch between them
+// has that status.
 type Ack struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	StreamId []byte                 `protobuf:"bytes,1,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
@@ -996,7 +1012,7 @@ const file_wirepb_wire_proto_rawDesc = "" +
 	"\aBacklog\x12\x16\n" +
 	"\x06events\x18\x01 \x01(\x04R\x06events\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\x12\x1b\n" +
-	"\toldest_ns\x18\x03 \x01(\x03R\boldestNs\"\xc8\x02\n" +
+	"\toldest_ns\x18\x03 \x01(\x03R\boldestNs\"\xe7\x02\n" +
 	"\x05Batch\x12\x1b\n" +
 	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\x12\x1b\n" +
 	"\tstream_id\x18\x02 \x01(\fR\bstreamId\x12\x1b\n" +
@@ -1006,7 +1022,9 @@ const file_wirepb_wire_proto_rawDesc = "" +
 	"sendTimeNs\x12)\n" +
 	"\x04gaps\x18\x06 \x03(\v2\x15.edgeflow.wire.v1.GapR\x04gaps\x123\n" +
 	"\abacklog\x18\a \x01(\v2\x19.edgeflow.wire.v1.BacklogR\abacklog\x125\n" +
-	"\x05clock\x18\b \x01(\v2\x1f.edgeflow.wire.v1.ClockEstimateR\x05clock\"\xf3\x01\n" +
+	"\x05clock\x18\b \x01(\v2\x1f.edgeflow.wire.v1.ClockEstimateR\x05clock\x12\x1d\n" +
+	"\n" +
+	"range_acks\x18\t \x01(\bR\trangeAcks\"\xf3\x01\n" +
 	"\x03Ack\x12\x1b\n" +
 	"\tstream_id\x18\x01 \x01(\fR\bstreamId\x12\x1b\n" +
 	"\tfirst_seq\x18\x02 \x01(\x04R\bfirstSeq\x12\x19\n" +
