@@ -73,6 +73,7 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 			u.m.AckLatency.Observe(now.Sub(f.sent).Seconds())
 		}
 	}
+	clear(fs) // u.answers must not keep answered batches
 	before := u.win.len()
 	upTo, ok := u.win.popDone()
 	u.m.InFlight.Sub(float64(before - u.win.len()))
