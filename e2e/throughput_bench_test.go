@@ -50,7 +50,8 @@ import (
 // process's CPU per event; the agents' mean ack latency (ack-ms) with its
 // way back (back-ms: the hub's ack stamp to the agent's send loop) and the
 // hub's share (hub-ms: a batch's arrival to its ack handed to the broker);
-// the hub's mean group commit (time and batches); and the whole machine's
+// the hub's mean group commit (time and batches) and the batches one ack
+// message answered (batches/ack, range_acks); and the whole machine's
 // busy cores and CPU per event (/proc/stat: every CPU's time neither idle,
 // waiting for I/O nor stolen) during the end-to-end part and during the
 // pass-through (machine-cores, machine-cpu-ns/event, pt-machine-cores,
@@ -261,8 +262,13 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 		b.ReportMetric(float64(backNs.Load())/float64(n)/1e6, "back-ms")
 	}
 	if mfs, err := reg.Gather(); err == nil {
+		var batches, ackMsgs float64
 		for _, mf := range mfs {
 			switch mf.GetName() {
+			case "edgeflow_hub_batches_total":
+				batches = counterSum(mf)
+			case "edgeflow_hub_ack_messages_total":
+				ackMsgs = counterSum(mf)
 			case "edgeflow_hub_wal_commit_seconds":
 				b.ReportMetric(1000*histMean(metricFamily{mf}), "commit-ms")
 			case "edgeflow_hub_wal_group_entries":
@@ -270,6 +276,9 @@ func endToEnd(b *testing.B, codec wire.Codec, embedded bool) {
 			case "edgeflow_hub_ack_seconds":
 				b.ReportMetric(1000*histMean(metricFamily{mf}), "hub-ms")
 			}
+		}
+		if ackMsgs > 0 {
+			b.ReportMetric(batches/ackMsgs, "batches/ack")
 		}
 	}
 	b.ReportMetric(0, "ns/op")
@@ -295,6 +304,15 @@ func profileE2E(b *testing.B) func() {
 
 // metricFamily is a gathered metric family, for histMean.
 type metricFamily struct{ *dto.MetricFamily }
+
+// counterSum is the sum of a gathered counter family's series.
+func counterSum(mf *dto.MetricFamily) float64 {
+	sum := 0.0
+	for _, m := range mf.GetMetric() {
+		sum += m.GetCounter().GetValue()
+	}
+	return sum
+}
 
 // histMean is the mean of the observations of a histogram: a Collector, or
 // a gathered metricFamily.

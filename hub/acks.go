@@ -1,7 +1,11 @@
 package hub
 
 import (
+	"bytes"
+	"cmp"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 
 	"edgeflow/wire"
@@ -51,6 +55,7 @@ func (s *Server) ackLoop() {
 				s.rejLog.log(s.log, "ack", "", "publishing acks failed; agents will resend", err)
 				return
 			}
+			s.m.ackMessages.Add(float64(len(msgs)))
 			now := s.opts.Now().UnixNano()
 			for _, at := range arrived {
 				s.m.ackSeconds.Observe(float64(now-at) / 1e9)
@@ -66,13 +71,18 @@ func (s *Server) ackLoop() {
 // ack per batch then costs the hub, the broker and the agent a message
 // each, and the agent a buffer commit each.
 type ackRound struct {
-	acks    []*wirepb.Ack
-	devices []string                  // acks[i] goes to devices[i]
-	runs    map[streamKey]*wirepb.Ack // each stream's latest ack a run may extend
-	arrived []int64                   // every answered batch's arrival
+	items   []ackItem
+	arrived []int64 // every answered batch's arrival
 }
 
-func newAckRound() *ackRound { return &ackRound{runs: map[streamKey]*wirepb.Ack{}} }
+// ackItem is one batch's ack, before runs are merged.
+type ackItem struct {
+	key    streamKey
+	a      *wirepb.Ack
+	ranged bool // may join a run: OK or DUPLICATE, and the agent said range_acks
+}
+
+func newAckRound() *ackRound { return &ackRound{} }
 
 // add takes the acks of one group's batches and counts the group's status
 // messages.
@@ -87,27 +97,46 @@ func (r *ackRound) add(s *Server, g []*pending) {
 		a := s.ackFor(p)
 		r.arrived = append(r.arrived, p.serverTimeNs)
 		ranged := p.rangeAcks && (a.Status == wirepb.AckStatus_ACK_STATUS_OK || a.Status == wirepb.AckStatus_ACK_STATUS_DUPLICATE)
-		if !ranged {
-			r.acks, r.devices = append(r.acks, a), append(r.devices, p.device)
-			continue
-		}
-		k := streamKey{p.device, p.stream}
-		if run := r.runs[k]; run != nil && run.Status == a.Status && run.LastSeq+1 == a.FirstSeq {
-			run.LastSeq, run.ServerTimeNs = a.LastSeq, a.ServerTimeNs
-			continue
-		}
-		r.runs[k] = a
-		r.acks, r.devices = append(r.acks, a), append(r.devices, p.device)
+		r.items = append(r.items, ackItem{streamKey{p.device, p.stream}, a, ranged})
 	}
 }
 
-// messages encodes the round's acks.
+// messages merges the round's runs and encodes its acks. A stream's
+// batches need not come in order (the broker's client may hand over
+// messages concurrently), so the acks are sorted by stream and first
+// sequence number first; agents take acks in any order.
 func (r *ackRound) messages(s *Server) []Message {
-	msgs := make([]Message, 0, len(r.acks))
-	for i, a := range r.acks {
-		if m, ok := s.ackMessage(r.devices[i], a); ok {
-			msgs = append(msgs, m)
+	slices.SortFunc(r.items, func(x, y ackItem) int {
+		if c := strings.Compare(x.key.device, y.key.device); c != 0 {
+			return c
 		}
+		if c := bytes.Compare(x.key.id[:], y.key.id[:]); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.a.FirstSeq, y.a.FirstSeq)
+	})
+	msgs := make([]Message, 0, len(r.items))
+	var run *ackItem // the last ack kept, if a run may extend it
+	for i := range r.items {
+		it := &r.items[i]
+		if it.ranged && run != nil && run.ranged && run.key == it.key && run.a.Status == it.a.Status && run.a.LastSeq+1 == it.a.FirstSeq {
+			run.a.LastSeq, run.a.ServerTimeNs = it.a.LastSeq, max(run.a.ServerTimeNs, it.a.ServerTimeNs)
+			continue
+		}
+		if run != nil {
+			msgs = r.appendMessage(s, msgs, run)
+		}
+		run = it
+	}
+	if run != nil {
+		msgs = r.appendMessage(s, msgs, run)
+	}
+	return msgs
+}
+
+func (r *ackRound) appendMessage(s *Server, msgs []Message, it *ackItem) []Message {
+	if m, ok := s.ackMessage(it.key.device, it.a); ok {
+		msgs = append(msgs, m)
 	}
 	return msgs
 }

@@ -16,6 +16,7 @@ type metrics struct {
 	groupBatches   prometheus.Histogram
 	ackSeconds     prometheus.Histogram
 	ackErrors      prometheus.Counter
+	ackMessages    prometheus.Counter
 	checkpoints    *prometheus.CounterVec // by result
 	ckptEncode     prometheus.Histogram   // applier time spent encoding a checkpoint's state
 	walDeleted     prometheus.Counter
@@ -39,6 +40,7 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 		groupBatches:  prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "wal_group_entries", Help: "Log entries per group commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 11)}),
 		ackSeconds:    prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "ack_seconds", Help: "Time from a batch's arrival at the hub to its ack handed to the broker (the hub's share of an agent's event-to-ack latency).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		ackErrors:     prometheus.NewCounter(prometheus.CounterOpts(f("ack_publish_errors_total", "Acks that could not be published."))),
+		ackMessages:   prometheus.NewCounter(prometheus.CounterOpts(f("ack_messages_total", "Ack messages handed to the broker; one may answer a run of an agent's batches (range_acks), so batches_total over this is the batches an ack answers."))),
 		checkpoints:   prometheus.NewCounterVec(prometheus.CounterOpts(f("checkpoints_total", "Checkpoints written, by result.")), []string{"result"}),
 		ckptEncode: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "checkpoint_encode_seconds",
 			Help:    "Time the applier spends encoding the state for a checkpoint. Nothing is applied meanwhile, and once the apply queue is full nothing is committed or acked either.",
@@ -53,7 +55,7 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 		m.batches.WithLabelValues(s)
 	}
 	cs := []prometheus.Collector{m.batches, m.rejected, m.events, m.panics, m.dropped, m.statuses, m.commitSeconds,
-		m.groupBatches, m.ackSeconds, m.ackErrors, m.checkpoints, m.ckptEncode, m.walDeleted, m.consumerPanics,
+		m.groupBatches, m.ackSeconds, m.ackErrors, m.ackMessages, m.checkpoints, m.ckptEncode, m.walDeleted, m.consumerPanics,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts(f("devices", "Devices known to the hub.")), func() float64 { n, _ := devices(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts(f("devices_online", "Devices whose last status said online.")), func() float64 { _, n := devices(); return float64(n) }),
 	}
