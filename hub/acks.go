@@ -29,7 +29,7 @@ func (s *Server) ackLoop() {
 	defer wg.Wait()
 	slots := make(chan struct{}, ackPublishes)
 	for g := range s.com.toAck {
-		r := newAckRound()
+		var r ackRound
 		r.add(s, g)
 		for more := true; more; {
 			select {
@@ -82,8 +82,6 @@ type ackItem struct {
 	ranged bool // may join a run: OK or DUPLICATE, and the agent said range_acks
 }
 
-func newAckRound() *ackRound { return &ackRound{} }
-
 // add takes the acks of one group's batches and counts the group's status
 // messages.
 func (r *ackRound) add(s *Server, g []*pending) {
@@ -116,7 +114,12 @@ func (r *ackRound) messages(s *Server) []Message {
 		return cmp.Compare(x.a.FirstSeq, y.a.FirstSeq)
 	})
 	msgs := make([]Message, 0, len(r.items))
-	var run *ackItem // the last ack kept, if a run may extend it
+	var run *ackItem // the last ack kept, which the next may extend
+	keep := func() {
+		if m, ok := s.ackMessage(run.key.device, run.a); ok {
+			msgs = append(msgs, m)
+		}
+	}
 	for i := range r.items {
 		it := &r.items[i]
 		if it.ranged && run != nil && run.ranged && run.key == it.key && run.a.Status == it.a.Status && run.a.LastSeq+1 == it.a.FirstSeq {
@@ -124,19 +127,12 @@ func (r *ackRound) messages(s *Server) []Message {
 			continue
 		}
 		if run != nil {
-			msgs = r.appendMessage(s, msgs, run)
+			keep()
 		}
 		run = it
 	}
 	if run != nil {
-		msgs = r.appendMessage(s, msgs, run)
-	}
-	return msgs
-}
-
-func (r *ackRound) appendMessage(s *Server, msgs []Message, it *ackItem) []Message {
-	if m, ok := s.ackMessage(it.key.device, it.a); ok {
-		msgs = append(msgs, m)
+		keep()
 	}
 	return msgs
 }

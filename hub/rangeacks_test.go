@@ -23,7 +23,7 @@ func TestAckRoundMerges(t *testing.T) {
 	}
 	dup := func(p *pending) *pending { p.dup = true; return p }
 	rej := func(p *pending) *pending { p.rej = &Rejection{ReasonTime, "event 3 is stamped 2301"}; return p }
-	r := newAckRound()
+	var r ackRound
 	r.add(s, []*pending{
 		batch("d1", a, 1, 10, true), batch("d1", a, 21, 30, true), batch("d2", b, 1, 5, true), batch("d1", a, 11, 20, true),
 		dup(batch("d2", b, 6, 9, true)),

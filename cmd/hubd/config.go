@@ -51,7 +51,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("retention-interval", "5m", "time between retention passes")
 	fs.String("group-commit-wait", "2ms", "how long after a group commit (one fsync) the next may start at the earliest, gathering the batches that arrive meanwhile (0: commit as soon as a batch is there; at most 100ms)")
 	fs.String("shutdown-timeout", "30s", "how long a stop (SIGINT, SIGTERM) may take to write, checkpoint and close the store before hubd exits without it")
-	fs.Int("ack-qos", 0, "MQTT QoS of the hub's acks: 0 (an agent resends what a lost ack leaves unanswered), or 1 to have the broker keep acks for agents that just went offline at a PUBACK per batch")
+	fs.Int("ack-qos", 0, "MQTT QoS of the hub's acks: 0 (an agent resends what a lost ack leaves unanswered), or 1 to have the broker keep acks for agents that just went offline at a PUBACK per ack message")
 	fs.Int("workers", 0, "decode workers (0: one per CPU)")
 	fs.Int("max-events", 0, "max events per batch (0: wire default)")
 	fs.String("tick-interval", "1s", "time between logged ticks of the aggregate engine's processing time")
