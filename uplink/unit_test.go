@@ -154,10 +154,7 @@ func TestWindowRun(t *testing.T) {
 func TestRangeAckFreesTheRun(t *testing.T) {
 	_, st := openStream(t, "dev-run")
 	appendEvents(t, st, 40, 40)
-	u, err := New(st, Options{DeviceID: "dev-run", Brokers: []string{"tcp://127.0.0.1:1"}, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := newUplink(t, st, "tcp://127.0.0.1:1", nil) // never run: no broker needed
 	for _, r := range [][2]uint64{{1, 10}, {11, 20}, {21, 30}, {31, 40}} {
 		u.win.push(&flight{first: r[0], last: r[1], sends: 1, sent: time.Now()})
 	}
