@@ -63,17 +63,30 @@ func TestAckRoundMerges(t *testing.T) {
 }
 
 // TestRangeAcksThroughBroker sends a stream's batches at once, so that
-// they are committed together, through the embedded broker: with
-// range_acks they are answered by acks that cover them exactly, fewer than
-// one each; without it (an agent that predates range_acks) by one ack
-// each.
+// they are committed together, through the embedded broker and through a
+// real Mosquitto (whose path may hand the hub a stream's batches out of
+// order): with range_acks they are answered by acks that cover them
+// exactly, fewer than one each; without it (an agent that predates
+// range_acks) by one ack each.
 func TestRangeAcksThroughBroker(t *testing.T) {
-	for _, ranged := range []bool{true, false} {
-		t.Run(fmt.Sprint("range_acks=", ranged), func(t *testing.T) {
+	for _, c := range []struct {
+		broker string
+		ranged bool
+	}{{"embedded", true}, {"embedded", false}, {"mosquitto", true}, {"mosquitto", false}} {
+		ranged := c.ranged
+		t.Run(fmt.Sprintf("%s/range_acks=%v", c.broker, ranged), func(t *testing.T) {
 			o := testOptions(t, t.TempDir())
 			o.GroupCommitWait = maxGroupCommitWait
+			url := ""
+			if c.broker == "mosquitto" {
+				url = startMosquitto(t)
+				o.MQTTListen, o.MQTTURL, o.ClientID = "", url, "hub-range-acks"
+			}
 			s := startHub(t, o)
-			d := newDevice(t, "tcp://"+s.BrokerAddr(), "dev-r")
+			if url == "" {
+				url = "tcp://" + s.BrokerAddr()
+			}
+			d := newDevice(t, url, "dev-r")
 			first := makeBatch("dev-r", d.stream, 1, 10)
 			first.RangeAcks = ranged
 			if ack := d.send(first); ack.Status != wirepb.AckStatus_ACK_STATUS_OK {
