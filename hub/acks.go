@@ -94,8 +94,7 @@ func (r *ackRound) add(s *Server, g []*pending) {
 		}
 		a := s.ackFor(p)
 		r.arrived = append(r.arrived, p.serverTimeNs)
-		ranged := p.rangeAcks && (a.Status == wirepb.AckStatus_ACK_STATUS_OK || a.Status == wirepb.AckStatus_ACK_STATUS_DUPLICATE)
-		r.items = append(r.items, ackItem{streamKey{p.device, p.stream}, a, ranged})
+		r.items = append(r.items, ackItem{streamKey{p.device, p.stream}, a, p.rangeAcks && wire.RunAckStatus(a.Status)})
 	}
 }
 

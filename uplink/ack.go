@@ -73,7 +73,6 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 			u.m.AckLatency.Observe(now.Sub(f.sent).Seconds())
 		}
 	}
-	clear(fs) // u.answers must not keep answered batches
 	before := u.win.len()
 	upTo, ok := u.win.popDone()
 	u.m.InFlight.Sub(float64(before - u.win.len()))
@@ -89,16 +88,14 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 // DUPLICATE answer, the run of batches that covers a's range exactly (a hub
 // answers a run of batches with one ack, as their range_acks allows).
 func (u *Uplink) answered(f *flight, a *wirepb.Ack) []*flight {
-	fs := u.answers[:0]
+	var fs []*flight
 	switch {
 	case f != nil:
-		fs = append(fs, f)
-	case a.Status == wirepb.AckStatus_ACK_STATUS_OK || a.Status == wirepb.AckStatus_ACK_STATUS_DUPLICATE:
-		fs = u.win.run(fs, a.FirstSeq, a.LastSeq)
+		fs = []*flight{f}
+	case wire.RunAckStatus(a.Status):
+		fs = u.win.run(nil, a.FirstSeq, a.LastSeq)
 	}
-	fs = slices.DeleteFunc(fs, func(f *flight) bool { return f.done })
-	u.answers = fs
-	return fs
+	return slices.DeleteFunc(fs, func(f *flight) bool { return f.done })
 }
 
 // columnsRefused handles a hub that cannot read a columnar batch. A hub

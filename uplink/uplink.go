@@ -61,7 +61,6 @@ type Uplink struct {
 	// readable (the buffer's interval sync), so they go once they are.
 	lingered  bool
 	cuts      []columnCut // readColumnBatches' blocks, reused
-	answers   []*flight   // handleAck's batches, reused
 	bw        *bucket
 	bwUntil   time.Time
 	statusDue time.Time

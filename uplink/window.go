@@ -33,10 +33,9 @@ func (w *window) push(f *flight) { w.q = append(w.q, f) }
 
 // find returns the batch with exactly this range, or nil.
 func (w *window) find(first, last uint64) *flight {
-	for _, f := range w.q {
-		if f.first == first && f.last == last {
-			return f
-		}
+	var one [1]*flight
+	if fs := w.run(one[:0], first, last); len(fs) == 1 {
+		return fs[0]
 	}
 	return nil
 }

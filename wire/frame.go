@@ -491,6 +491,14 @@ func DecodeAck(payload []byte, lim Limits) (*wirepb.Ack, error) {
 	return a, decodeSmall(MsgAck, payload, lim, a)
 }
 
+// RunAckStatus reports whether one ack with status s may answer a run of
+// consecutive batches (to an agent whose batches say range_acks): OK and
+// DUPLICATE only, since every batch of the run has the status; a
+// rejection's reason and a retry's delay belong to one batch.
+func RunAckStatus(s wirepb.AckStatus) bool {
+	return s == wirepb.AckStatus_ACK_STATUS_OK || s == wirepb.AckStatus_ACK_STATUS_DUPLICATE
+}
+
 // EncodeTimeRequest frames a time request.
 func EncodeTimeRequest(r *wirepb.TimeRequest) ([]byte, error) { return encode(MsgTimeReq, r) }
 
