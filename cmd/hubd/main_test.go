@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/internal/testbroker"
 )
 
 func TestConfigPrecedence(t *testing.T) {
@@ -123,13 +124,9 @@ func TestRunServesAndStops(t *testing.T) {
 	}
 }
 
+// freeAddr is a loopback address whose port was free a moment ago.
 func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return fmt.Sprintf("127.0.0.1:%d", l.Addr().(*net.TCPAddr).Port)
+	return fmt.Sprintf("127.0.0.1:%d", testbroker.FreePort(t))
 }
 
 func TestBadAggregateConfigNamesKey(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -25,15 +26,49 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago, chosen
+// below the kernel's ephemeral range. A port from that range (what
+// listening on port 0 gives) can be taken before the test binds it by any
+// outgoing connection, among them a client that retries connecting to the
+// port while nothing listens on it yet: Linux may give such a client the
+// very port as its source and connect it to itself, and the server started
+// later then fails with "address already in use".
 func FreePort(t testing.TB) int {
 	t.Helper()
+	lo := ephemeralLow()
+	const base = 15000 // above the usual fixed service ports
+	for range 200 {
+		port := base + rand.IntN(max(lo-base, 1))
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			l.Close()
+			return port
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range
+// (Linux's default 32768 where the range cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil || lo <= 15000 {
+		return 32768
+	}
+	return lo
 }
 
 // WaitTCP waits until addr accepts connections, failing the test after within.
