@@ -31,6 +31,7 @@ type batchView struct {
 	tags       []tagView
 	fastErr    error        // the rejection eventFieldFast found
 	cols       wire.Columns // a columnar batch's columns, reused
+	ceilingLen int          // the event count ceilingHeader read (ceiling.go)
 	// columnar: the events are in cols, and events and tags are built
 	// from them only when something asks for them (eventList): checking
 	// and logging a batch reads the columns.
@@ -39,6 +40,9 @@ type batchView struct {
 
 // len is the number of events in the batch.
 func (v *batchView) len() int {
+	if ceilingNoDecode {
+		return v.ceilingLen
+	}
 	if v.columnar {
 		return v.cols.Len()
 	}
@@ -236,6 +240,9 @@ func parseBatchFrame(v *batchView, payload []byte, lim wire.Limits) error {
 // their tag sets, and strings point into the body). Each string is checked
 // once, as the protobuf path checks each use.
 func (v *batchView) fromColumns(body []byte, lim wire.Limits) error {
+	if ceilingNoDecode {
+		return v.ceilingHeader(body, lim)
+	}
 	c := &v.cols
 	if err := c.Decode(body, lim); err != nil {
 		return err
