@@ -20,11 +20,11 @@ import (
 //	go test -tags ceiling ./e2e -run '^$' -bench 'BenchmarkEndToEnd/columns$' -benchtime 4000000x
 //
 // where HUB_CEILING_STORE (journal, journal-full or none) and
-// HUB_CEILING_NODECODE=1
-// switch them on (ceiling_on.go). In every other build ceilingStore and
-// ceilingNoDecode are constants that turn them off, and the compiler drops
-// their branches. Never a way to run a hub: "none" acks batches it never
-// stored, and "journal" has no recovery.
+// HUB_CEILING_NODECODE=1 switch them on (ceiling_on.go). In every other
+// build ceilingStore and ceilingNoDecode are constants that turn them off,
+// and the compiler drops their branches. Never a way to run a hub: "none"
+// acks batches it never stored, the journals have no recovery, retention
+// or readers, and the journal's file stays open for the process's life.
 
 // checkCeiling refuses an unknown HUB_CEILING_STORE before the hub
 // starts, rather than failing its first commit.
