@@ -30,10 +30,10 @@ import (
 // starts, rather than failing its first commit.
 func checkCeiling() error {
 	switch ceilingStore {
-	case "", "journal", "journal-full", "none":
+	case "", "journal", "journal-after", "journal-full", "none":
 		return nil
 	}
-	return fmt.Errorf("%w: HUB_CEILING_STORE=%q: want journal, journal-full or none", ErrInvalidOptions, ceilingStore)
+	return fmt.Errorf("%w: HUB_CEILING_STORE=%q: want journal, journal-after, journal-full or none", ErrInvalidOptions, ceilingStore)
 }
 
 // ceilingJournal is the what-if log of store "journal": each group's
@@ -42,6 +42,9 @@ func checkCeiling() error {
 type ceilingJournal struct {
 	f   *os.File
 	buf []byte
+	// after takes each group's Badger keys under "journal-after", for a
+	// goroutine that writes them after the group is acked.
+	after chan []kv
 }
 
 // ceilingCommit stands in for commit under HUB_CEILING_STORE. It decides
@@ -51,7 +54,9 @@ type ceilingJournal struct {
 // ranges, the device log's key) unsynced in one transaction: the payloads
 // live in the journal alone. With "journal-full" Badger takes what commit
 // gives it, entries and all, unsynced: the journal only makes the group
-// durable. With "none" it stores nothing.
+// durable. With "journal-after" Badger's small keys are written by a
+// goroutine of their own, in group order, after the group is acked. With
+// "none" it stores nothing.
 func (c *committer) ceilingCommit(group []*pending) error {
 	start := time.Now()
 	j := c.ceiling
@@ -77,7 +82,7 @@ func (c *committer) ceilingCommit(group []*pending) error {
 		}
 		j.buf = binary.LittleEndian.AppendUint32(j.buf, uint32(len(e[0].v)))
 		j.buf = append(j.buf, e[0].v...)
-		if ceilingStore == "journal" {
+		if ceilingStore != "journal-full" {
 			e[0].v = binary.LittleEndian.AppendUint64(nil, uint64(len(j.buf)))
 		}
 		kvs = append(kvs, e...)
@@ -89,13 +94,10 @@ func (c *committer) ceilingCommit(group []*pending) error {
 		if err := j.append(c.st.dir); err != nil {
 			return err
 		}
-		txn := c.st.db.NewTransaction(true)
-		defer txn.Discard()
-		if err := setAll(txn, kvs); err != nil {
-			return fmt.Errorf("ceiling journal's keys: %w", err)
-		}
-		if err := txn.Commit(); err != nil {
-			return fmt.Errorf("ceiling journal's keys: %w", err)
+		if ceilingStore == "journal-after" {
+			j.writeAfter(c.st, kvs)
+		} else if err := ceilingKeys(c.st, kvs); err != nil {
+			return err
 		}
 	}
 	c.committed.Store(c.nextSeq - 1)
@@ -103,6 +105,36 @@ func (c *committer) ceilingCommit(group []*pending) error {
 	c.m.commitSeconds.Observe(time.Since(start).Seconds())
 	c.m.groupBatches.Observe(float64(logged))
 	return nil
+}
+
+// ceilingKeys writes one group's Badger keys in one transaction, unsynced.
+func ceilingKeys(st *store, kvs []kv) error {
+	txn := st.db.NewTransaction(true)
+	defer txn.Discard()
+	if err := setAll(txn, kvs); err != nil {
+		return fmt.Errorf("ceiling journal's keys: %w", err)
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("ceiling journal's keys: %w", err)
+	}
+	return nil
+}
+
+// writeAfter queues kvs for the goroutine that writes Badger's keys
+// after the acks, starting it the first time; a full queue makes the
+// committer wait, as a real log's index writer would.
+func (j *ceilingJournal) writeAfter(st *store, kvs []kv) {
+	if j.after == nil {
+		j.after = make(chan []kv, 64)
+		go func() {
+			for kvs := range j.after {
+				if err := ceilingKeys(st, kvs); err != nil {
+					st.log.Error("ceiling journal's keys", "err", err)
+				}
+			}
+		}()
+	}
+	j.after <- kvs
 }
 
 // append writes the group held in buf to the journal file in dir and
