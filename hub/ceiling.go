@@ -66,19 +66,9 @@ func (c *committer) ceilingCommit(group []*pending) error {
 	}
 	j.buf = j.buf[:0]
 	var kvs []kv
-	logged := 0
-	for _, p := range group {
-		if p.rej != nil {
-			continue
-		}
-		key, ok := c.classify(p)
-		if !ok {
-			continue
-		}
-		e := c.entryKVs(p, key)
-		logged++
+	logged, _ := c.eachEntry(group, func(_ *pending, e []kv) error {
 		if ceilingStore == "none" {
-			continue
+			return nil
 		}
 		j.buf = binary.LittleEndian.AppendUint32(j.buf, uint32(len(e[0].v)))
 		j.buf = append(j.buf, e[0].v...)
@@ -86,7 +76,8 @@ func (c *committer) ceilingCommit(group []*pending) error {
 			e[0].v = binary.LittleEndian.AppendUint64(nil, uint64(len(j.buf)))
 		}
 		kvs = append(kvs, e...)
-	}
+		return nil
+	})
 	if logged == 0 {
 		return nil
 	}
@@ -100,10 +91,7 @@ func (c *committer) ceilingCommit(group []*pending) error {
 			return err
 		}
 	}
-	c.committed.Store(c.nextSeq - 1)
-	c.lastEnd = time.Now()
-	c.m.commitSeconds.Observe(time.Since(start).Seconds())
-	c.m.groupBatches.Observe(float64(logged))
+	c.durable(start, logged)
 	return nil
 }
 

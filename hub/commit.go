@@ -194,7 +194,37 @@ func (c *committer) commit(group []*pending) error {
 	start := time.Now()
 	txn := c.st.db.NewTransaction(true)
 	defer func() { txn.Discard() }()
-	logged := 0
+	logged, err := c.eachEntry(group, func(p *pending, kvs []kv) error {
+		if err := setAll(txn, kvs); errors.Is(err, badger.ErrTxnTooBig) {
+			if err := txn.Commit(); err != nil {
+				return fmt.Errorf("commit log group: %w", err)
+			}
+			txn = c.st.db.NewTransaction(true)
+			if err := setAll(txn, kvs); err != nil {
+				return fmt.Errorf("log entry %d alone: %w", p.entry.seq, err)
+			}
+		} else if err != nil {
+			return fmt.Errorf("log entry %d: %w", p.entry.seq, err)
+		}
+		return nil
+	})
+	if err != nil || logged == 0 {
+		return err
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("commit log group: %w", err)
+	}
+	if err := c.st.flush(); err != nil {
+		return fmt.Errorf("sync log: %w", err)
+	}
+	c.durable(start, logged)
+	return nil
+}
+
+// eachEntry decides the fate of each pending of group that is not already
+// rejected and passes each one to be logged, with its keys and values, to
+// write; it returns how many were logged, or write's first error.
+func (c *committer) eachEntry(group []*pending, write func(p *pending, kvs []kv) error) (logged int, err error) {
 	for _, p := range group {
 		if p.rej != nil {
 			continue
@@ -203,35 +233,22 @@ func (c *committer) commit(group []*pending) error {
 		if !ok {
 			continue
 		}
-		kvs := c.entryKVs(p, key)
-		if err := setAll(txn, kvs); errors.Is(err, badger.ErrTxnTooBig) {
-			if err := txn.Commit(); err != nil {
-				return fmt.Errorf("commit log group: %w", err)
-			}
-			txn = c.st.db.NewTransaction(true)
-			err = setAll(txn, kvs)
-			if err != nil {
-				return fmt.Errorf("log entry %d alone: %w", p.entry.seq, err)
-			}
-		} else if err != nil {
-			return fmt.Errorf("log entry %d: %w", p.entry.seq, err)
+		if err := write(p, c.entryKVs(p, key)); err != nil {
+			return logged, err
 		}
 		logged++
 	}
-	if logged == 0 {
-		return nil
-	}
-	if err := txn.Commit(); err != nil {
-		return fmt.Errorf("commit log group: %w", err)
-	}
-	if err := c.st.flush(); err != nil {
-		return fmt.Errorf("sync log: %w", err)
-	}
+	return logged, nil
+}
+
+// durable records that a group of logged entries, committed since start,
+// is durable: the log position the acks and the applier may go up to,
+// the group commit wait's reference point, and the commit's metrics.
+func (c *committer) durable(start time.Time, logged int) {
 	c.committed.Store(c.nextSeq - 1)
 	c.lastEnd = time.Now()
 	c.m.commitSeconds.Observe(time.Since(start).Seconds())
 	c.m.groupBatches.Observe(float64(logged))
-	return nil
 }
 
 // kv is one key/value to set.
