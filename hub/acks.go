@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"cmp"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -94,7 +95,9 @@ func (r *ackRound) add(s *Server, g []*pending) {
 		}
 		a := s.ackFor(p)
 		r.arrived = append(r.arrived, p.serverTimeNs)
-		r.items = append(r.items, ackItem{streamKey{p.device, p.stream}, a, p.rangeAcks && wire.RunAckStatus(a.Status)})
+		// An ack naming refused events answers its batch alone: a run's
+		// ack has one range and no room for them.
+		r.items = append(r.items, ackItem{streamKey{p.device, p.stream}, a, p.rangeAcks && wire.RunAckStatus(a.Status) && len(a.Refused) == 0})
 	}
 }
 
@@ -154,11 +157,38 @@ func (s *Server) ackFor(p *pending) *wirepb.Ack {
 	case p.dup:
 		a.Status = wirepb.AckStatus_ACK_STATUS_DUPLICATE
 		s.m.batches.WithLabelValues("duplicate").Inc()
+		a.Refused, a.RefusedEvents = p.refused, refusedEvents(p.refused)
 	default:
 		a.Status = wirepb.AckStatus_ACK_STATUS_OK
 		s.m.batches.WithLabelValues("ok").Inc()
+		a.Refused, a.RefusedEvents = p.refused, refusedEvents(p.refused)
+		s.countRefused(p)
 	}
 	return a
+}
+
+// refusedEvents counts the events of an ack's refused ranges.
+func refusedEvents(gs []*wirepb.Gap) uint64 {
+	var n uint64
+	for _, g := range gs {
+		n += g.LastSeq - g.FirstSeq + 1
+	}
+	return n
+}
+
+// countRefused counts and logs the events of a logged batch that the hub
+// refused one by one (its new sequence numbers only: a redelivery counts
+// nothing again).
+func (s *Server) countRefused(p *pending) {
+	if len(p.entry.refused) == 0 {
+		return
+	}
+	for _, r := range p.entry.refused {
+		s.m.refused.WithLabelValues(r.fault.Reason()).Add(float64(r.Len()))
+	}
+	r := p.refused[0]
+	s.rejLog.log(s.log, "batch", p.device, "events refused, the rest of the batch applied", &Rejection{Reason(r.Reason),
+		fmt.Sprintf("%d events refused, first [%d, %d] %s", refusedEvents(p.refused), r.FirstSeq, r.LastSeq, r.Reason)})
 }
 
 // ackMessage encodes an ack for device's ack topic.

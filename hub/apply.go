@@ -113,6 +113,9 @@ func (a *applier) feedConsumers(e *walEntry, v *batchView) {
 	for _, r := range e.fresh {
 		n += r.Len()
 	}
+	for _, r := range e.refused {
+		n -= r.Len()
+	}
 	a.events += n
 	if len(a.consumers) == 0 {
 		return
@@ -123,11 +126,12 @@ func (a *applier) feedConsumers(e *walEntry, v *batchView) {
 	}
 }
 
-// build fills the reusable AppliedBatch with the fresh events of e.
+// build fills the reusable AppliedBatch with the fresh events of e that
+// the hub did not refuse.
 func (a *applier) build(e *walEntry, v *batchView) *AppliedBatch {
 	b := &a.batch
 	*b = AppliedBatch{
-		WALSeq: e.seq, Device: e.device, Stream: e.stream, Ranges: e.fresh,
+		WALSeq: e.seq, Device: e.device, Stream: e.stream, Ranges: e.appliedRanges(),
 		ServerTime: time.Unix(0, e.serverTimeNs), SendTimeNs: v.sendTimeNs,
 		Events: b.Events[:0],
 	}
@@ -141,6 +145,9 @@ func (a *applier) build(e *walEntry, v *batchView) *AppliedBatch {
 			i := seq - v.firstSeq
 			if i >= uint64(len(evs)) {
 				break
+			}
+			if len(e.refused) > 0 && e.refusedAt(seq) {
+				continue
 			}
 			b.Events = append(b.Events, a.event(seq, &evs[i], v, e.est))
 		}

@@ -10,6 +10,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
 )
 
 // pending is one message on its way through the pipeline. A decode worker
@@ -30,6 +31,10 @@ type pending struct {
 	dup      bool       // set: acked DUPLICATE, not logged
 	accepted bool       // set: logged as entry
 	entry    walEntry
+	// refused are the batch's events the hub refuses one by one, as the
+	// ack tells them (the committer fills it: the view may be released
+	// before the ack is sent).
+	refused []*wirepb.Gap
 }
 
 // committer owns the dedup state and the log's write position. It groups
@@ -291,6 +296,7 @@ func (c *committer) classify(p *pending) (key streamKey, ok bool) {
 	if st == nil {
 		st = &dedupState{}
 	}
+	p.refused = ackRefused(p.view)
 	if st.applied.Covers(p.first, p.last) {
 		p.dup = true
 		return key, false
@@ -311,6 +317,7 @@ func (c *committer) classify(p *pending) (key streamKey, ok bool) {
 	}
 	c.streams[key] = st
 	p.entry.stream, p.entry.firstSeq, p.entry.count, p.entry.fresh = p.stream, p.first, p.last-p.first+1, fresh
+	p.entry.refused = freshRefused(p.view, fresh)
 	p.entry.est = c.estimate(p)
 	return key, true
 }
@@ -327,4 +334,33 @@ func (c *committer) estimate(p *pending) hubEstimate {
 		return hubEstimate{}
 	}
 	return hubEstimate{ok: true, offsetNs: int64(off), uncertaintyNs: int64(max(unc, 0))}
+}
+
+// ackRefused lists a batch's refused events as the ack names them: one
+// range per run, with the fault's reason.
+func ackRefused(v *batchView) []*wirepb.Gap {
+	if len(v.refused) == 0 {
+		return nil
+	}
+	out := make([]*wirepb.Gap, len(v.refused))
+	for i, r := range v.refused {
+		out[i] = &wirepb.Gap{FirstSeq: v.firstSeq + uint64(r.lo), LastSeq: v.firstSeq + uint64(r.hi), Reason: r.fault.Reason()}
+	}
+	return out
+}
+
+// freshRefused returns the parts of a batch's refused runs that lie in
+// fresh (what the entry applies): the entry records them, so a replay
+// skips exactly the events the live apply skipped.
+func freshRefused(v *batchView, fresh []SeqRange) []refusedRange {
+	var out []refusedRange
+	for _, r := range v.refused {
+		lo, hi := v.firstSeq+uint64(r.lo), v.firstSeq+uint64(r.hi)
+		for _, f := range fresh {
+			if a, b := max(lo, f.First), min(hi, f.Last); a <= b {
+				out = append(out, refusedRange{SeqRange{a, b}, r.fault})
+			}
+		}
+	}
+	return out
 }

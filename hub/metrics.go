@@ -2,12 +2,15 @@ package hub
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"edgeflow/wire"
 )
 
 // metrics are the hub's Prometheus series (prefix edgeflow_hub_).
 type metrics struct {
 	batches        *prometheus.CounterVec // by status: ok, duplicate, rejected, retry_later
 	rejected       *prometheus.CounterVec // by reason
+	refused        *prometheus.CounterVec // events refused one by one, by reason
 	events         prometheus.Counter
 	panics         prometheus.Counter
 	dropped        *prometheus.CounterVec // messages not handled, by why
@@ -32,6 +35,8 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 	m := &metrics{
 		batches:       prometheus.NewCounterVec(prometheus.CounterOpts(f("batches_total", "Batches answered, by ack status.")), []string{"status"}),
 		rejected:      prometheus.NewCounterVec(prometheus.CounterOpts(f("rejected_batches_total", "Batches rejected, by reason.")), []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts(f("refused_events_total",
+			"Events the hub refused one by one while it applied the rest of their batch (recorded as gaps \"refused:<reason>\"), by reason.")), []string{"reason"}),
 		events:        prometheus.NewCounter(prometheus.CounterOpts(f("events_applied_total", "Events applied (new sequence numbers only)."))),
 		panics:        prometheus.NewCounter(prometheus.CounterOpts(f("recovered_panics_total", "Panics recovered while handling a message."))),
 		dropped:       prometheus.NewCounterVec(prometheus.CounterOpts(f("dropped_messages_total", "Messages not handled, by why.")), []string{"why"}),
@@ -51,10 +56,13 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 	for _, r := range allReasons {
 		m.rejected.WithLabelValues(string(r))
 	}
+	for f := wire.FaultValue; f <= wire.FaultTime; f++ {
+		m.refused.WithLabelValues(f.Reason())
+	}
 	for _, s := range []string{"ok", "duplicate", "rejected", "retry_later"} {
 		m.batches.WithLabelValues(s)
 	}
-	cs := []prometheus.Collector{m.batches, m.rejected, m.events, m.panics, m.dropped, m.statuses, m.commitSeconds,
+	cs := []prometheus.Collector{m.batches, m.rejected, m.refused, m.events, m.panics, m.dropped, m.statuses, m.commitSeconds,
 		m.groupBatches, m.ackSeconds, m.ackErrors, m.ackMessages, m.checkpoints, m.ckptEncode, m.walDeleted, m.consumerPanics,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts(f("devices", "Devices known to the hub.")), func() float64 { n, _ := devices(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts(f("devices_online", "Devices whose last status said online.")), func() float64 { _, n := devices(); return float64(n) }),

@@ -124,7 +124,11 @@ func (s *Server) checkRecovered(dedup map[streamKey]*dedupState) {
 	for k, d := range dedup {
 		var got RangeSet
 		if dev := s.reg.devices[k.device]; dev != nil && dev.Streams[k.id.String()] != nil {
-			got = dev.Streams[k.id.String()].Applied
+			si := dev.Streams[k.id.String()]
+			got = si.Applied.Clone()
+			for _, r := range si.Refused.Ranges() {
+				got.Add(r.First, r.Last)
+			}
 		}
 		if !slices.Equal(got.Ranges(), d.applied.Ranges()) {
 			s.log.Error("recovered state disagrees with the stored applied ranges; dedup follows the stored ranges",

@@ -47,7 +47,11 @@ type clockState struct {
 
 // streamInfo is one stream of a device.
 type streamInfo struct {
-	Applied      RangeSet          `json:"applied"`
+	Applied RangeSet `json:"applied"`
+	// Refused are the sequence numbers whose events the hub refused one
+	// by one; they are also in Gaps. Applied and Refused together are the
+	// stream's dedup ranges.
+	Refused      RangeSet          `json:"refused,omitzero"`
 	Gaps         RangeSet          `json:"gaps"`
 	GapReasons   map[string]uint64 `json:"gap_reasons,omitempty"`
 	Batches      uint64            `json:"batches"`
@@ -112,18 +116,34 @@ func (r *registry) applyBatch(e *walEntry, v *batchView) {
 		s = &streamInfo{}
 		d.Streams[e.stream.String()] = s
 	}
-	for _, fr := range e.fresh {
+	for _, fr := range e.appliedRanges() {
 		s.Applied.Add(fr.First, fr.Last)
+	}
+	for _, r := range e.refused {
+		s.Refused.Add(r.First, r.Last)
+		s.addGap(r.First, r.Last, RefusedGapPrefix+r.fault.Reason())
 	}
 	s.Batches++
 	s.LastServerNs = e.serverTimeNs
 	for _, g := range v.gaps {
-		if added := s.Gaps.Add(g.first, g.last); added > 0 {
-			if s.GapReasons == nil {
-				s.GapReasons = map[string]uint64{}
-			}
-			s.GapReasons[string(g.reason)] += added
+		s.addGap(g.first, g.last, string(g.reason))
+	}
+}
+
+// RefusedGapPrefix starts the gap reason of events the hub refused one by
+// one: "refused:bad_time", say. Gaps an agent reports carry its reasons
+// (max_bytes, max_age, corrupt, or "rejected:<reason>" for a batch the hub
+// rejected whole).
+const RefusedGapPrefix = "refused:"
+
+// addGap records [first, last] as a gap for reason, counting only the
+// sequence numbers not already in a gap.
+func (s *streamInfo) addGap(first, last uint64, reason string) {
+	if added := s.Gaps.Add(first, last); added > 0 {
+		if s.GapReasons == nil {
+			s.GapReasons = map[string]uint64{}
 		}
+		s.GapReasons[reason] += added
 	}
 }
 
@@ -210,7 +230,11 @@ type StreamInfo struct {
 	Gaps       RangeSet          `json:"gaps"`
 	GapEvents  uint64            `json:"gap_events"`
 	GapReasons map[string]uint64 `json:"gap_reasons,omitempty"`
-	LastSeen   time.Time         `json:"last_seen"`
+	// Refused are the sequence numbers whose events the hub refused one by
+	// one (also in Gaps, with reason "refused:<class>").
+	Refused       RangeSet  `json:"refused"`
+	RefusedEvents uint64    `json:"refused_events"`
+	LastSeen      time.Time `json:"last_seen"`
 }
 
 // info returns the API view of one device. Callers hold mu.
@@ -223,6 +247,7 @@ func (d *deviceState) info(id string) DeviceInfo {
 		out.Streams = append(out.Streams, StreamInfo{
 			StreamID: sid, Applied: s.Applied.Clone(), Events: s.Applied.Count(), Batches: s.Batches,
 			Gaps: s.Gaps.Clone(), GapEvents: s.Gaps.Count(), GapReasons: cloneMap(s.GapReasons),
+			Refused: s.Refused.Clone(), RefusedEvents: s.Refused.Count(),
 			LastSeen: time.Unix(0, s.LastServerNs).UTC(),
 		})
 	}

@@ -26,7 +26,8 @@ const (
 	ReasonFragmented     Reason = "too_fragmented"      // the stream's applied ranges would exceed the bound
 	ReasonTime           Reason = "bad_time"            // a timestamp is outside sane bounds
 	ReasonValue          Reason = "bad_value"           // NaN or infinite value
-	ReasonMetric         Reason = "bad_metric"          // empty metric name
+	ReasonMetric         Reason = "bad_metric"          // empty metric name, or not valid UTF-8
+	ReasonTag            Reason = "bad_tag"             // a tag key or value not valid UTF-8
 	ReasonMethod         Reason = "bad_method"          // unknown time method
 	ReasonGap            Reason = "bad_gap"             // a gap range is empty or inverted
 	ReasonInternal       Reason = "internal_error"      // the hub failed (a recovered panic)
@@ -42,7 +43,7 @@ const (
 var allReasons = [...]Reason{
 	ReasonMalformed, ReasonTooLarge, ReasonVersion, ReasonDeviceMismatch, ReasonStreamID,
 	ReasonNoEvents, ReasonFirstSeq, ReasonSeqOverflow, ReasonSeqAhead, ReasonFragmented,
-	ReasonTime, ReasonValue, ReasonMetric, ReasonMethod, ReasonGap, ReasonInternal,
+	ReasonTime, ReasonValue, ReasonMetric, ReasonTag, ReasonMethod, ReasonGap, ReasonInternal,
 	ReasonRateLimited, ReasonIdentityMismatch,
 }
 

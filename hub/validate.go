@@ -1,25 +1,30 @@
 package hub
 
 import (
+	"fmt"
 	"math"
 	"slices"
-	"time"
 
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
-// Sane bounds for trusted timestamps: 2000-01-01 to 2200-01-01 UTC.
-var (
-	minTimeNs = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
-	maxTimeNs = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+// Sane bounds for trusted timestamps: wire's, 2000-01-01 to 2200-01-01 UTC.
+const (
+	minTimeNs = wire.MinEventTimeNs
+	maxTimeNs = wire.MaxEventTimeNs
 )
 
 // maxMethod is the largest TimeMethod this build knows.
-const maxMethod = wirepb.TimeMethod_TIME_METHOD_DEVICE
+const maxMethod = wire.MaxTimeMethod
+
+// maxRefusedRuns bounds the runs of consecutive refused events one batch
+// may have (each becomes a gap range of its stream and a range in the
+// ack); a batch with more is rejected whole.
+const maxRefusedRuns = 32
 
 // saneTime reports whether ns lies within the trusted bounds.
-func saneTime(ns int64) bool { return ns >= minTimeNs && ns < maxTimeNs }
+func saneTime(ns int64) bool { return wire.SaneTime(ns) }
 
 // validateBatch checks what can be checked without the stream's state.
 // topicDevice is the device named by the topic.
@@ -43,29 +48,89 @@ func validateBatch(v *batchView, topicDevice string) error {
 	if err := validateSendTime(v); err != nil {
 		return err
 	}
-	if v.columnar && !columnsValid(&v.cols) {
+	if err := validateGaps(v); err != nil {
+		return err
+	}
+	return validateEvents(v)
+}
+
+// validateEvents checks every event and records the ones that fail in
+// v.refused, so the others are applied: one bad event never costs its
+// batch's good ones. Only a batch with more than maxRefusedRuns runs of
+// refused events is rejected whole.
+func validateEvents(v *batchView) error {
+	if v.columnar && v.badStrings == nil && columnsValid(&v.cols) {
+		return nil
+	}
+	if v.columnar {
 		c := &v.cols
-		for i := range n {
-			if err := checkEvent(i, c.Value[i], len(c.Strings[c.Metric[i]]), wirepb.TimeMethod(int32(c.Method[i])), c.Uncertainty[i], c.Time[i], c.Offset[i]); err != nil {
-				return err
+		for i := range v.len() {
+			f := checkEvent(c.Value[i], len(c.Strings[c.Metric[i]]), wirepb.TimeMethod(int32(c.Method[i])), c.Uncertainty[i], c.Time[i], c.Offset[i])
+			if f == wire.FaultNone && v.badStrings != nil {
+				f = v.columnStringFault(i)
 			}
+			v.refuse(i, f)
 		}
 	} else {
 		for i := range v.events {
-			if err := validateEvent(&v.events[i], i); err != nil {
-				return err
+			e := &v.events[i]
+			f := e.fault
+			if f == wire.FaultNone {
+				f = checkEvent(e.value, len(e.metric), e.method, e.uncertaintyNs, e.deviceTimeNs, e.offsetNs)
 			}
+			v.refuse(i, f)
 		}
 	}
-	return validateGaps(v)
+	if len(v.refused) > maxRefusedRuns {
+		r := v.refused[0]
+		return reject(Reason(r.fault.Reason()), "%d runs of refused events, at most %d in one batch (the first: event %d, %s)", len(v.refused), maxRefusedRuns, r.lo, r.fault.Field())
+	}
+	return nil
+}
+
+// refusedRun is a run of consecutive events of a batch, [lo, hi] by index,
+// that the hub refuses for one fault.
+type refusedRun struct {
+	lo, hi int
+	fault  wire.Fault
+}
+
+// refuse records that event i fails with fault f (FaultNone: it passes),
+// extending the last run when it can. Events come in index order.
+func (v *batchView) refuse(i int, f wire.Fault) {
+	if f == wire.FaultNone {
+		return
+	}
+	if n := len(v.refused); n > 0 && v.refused[n-1].hi == i-1 && v.refused[n-1].fault == f {
+		v.refused[n-1].hi = i
+		return
+	}
+	v.refused = append(v.refused, refusedRun{lo: i, hi: i, fault: f})
+}
+
+// refusedCount is how many events of the batch the hub refuses.
+func (v *batchView) refusedCount() int {
+	n := 0
+	for _, r := range v.refused {
+		n += r.hi - r.lo + 1
+	}
+	return n
+}
+
+// describeRefused names the first refused event and why, for logs.
+func (v *batchView) describeRefused() string {
+	if len(v.refused) == 0 {
+		return ""
+	}
+	r := v.refused[0]
+	return fmt.Sprintf("%d events refused; the first, event %d (seq %d): %s (%s)", v.refusedCount(), r.lo, v.firstSeq+uint64(r.lo), r.fault.Reason(), r.fault.Field())
 }
 
 // columnsValid reports whether every event of a columnar batch passes
-// checkEvent, in one loop without calls or error values (checkEvent event
-// by event cost about as much as decoding the columns). It says true
-// exactly where checkEvent passes every event (TestColumnsValid); on false
-// the caller goes through checkEvent, which names the first event that
-// fails and why.
+// checkEvent, in one loop without calls (checkEvent event by event cost
+// about as much as decoding the columns). It says true exactly where
+// checkEvent passes every event (TestColumnsValid); on false the caller
+// goes through checkEvent, which finds the events that fail and why.
 func columnsValid(c *wire.Columns) bool {
 	n := c.Len()
 	if len(c.Metric) < n || len(c.Method) < n || len(c.Uncertainty) < n || len(c.Time) < n || len(c.Offset) < n {
@@ -103,44 +168,15 @@ func validateSendTime(v *batchView) error {
 }
 
 // correctedSane says whether a trusted clock's reading, corrected by its
-// offset, falls in [2000, 2200). The raw reading may be anywhere a device
-// clock goes (1970 after a power loss is common: the agent's offset
-// repairs it); both are bounded first so the sum cannot wrap around into
-// the sane range.
-func correctedSane(rawNs, offsetNs int64) bool {
-	return rawNs >= -maxTimeNs && rawNs <= maxTimeNs && offsetNs >= -maxTimeNs && offsetNs <= maxTimeNs &&
-		saneTime(rawNs+offsetNs)
-}
+// offset, falls in [2000, 2200) (wire.CorrectedTimeOK).
+func correctedSane(rawNs, offsetNs int64) bool { return wire.CorrectedTimeOK(rawNs, offsetNs) }
 
-// validateEvent checks one event's value, metric and timestamps.
-func validateEvent(e *eventView, i int) error {
-	return checkEvent(i, e.value, len(e.metric), e.method, e.uncertaintyNs, e.deviceTimeNs, e.offsetNs)
-}
-
-// checkEvent is validateEvent on event i's fields, as a view or a
+// checkEvent is wire.CheckEventValues on an event's fields, as a view or a
 // columnar batch's columns hold them. columnsValid makes the same checks
-// on whole columns: a check added here goes there too (TestColumnsValid
+// on whole columns: a check added there goes here too (TestColumnsValid
 // compares the two).
-func checkEvent(i int, value float64, metricLen int, method wirepb.TimeMethod, uncertaintyNs, deviceTimeNs, offsetNs int64) error {
-	if math.IsNaN(value) || math.IsInf(value, 0) {
-		return reject(ReasonValue, "event %d: value %v", i, value)
-	}
-	if metricLen == 0 {
-		return reject(ReasonMetric, "event %d: empty metric name", i)
-	}
-	if method < 0 || method > maxMethod {
-		return reject(ReasonMethod, "event %d: time method %d unknown", i, method)
-	}
-	if uncertaintyNs < 0 {
-		return reject(ReasonTime, "event %d: negative uncertainty %d", i, uncertaintyNs)
-	}
-	if method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
-		return nil
-	}
-	if !correctedSane(deviceTimeNs, offsetNs) {
-		return reject(ReasonTime, "event %d: corrected time %d + %d outside [2000, 2200) with method %s", i, deviceTimeNs, offsetNs, method)
-	}
-	return nil
+func checkEvent(value float64, metricLen int, method wirepb.TimeMethod, uncertaintyNs, deviceTimeNs, offsetNs int64) wire.Fault {
+	return wire.CheckEventValues(value, metricLen, method, uncertaintyNs, deviceTimeNs, offsetNs)
 }
 
 // validateGaps checks the reported gaps: non-empty, ordered, and not

@@ -55,7 +55,7 @@ func TestColumnsValid(t *testing.T) {
 		want := true
 		for i := range n {
 			m := wirepb.TimeMethod(int32(c.Method[i]))
-			if checkEvent(i, c.Value[i], len(c.Strings[c.Metric[i]]), m, c.Uncertainty[i], c.Time[i], c.Offset[i]) != nil {
+			if checkEvent(c.Value[i], len(c.Strings[c.Metric[i]]), m, c.Uncertainty[i], c.Time[i], c.Offset[i]) != wire.FaultNone {
 				want = false
 			}
 		}

@@ -30,6 +30,11 @@ type batchView struct {
 	events     []eventView
 	tags       []tagView
 	fastErr    error        // the rejection eventFieldFast found
+	refused    []refusedRun // events the hub refuses one by one (validateEvents)
+	// badStrings marks the strings of a columnar batch that are not valid
+	// UTF-8 (nil when all are): the events using one as metric or tag are
+	// refused, the others applied.
+	badStrings []bool
 	cols       wire.Columns // a columnar batch's columns, reused
 	ceilingLen int          // the event count ceilingHeader read (ceiling.go)
 	// columnar: the events are in cols, and events and tags are built
@@ -108,6 +113,7 @@ type eventView struct {
 	uncertaintyNs int64
 	method        wirepb.TimeMethod
 	tagLo, tagHi  int32
+	fault         wire.Fault // found while parsing (a string not valid UTF-8)
 }
 
 // tagView is one Tag.
@@ -115,7 +121,7 @@ type tagView struct{ key, value []byte }
 
 // reset empties v for reuse, keeping its slices' capacity.
 func (v *batchView) reset() {
-	*v = batchView{gaps: v.gaps[:0], events: v.events[:0], tags: v.tags[:0], cols: v.cols}
+	*v = batchView{gaps: v.gaps[:0], events: v.events[:0], tags: v.tags[:0], cols: v.cols, refused: v.refused[:0]}
 }
 
 // field is one decoded protobuf field: v for scalar types, b for bytes.
@@ -252,11 +258,37 @@ func (v *batchView) fromColumns(body []byte, lim wire.Limits) error {
 	}
 	for i, s := range c.Strings {
 		if !utf8.Valid(s) {
-			return malformed("string %d of the batch is not valid UTF-8", i)
+			if v.badStrings == nil {
+				v.badStrings = make([]bool, len(c.Strings))
+			}
+			v.badStrings[i] = true
+		}
+	}
+	if v.badStrings != nil {
+		for i := range c.Len() {
+			if v.badStrings[c.Boot[i]] {
+				return malformed("event %d: boot id is not valid UTF-8", i)
+			}
 		}
 	}
 	v.columnar = true
 	return nil
+}
+
+// columnStringFault says whether event i of a columnar batch uses a
+// string that is not valid UTF-8 as its metric or a tag.
+func (v *batchView) columnStringFault(i int) wire.Fault {
+	c := &v.cols
+	if v.badStrings[c.Metric[i]] {
+		return wire.FaultMetric
+	}
+	set := c.TagSet[i]
+	for _, t := range c.Tags[c.SetStart[set]:c.SetStart[set+1]] {
+		if v.badStrings[t.Key] || v.badStrings[t.Value] {
+			return wire.FaultTag
+		}
+	}
+	return wire.FaultNone
 }
 
 // parseBatchView fills v from a decompressed batch body, bounding counts
@@ -379,7 +411,7 @@ func (v *batchView) eventFieldFast(e *eventView, b []byte, lim wire.Limits) int 
 		var err error
 		switch t >> 3 {
 		case 1:
-			e.metric, err = checkStr(val, "metric name", lim.MaxStringBytes)
+			e.metric, err = v.eventStr(e, val, "metric name", wire.FaultMetric, lim)
 		case 3:
 			err = v.addTag(e, val, lim)
 		case 6:
@@ -417,7 +449,9 @@ func (v *batchView) eventField(e *eventView, f field, lim wire.Limits) error {
 	var err error
 	switch f.num {
 	case 1:
-		e.metric, err = f.str("metric name", lim.MaxStringBytes)
+		if err = f.expect(protowire.BytesType, "metric name"); err == nil {
+			e.metric, err = v.eventStr(e, f.b, "metric name", wire.FaultMetric, lim)
+		}
 	case 2:
 		err = f.expect(protowire.Fixed64Type, "value")
 		e.value = math.Float64frombits(f.v)
@@ -456,7 +490,7 @@ func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
 		// Fast path: key or value shorter than 128 bytes.
 		if len(b) >= 2 && (b[0] == 1<<3|2 || b[0] == 2<<3|2) && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
 			l := int(b[1])
-			val, err := checkStr(b[2:2+l:2+l], [...]string{"tag key", "tag value"}[b[0]>>3-1], lim.MaxStringBytes)
+			val, err := v.eventStr(e, b[2:2+l:2+l], [...]string{"tag key", "tag value"}[b[0]>>3-1], wire.FaultTag, lim)
 			if err != nil {
 				return err
 			}
@@ -474,10 +508,15 @@ func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
 		}
 		b = rest
 		switch f.num {
-		case 1:
-			t.key, err = f.str("tag key", lim.MaxStringBytes)
-		case 2:
-			t.value, err = f.str("tag value", lim.MaxStringBytes)
+		case 1, 2:
+			if err = f.expect(protowire.BytesType, "tag"); err == nil {
+				var val []byte
+				if val, err = v.eventStr(e, f.b, "tag key or value", wire.FaultTag, lim); f.num == 1 {
+					t.key = val
+				} else {
+					t.value = val
+				}
+			}
 		}
 		if err != nil {
 			return err
@@ -485,6 +524,20 @@ func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
 	}
 	v.tags = append(v.tags, t)
 	return nil
+}
+
+// eventStr checks an event's metric or tag string: one longer than the
+// limit rejects the batch (a bound), one that is not valid UTF-8 marks the
+// event refused with fault and is kept as it is (the event is never
+// applied).
+func (v *batchView) eventStr(e *eventView, b []byte, what string, fault wire.Fault, lim wire.Limits) ([]byte, error) {
+	if len(b) > lim.MaxStringBytes {
+		return nil, reject(ReasonTooLarge, "%s is %d bytes, limit %d", what, len(b), lim.MaxStringBytes)
+	}
+	if !utf8.Valid(b) && e.fault == wire.FaultNone {
+		e.fault = fault
+	}
+	return b, nil
 }
 
 // addGap parses one Gap and appends it.

@@ -231,8 +231,17 @@ func TestValidateBatch(t *testing.T) {
 			if cerr == nil {
 				cerr = validateBatch(&cv, tt.topic)
 			}
-			if !cv.columnar || fmt.Sprint(cerr) != fmt.Sprint(err) {
-				t.Fatalf("as columns (columnar %v): %v; as protobuf: %v", cv.columnar, cerr, err)
+			if !cv.columnar || fmt.Sprint(cerr) != fmt.Sprint(err) || fmt.Sprint(cv.refused) != fmt.Sprint(v.refused) {
+				t.Fatalf("as columns (columnar %v): %v %v; as protobuf: %v %v", cv.columnar, cerr, cv.refused, err, v.refused)
+			}
+			// A fault of one event refuses that event alone: the batch
+			// passes, its view lists the event.
+			if err == nil && len(v.refused) > 0 {
+				r := v.refused[0]
+				if len(v.refused) != 1 || r.lo != r.hi || Reason(r.fault.Reason()) != tt.want {
+					t.Fatalf("refused %+v, want one event refused for %s", v.refused, tt.want)
+				}
+				return
 			}
 			if tt.want == "" {
 				if err != nil {

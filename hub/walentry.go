@@ -22,7 +22,13 @@ const (
 )
 
 // entryVersion is the version byte that starts every log entry value.
-const entryVersion = 1
+// Entries with refused events start with entryVersionRefused instead and
+// carry the refused ranges after the estimate; every other entry keeps
+// version 1's bytes.
+const (
+	entryVersion        = 1
+	entryVersionRefused = 2
+)
 
 // Key prefixes of the hub's Badger store; see the package doc.
 const (
@@ -55,9 +61,53 @@ type walEntry struct {
 	stream       wire.StreamID
 	firstSeq     uint64
 	count        uint64
-	fresh        []SeqRange // the sequence ranges this entry applies
-	est          hubEstimate
-	payload      []byte
+	fresh        []SeqRange // the sequence ranges this entry applies (refused ones included)
+	// refused are the parts of fresh whose events the hub refused one by
+	// one (ascending): done for dedup, recorded as gaps, never applied.
+	refused []refusedRange
+	est     hubEstimate
+	payload []byte
+}
+
+// refusedRange is a run of sequence numbers of an entry whose events the
+// hub refused, and why.
+type refusedRange struct {
+	SeqRange
+	fault wire.Fault
+}
+
+// refusedAt reports whether sequence number seq of e was refused.
+func (e *walEntry) refusedAt(seq uint64) bool {
+	for _, r := range e.refused {
+		if seq >= r.First && seq <= r.Last {
+			return true
+		}
+	}
+	return false
+}
+
+// appliedRanges is fresh without the refused ranges: the events applied.
+func (e *walEntry) appliedRanges() []SeqRange {
+	if len(e.refused) == 0 {
+		return e.fresh
+	}
+	var out []SeqRange
+	for _, f := range e.fresh {
+		next := f.First
+		for _, r := range e.refused {
+			if r.Last < next || r.First > f.Last {
+				continue
+			}
+			if r.First > next {
+				out = append(out, SeqRange{next, r.First - 1})
+			}
+			next = r.Last + 1
+		}
+		if next <= f.Last && next >= f.First {
+			out = append(out, SeqRange{next, f.Last})
+		}
+	}
+	return out
 }
 
 // walKey is w<seq:8><serverTimeNs:8>: ordered by position, and retention
@@ -107,8 +157,12 @@ func parseRangesKey(k []byte) (string, wire.StreamID, error) {
 
 // encode appends the entry's value: version, kind, metadata, payload.
 func (e *walEntry) encode() []byte {
-	b := make([]byte, 0, 64+len(e.device)+16*len(e.fresh)+len(e.payload))
-	b = append(b, entryVersion, byte(e.kind))
+	b := make([]byte, 0, 64+len(e.device)+16*len(e.fresh)+24*len(e.refused)+len(e.payload))
+	version := byte(entryVersion)
+	if len(e.refused) > 0 {
+		version = entryVersionRefused
+	}
+	b = append(b, version, byte(e.kind))
 	b = binary.AppendVarint(b, e.serverTimeNs)
 	b = binary.AppendUvarint(b, uint64(len(e.device)))
 	b = append(b, e.device...)
@@ -126,6 +180,14 @@ func (e *walEntry) encode() []byte {
 		b = binary.AppendVarint(b, e.est.uncertaintyNs)
 	} else {
 		b = append(b, 0)
+	}
+	if version == entryVersionRefused {
+		b = binary.AppendUvarint(b, uint64(len(e.refused)))
+		for _, r := range e.refused {
+			b = binary.AppendUvarint(b, r.First)
+			b = binary.AppendUvarint(b, r.Last-r.First)
+			b = append(b, byte(r.fault))
+		}
 	}
 	return append(b, e.payload...)
 }
@@ -177,7 +239,7 @@ func (r *entryReader) bytes(n uint64) []byte {
 
 // decodeWALEntry parses an entry value; the payload aliases v.
 func decodeWALEntry(seq uint64, v []byte) (*walEntry, error) {
-	if len(v) < 2 || v[0] != entryVersion {
+	if len(v) < 2 || (v[0] != entryVersion && v[0] != entryVersionRefused) {
 		return nil, fmt.Errorf("%w: log entry %d: unknown version", ErrCorrupt, seq)
 	}
 	e := &walEntry{seq: seq, kind: entryKind(v[1])}
@@ -197,6 +259,20 @@ func decodeWALEntry(seq uint64, v []byte) (*walEntry, error) {
 	}
 	if flag := r.bytes(1); r.err == nil && flag[0] == 1 {
 		e.est = hubEstimate{ok: true, offsetNs: r.varint(), uncertaintyNs: r.varint()}
+	}
+	if v[0] == entryVersionRefused {
+		n := r.uvarint()
+		if n > uint64(len(r.b)) {
+			r.err = errors.New("bad refused count")
+		}
+		for i := uint64(0); i < n && r.err == nil; i++ {
+			first := r.uvarint()
+			last := first + r.uvarint()
+			f := r.bytes(1)
+			if r.err == nil {
+				e.refused = append(e.refused, refusedRange{SeqRange{first, last}, wire.Fault(f[0])})
+			}
+		}
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("%w: log entry %d: %v", ErrCorrupt, seq, r.err)

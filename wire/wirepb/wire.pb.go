@@ -664,7 +664,16 @@ type Ack struct {
 	ServerTimeNs int64 `protobuf:"varint,6,opt,name=server_time_ns,json=serverTimeNs,proto3" json:"server_time_ns,omitempty"`
 	// With ACK_STATUS_RETRY_LATER: the hub's estimate of how long to wait
 	// before resending, ns (0: no estimate; the agent's backoff applies).
-	RetryAfterNs  int64 `protobuf:"varint,7,opt,name=retry_after_ns,json=retryAfterNs,proto3" json:"retry_after_ns,omitempty"`
+	RetryAfterNs int64 `protobuf:"varint,7,opt,name=retry_after_ns,json=retryAfterNs,proto3" json:"retry_after_ns,omitempty"`
+	// With ACK_STATUS_OK: events of the answered batches that the hub
+	// refused one by one (a value, metric or time it does not accept; the
+	// reason is the refusal's class, e.g. "bad_time") while it applied the
+	// others. Their sequence numbers are done: a redelivery is DUPLICATE,
+	// and the hub records them as a gap of the stream. At most 32 ranges;
+	// refused_events counts them all. An ack with refused events answers
+	// its batch alone, never a run.
+	Refused       []*Gap `protobuf:"bytes,8,rep,name=refused,proto3" json:"refused,omitempty"`
+	RefusedEvents uint64 `protobuf:"varint,9,opt,name=refused_events,json=refusedEvents,proto3" json:"refused_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -744,6 +753,20 @@ func (x *Ack) GetServerTimeNs() int64 {
 func (x *Ack) GetRetryAfterNs() int64 {
 	if x != nil {
 		return x.RetryAfterNs
+	}
+	return 0
+}
+
+func (x *Ack) GetRefused() []*Gap {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+func (x *Ack) GetRefusedEvents() uint64 {
+	if x != nil {
+		return x.RefusedEvents
 	}
 	return 0
 }
@@ -1024,7 +1047,7 @@ const file_wirepb_wire_proto_rawDesc = "" +
 	"\abacklog\x18\a \x01(\v2\x19.edgeflow.wire.v1.BacklogR\abacklog\x125\n" +
 	"\x05clock\x18\b \x01(\v2\x1f.edgeflow.wire.v1.ClockEstimateR\x05clock\x12\x1d\n" +
 	"\n" +
-	"range_acks\x18\t \x01(\bR\trangeAcks\"\xf3\x01\n" +
+	"range_acks\x18\t \x01(\bR\trangeAcks\"\xcb\x02\n" +
 	"\x03Ack\x12\x1b\n" +
 	"\tstream_id\x18\x01 \x01(\fR\bstreamId\x12\x1b\n" +
 	"\tfirst_seq\x18\x02 \x01(\x04R\bfirstSeq\x12\x19\n" +
@@ -1032,7 +1055,9 @@ const file_wirepb_wire_proto_rawDesc = "" +
 	"\x06status\x18\x04 \x01(\x0e2\x1b.edgeflow.wire.v1.AckStatusR\x06status\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12$\n" +
 	"\x0eserver_time_ns\x18\x06 \x01(\x03R\fserverTimeNs\x12$\n" +
-	"\x0eretry_after_ns\x18\a \x01(\x03R\fretryAfterNs\"A\n" +
+	"\x0eretry_after_ns\x18\a \x01(\x03R\fretryAfterNs\x12/\n" +
+	"\arefused\x18\b \x03(\v2\x15.edgeflow.wire.v1.GapR\arefused\x12%\n" +
+	"\x0erefused_events\x18\t \x01(\x04R\rrefusedEvents\"A\n" +
 	"\vTimeRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x13\n" +
@@ -1106,13 +1131,14 @@ var file_wirepb_wire_proto_depIdxs = []int32{
 	6,  // 5: edgeflow.wire.v1.Batch.backlog:type_name -> edgeflow.wire.v1.Backlog
 	5,  // 6: edgeflow.wire.v1.Batch.clock:type_name -> edgeflow.wire.v1.ClockEstimate
 	1,  // 7: edgeflow.wire.v1.Ack.status:type_name -> edgeflow.wire.v1.AckStatus
-	6,  // 8: edgeflow.wire.v1.Status.backlog:type_name -> edgeflow.wire.v1.Backlog
-	5,  // 9: edgeflow.wire.v1.Status.clock:type_name -> edgeflow.wire.v1.ClockEstimate
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	4,  // 8: edgeflow.wire.v1.Ack.refused:type_name -> edgeflow.wire.v1.Gap
+	6,  // 9: edgeflow.wire.v1.Status.backlog:type_name -> edgeflow.wire.v1.Backlog
+	5,  // 10: edgeflow.wire.v1.Status.clock:type_name -> edgeflow.wire.v1.ClockEstimate
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_wirepb_wire_proto_init() }
