@@ -33,8 +33,8 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 		return prometheus.Opts{Namespace: "edgeflow", Subsystem: "hub", Name: name, Help: help}
 	}
 	m := &metrics{
-		batches:       prometheus.NewCounterVec(prometheus.CounterOpts(f("batches_total", "Batches answered, by ack status.")), []string{"status"}),
-		rejected:      prometheus.NewCounterVec(prometheus.CounterOpts(f("rejected_batches_total", "Batches rejected, by reason.")), []string{"reason"}),
+		batches:  prometheus.NewCounterVec(prometheus.CounterOpts(f("batches_total", "Batches answered, by ack status.")), []string{"status"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts(f("rejected_batches_total", "Batches rejected, by reason.")), []string{"reason"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts(f("refused_events_total",
 			"Events the hub refused one by one while it applied the rest of their batch (recorded as gaps \"refused:<reason>\"), by reason.")), []string{"reason"}),
 		events:        prometheus.NewCounter(prometheus.CounterOpts(f("events_applied_total", "Events applied (new sequence numbers only)."))),
