@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"edgeflow/clocksync"
+	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
@@ -68,6 +69,14 @@ func (r retimer) retime(rec []byte) ([]byte, error) {
 		return nil, err
 	}
 	if !r.clock.RepairEvent(&ev) {
+		r.m.sentUntrusted.Add(1)
+		return rec, nil
+	}
+	if wire.CheckEvent(&ev, wire.Limits{}) != wire.FaultNone {
+		// Repaired to a time the hub refuses (an event stamped 1985 while
+		// the clock was unsynced): sent untrusted as stored, which the
+		// hub keeps, rather than trusted and refused.
+		r.m.unrepairable.Add(1)
 		r.m.sentUntrusted.Add(1)
 		return rec, nil
 	}

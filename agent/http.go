@@ -67,15 +67,21 @@ func (a *Agent) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if err == nil && len(pts) == 0 {
 		err = fmt.Errorf("%w: no events in the body", ErrBadEvent)
 	}
-	if err != nil {
-		a.m.httpRejected.Add(1)
-		writeJSON(w, http.StatusBadRequest, errorBody{err.Error() + "; nothing of this request was stored"})
-		return
+	var recs [][]byte
+	if err == nil {
+		// Stamped as they will be stored, and checked as the hub will
+		// check them: what the hub would refuse is refused here, before
+		// anything is stored.
+		recs, err = encodePoints(pts, st)
 	}
-	recs, err := encodePoints(pts, st)
 	if err != nil {
 		a.m.httpRejected.Add(1)
-		writeJSON(w, http.StatusInternalServerError, errorBody{err.Error()})
+		code := http.StatusInternalServerError
+		if errors.Is(err, ErrBadEvent) {
+			code = http.StatusBadRequest
+			a.m.countRefused(sourceHTTP, err)
+		}
+		writeJSON(w, code, errorBody{err.Error() + "; nothing of this request was stored"})
 		return
 	}
 	rng, err := a.st.Append(r.Context(), recs, buffer.AppendOptions{WaitDurable: true})

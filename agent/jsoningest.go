@@ -7,6 +7,9 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
+
+	"edgeflow/wire"
 )
 
 // jsonEvent is the shape of one event in POST /v1/events.
@@ -63,6 +66,7 @@ func parseJSONArray(body []byte, maxEvents int) ([]point, error) {
 		if err != nil {
 			return nil, &LineError{Index: i + 1, Err: err}
 		}
+		p.index = i + 1
 		pts = append(pts, p)
 	}
 	return pts, nil
@@ -88,6 +92,7 @@ func parseNDJSON(body []byte, maxEvents int) ([]point, error) {
 		if err != nil {
 			return nil, &LineError{Line: line, Err: err}
 		}
+		p.line = line
 		pts = append(pts, p)
 	}
 	if len(pts) == 0 {
@@ -98,6 +103,9 @@ func parseNDJSON(body []byte, maxEvents int) ([]point, error) {
 
 // parseJSONEvent parses and checks one event object.
 func parseJSONEvent(b []byte) (point, error) {
+	if err := checkJSONStrings(b); err != nil {
+		return point{}, err
+	}
 	var je jsonEvent
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.DisallowUnknownFields()
@@ -111,44 +119,173 @@ func parseJSONEvent(b []byte) (point, error) {
 		return point{}, fmt.Errorf("%w: value is missing", ErrBadEvent)
 	}
 	p := point{metric: je.Metric, value: *je.Value, tags: tagsFromMap(je.Tags)}
-	ts, err := parseTS(je.TS)
+	ts, has, err := parseTS(je.TS)
 	if err != nil {
 		return point{}, err
 	}
-	p.ts = ts
+	p.ts, p.hasTS = ts, has
 	if err := checkPoint(&p); err != nil {
 		return point{}, err
 	}
 	return p, nil
 }
 
-// parseTS reads ts: an RFC 3339 string or Unix milliseconds; absent or null
-// is the zero time (the capture time).
-func parseTS(raw json.RawMessage) (time.Time, error) {
+// parseTS reads ts: an RFC 3339 string or Unix milliseconds; absent or
+// null means none (has false: the capture time). Any time given, even
+// Go's zero time (0001-01-01), is the event's own and is checked as such.
+func parseTS(raw json.RawMessage) (t time.Time, has bool, err error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return time.Time{}, nil
+		return time.Time{}, false, nil
 	}
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return time.Time{}, fmt.Errorf("%w: ts: %v", ErrBadEvent, err)
+			return time.Time{}, false, fmt.Errorf("%w: ts: %v", ErrBadEvent, err)
 		}
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return time.Time{}, fmt.Errorf("%w: ts %q is not RFC 3339 (2006-01-02T15:04:05Z) nor Unix milliseconds", ErrBadEvent, s)
+			return time.Time{}, false, fmt.Errorf("%w: ts %q is not RFC 3339 (2006-01-02T15:04:05Z) nor Unix milliseconds", ErrBadEvent, s)
 		}
-		return t, nil
+		return t, true, nil
 	}
 	ms, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
 		f, ferr := strconv.ParseFloat(string(raw), 64)
 		if ferr != nil || math.IsNaN(f) || f < 0 || f > 1e15 {
-			return time.Time{}, fmt.Errorf("%w: ts %s is not RFC 3339 nor Unix milliseconds", ErrBadEvent, raw)
+			return time.Time{}, false, fmt.Errorf("%w: ts %s is not RFC 3339 nor Unix milliseconds", ErrBadEvent, raw)
 		}
-		return time.UnixMicro(int64(f * 1000)), nil
+		return time.UnixMicro(int64(f * 1000)), true, nil
 	}
 	if ms < 0 || ms > 1e15 {
-		return time.Time{}, fmt.Errorf("%w: ts %d is not Unix milliseconds in 1970..33658", ErrBadEvent, ms)
+		return time.Time{}, false, fmt.Errorf("%w: ts %d is not Unix milliseconds in 1970..33658", ErrBadEvent, ms)
 	}
-	return time.UnixMilli(ms), nil
+	return time.UnixMilli(ms), true, nil
+}
+
+// checkJSONStrings refuses an event whose strings are not valid UTF-8:
+// raw bytes that are not UTF-8, or a \u escape of half a surrogate pair.
+// encoding/json would take either and store U+FFFD in its place, silently
+// changing a metric or tag. The error names the field.
+func checkJSONStrings(b []byte) error {
+	if utf8.Valid(b) && !bytes.Contains(b, []byte(`\u`)) {
+		return nil
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	var stack []jsonFrame
+	prev := int64(0)
+	tagN := 0
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return nil // not valid JSON: the decoder says so, and where
+		}
+		raw := b[prev:d.InputOffset()]
+		prev = d.InputOffset()
+		var top *jsonFrame
+		if len(stack) > 0 {
+			top = &stack[len(stack)-1]
+		}
+		isKey := top != nil && top.object && top.wantKey
+		if s, ok := tok.(string); ok && !jsonStringValid(raw) {
+			f := wire.FaultTag
+			if len(stack) == 1 && (isKey || stack[0].key != "tags") {
+				f = wire.FaultMetric
+			}
+			return refuse(f, "%s is not valid UTF-8", jsonFieldName(stack, isKey, s, tagN))
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			stack = append(stack, jsonFrame{object: tok == json.Delim('{'), wantKey: true})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		default:
+			if isKey {
+				top.key, top.wantKey = tok.(string), false
+				if len(stack) == 2 {
+					tagN++
+				}
+				continue
+			}
+		}
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].wantKey = true
+		}
+	}
+}
+
+// jsonFrame is an open object or array of checkJSONStrings' walk.
+type jsonFrame struct {
+	object  bool
+	wantKey bool   // the next string is a key
+	key     string // the last key read
+}
+
+// jsonFieldName names where a string lies in an event object.
+func jsonFieldName(stack []jsonFrame, isKey bool, s string, tagN int) string {
+	switch {
+	case len(stack) == 1 && isKey:
+		return "a field name"
+	case len(stack) == 1:
+		return stack[0].key
+	case len(stack) == 2 && stack[0].key == "tags" && isKey:
+		return fmt.Sprintf("tags: key %d", tagN+1)
+	case len(stack) == 2 && stack[0].key == "tags":
+		return fmt.Sprintf("tags: the value of %q", stack[1].key)
+	}
+	return "a string"
+}
+
+// jsonStringValid checks the raw text of one JSON string token (with the
+// separators before it): valid UTF-8, and every \u escape of a surrogate
+// half followed by the other half.
+func jsonStringValid(raw []byte) bool {
+	if !utf8.Valid(raw) {
+		return false
+	}
+	for i := bytes.IndexByte(raw, '"') + 1; i < len(raw)-1; i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] != 'u' {
+			i++
+			continue
+		}
+		r, ok := hex4(raw[i+2:])
+		switch {
+		case !ok:
+			return false
+		case r >= 0xdc00 && r < 0xe000:
+			return false // a low half with no high half before it
+		case r >= 0xd800 && r < 0xdc00:
+			if lo, ok := hex4(raw[min(i+8, len(raw)):]); i+7 >= len(raw) || raw[i+6] != '\\' || raw[i+7] != 'u' || !ok || lo < 0xdc00 || lo >= 0xe000 {
+				return false
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return true
+}
+
+// hex4 reads four hex digits.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }

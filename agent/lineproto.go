@@ -59,6 +59,7 @@ func parseLineProtocol(line []byte) (pts []point, skipped int, err error) {
 		}
 		ts = time.Unix(0, ns)
 	}
+	hasTS := tsText != ""
 	for _, f := range splitUnescaped(fields, ',', true) {
 		k, v, ok := cutUnescaped(f, '=')
 		if !ok || k == "" || v == "" {
@@ -76,7 +77,7 @@ func parseLineProtocol(line []byte) (pts []point, skipped int, err error) {
 		if name := unescape(k); name != "value" {
 			metric += "." + name
 		}
-		p := point{metric: metric, value: val, ts: ts, tags: tags}
+		p := point{metric: metric, value: val, ts: ts, hasTS: hasTS, tags: tags}
 		if err := checkPoint(&p); err != nil {
 			return nil, 0, err
 		}

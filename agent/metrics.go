@@ -15,6 +15,33 @@ type metrics struct {
 	udpEvents, udpBadLines, udpSkipped     atomic.Uint64
 	udpAppendErrors                        atomic.Uint64
 	repaired, sentUntrusted                atomic.Uint64
+	// refused counts the events ingest refused (an HTTP request's first
+	// bad one, or a UDP line), by source and reason (refusalReasons).
+	refused [2][len(refusalReasons)]atomic.Uint64
+	// unrepairable counts untrusted events whose repaired time the hub
+	// would refuse: they are sent untrusted, as stored.
+	unrepairable atomic.Uint64
+}
+
+// Ingest sources, the first index of metrics.refused.
+const (
+	sourceHTTP = 0
+	sourceUDP  = 1
+)
+
+// refusalReasons are the reasons ingest refusals are counted under.
+var refusalReasons = [...]string{"malformed", "bad_value", "bad_metric", "bad_tag", "bad_method", "bad_time"}
+
+// countRefused counts one refusal of source for err.
+func (m *metrics) countRefused(source int, err error) {
+	r := refusalReason(err)
+	for i, name := range refusalReasons {
+		if name == r {
+			m.refused[source][i].Add(1)
+			return
+		}
+	}
+	m.refused[source][0].Add(1)
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
@@ -36,6 +63,13 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		counter("udp_append_errors_total", "UDP datagrams whose events the buffer refused.", &m.udpAppendErrors, nil),
 		counter("repaired_events_total", "Events captured untrusted and re-timed at send.", &m.repaired, nil),
 		counter("untrusted_sent_events_total", "Events sent untrusted because they could not be repaired.", &m.sentUntrusted, nil),
+		counter("unrepairable_events_total", "Untrusted events whose repaired time the hub would refuse, sent untrusted as stored.", &m.unrepairable, nil),
+	}
+	for src, name := range [...]string{sourceHTTP: "http", sourceUDP: "udp"} {
+		for i, reason := range refusalReasons {
+			cs = append(cs, counter("refused_events_total", "Events refused at ingest, before anything was stored, because the hub would refuse them or they did not parse (an HTTP request counts its first bad event), by source and reason.",
+				&m.refused[src][i], prometheus.Labels{"source": name, "reason": reason}))
+		}
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {

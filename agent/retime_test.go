@@ -41,7 +41,7 @@ func TestRetime(t *testing.T) {
 	if err != nil || &out[0] != &trusted[0] || c.calls != 0 {
 		t.Fatalf("a trusted event was decoded or changed (calls %d, err %v)", c.calls, err)
 	}
-	untrusted := enc(&wirepb.Event{Metric: "m", BootId: "this-boot", DeviceTimeNs: 5})
+	untrusted := enc(&wirepb.Event{Metric: "m", BootId: "this-boot", DeviceTimeNs: time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC).UnixNano()})
 	out, err = r.retime(untrusted)
 	var ev wirepb.Event
 	if err != nil || proto.Unmarshal(out, &ev) != nil || ev.Method != wirepb.TimeMethod_TIME_METHOD_REPAIRED || ev.OffsetNs != int64(time.Second) || ev.Metric != "m" {
@@ -51,8 +51,14 @@ func TestRetime(t *testing.T) {
 	if out, err = r.retime(other); err != nil || string(out) != string(other) {
 		t.Fatalf("unrepairable event changed: %v", err)
 	}
-	if r.m.repaired.Load() != 1 || r.m.sentUntrusted.Load() != 1 {
-		t.Errorf("counters repaired %d untrusted %d", r.m.repaired.Load(), r.m.sentUntrusted.Load())
+	// Repaired to 1985 + 1s, a time the hub refuses for a trusted event:
+	// sent untrusted as stored, which the hub keeps.
+	old := enc(&wirepb.Event{Metric: "m", BootId: "this-boot", DeviceTimeNs: time.Date(1985, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()})
+	if out, err = r.retime(old); err != nil || string(out) != string(old) {
+		t.Fatalf("an event repaired to a time the hub refuses was changed: %v", err)
+	}
+	if r.m.repaired.Load() != 1 || r.m.sentUntrusted.Load() != 2 || r.m.unrepairable.Load() != 1 {
+		t.Errorf("counters repaired %d untrusted %d unrepairable %d", r.m.repaired.Load(), r.m.sentUntrusted.Load(), r.m.unrepairable.Load())
 	}
 	if _, err := r.retime([]byte{0xff, 0xff}); err == nil {
 		t.Error("a malformed record gave no error")

@@ -32,31 +32,37 @@ func (a *Agent) serveUDP(ctx context.Context) {
 			continue
 		}
 		st := a.clock.Stamp()
-		var pts []point
+		var recs [][]byte
 		for i, line := range bytes.Split(buf[:n], []byte{'\n'}) {
 			p, skipped, err := parseLineProtocol(line)
 			a.m.udpSkipped.Add(uint64(skipped))
+			var lineRecs [][]byte
+			if err == nil {
+				for j := range p {
+					p[j].line = i + 1
+				}
+				// Stamped and checked as the hub will check them: a line
+				// the hub would refuse is refused here, whole.
+				lineRecs, err = encodePoints(p, st)
+			}
 			if err != nil {
 				a.m.udpBadLines.Add(1)
+				a.m.countRefused(sourceUDP, err)
 				if ok, supp := bad.Allow(time.Now()); ok {
-					a.log.Warn("agent: bad line-protocol line", "from", from.String(), "line", i+1,
+					a.log.Warn("agent: line-protocol line refused", "from", from.String(), "line", i+1, "reason", refusalReason(err),
 						"err", err, "text", truncate(line, 120), "suppressed", supp)
 				}
 				continue
 			}
-			pts = append(pts, p...)
+			recs = append(recs, lineRecs...)
 		}
-		if len(pts) == 0 {
+		if len(recs) == 0 {
 			continue
 		}
-		recs, err := encodePoints(pts, st)
-		if err == nil {
-			_, err = a.st.Append(ctx, recs)
-		}
-		if err != nil {
+		if _, err := a.st.Append(ctx, recs); err != nil {
 			a.m.udpAppendErrors.Add(1)
 			if ok, supp := failed.Allow(time.Now()); ok {
-				a.log.Warn("agent: udp events not stored", "events", len(pts), "err", err, "suppressed", supp)
+				a.log.Warn("agent: udp events not stored", "events", len(recs), "err", err, "suppressed", supp)
 			}
 			continue
 		}

@@ -64,85 +64,90 @@ func TestBatchesThatLie(t *testing.T) {
 		next += 20
 	}
 	good()
+	refused := uint64(0) // events refused one by one
 	year := func(y int) int64 { return time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano() }
 	cases := []struct {
 		name   string
 		make   func() (first uint64, payload []byte)
 		status wirepb.AckStatus
 		reason Reason
+		// refused: the batch is applied without its bad events, which the
+		// ack lists with this reason (refusedN of them).
+		refused  Reason
+		refusedN uint64
 	}{
 		{"device in topic differs from payload", func() (uint64, []byte) {
 			return next, encodeBatch(t, makeBatch("someone-else", d.stream, next, 5))
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonDeviceMismatch},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonDeviceMismatch, "", 0},
 		{"sequence goes back (already applied)", func() (uint64, []byte) {
 			return 1, encodeBatch(t, makeBatch("liar", d.stream, 1, 5))
-		}, wirepb.AckStatus_ACK_STATUS_DUPLICATE, ""},
+		}, wirepb.AckStatus_ACK_STATUS_DUPLICATE, "", "", 0},
 		{"sequence jumps by 2^63", func() (uint64, []byte) {
 			return next + 1<<63, encodeBatch(t, makeBatch("liar", d.stream, next+1<<63, 5))
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonSeqAhead},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonSeqAhead, "", 0},
 		{"sequence overflows uint64", func() (uint64, []byte) {
 			return math.MaxUint64 - 1, encodeBatch(t, makeBatch("liar", d.stream, math.MaxUint64-1, 5))
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonSeqOverflow},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonSeqOverflow, "", 0},
 		{"first_seq 0", func() (uint64, []byte) {
 			return 0, encodeBatch(t, makeBatch("liar", d.stream, 0, 5))
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonFirstSeq},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonFirstSeq, "", 0},
 		{"timestamp in year 1", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[2].DeviceTimeNs = math.MinInt64 // year 1 is before int64 nanoseconds reach
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTime},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonTime, 1},
 		{"timestamp in year 9999", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[2].DeviceTimeNs = math.MaxInt64 // year 2262, the largest; 9999 cannot be written
 			b.Events[3].OffsetNs = year(2200) - baseTimeNs + 1
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTime},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonTime, 2},
 		{"send time in year 1970", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.SendTimeNs = 1
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTime},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTime, "", 0},
 		{"NaN value", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[4].Value = math.NaN()
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonValue},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonValue, 1},
 		{"+Inf value", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[0].Value = math.Inf(1)
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonValue},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonValue, 1},
 		{"-Inf value", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[0].Value = math.Inf(-1)
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonValue},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonValue, 1},
 		{"invalid UTF-8 metric name", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[1].Metric = "BADNAME1"
 			return next, rawBatch(t, b, func(_ int, ev []byte) []byte {
 				return bytes.Replace(ev, []byte("BADNAME1"), []byte("BAD\xff\xfeME1"), 1)
 			})
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMalformed},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonMetric, 1},
 		{"invalid UTF-8 tag key", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[1].Tags[0].Key = "BADKEY12"
 			return next, rawBatch(t, b, func(_ int, ev []byte) []byte {
-				return bytes.Replace(ev, []byte("BADKEY12"), []byte("BAD\xc3\x28EY12"), 1)
+				return bytes.Replace(ev, []byte("BADKEY12"), []byte("BA\xc3\x28EY12"), 1)
 			})
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMalformed},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonTag, 1},
 		{"invalid UTF-8 tag value", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[1].Tags[0].Value = "BADVAL12"
 			return next, rawBatch(t, b, func(_ int, ev []byte) []byte {
-				return bytes.Replace(ev, []byte("BADVAL12"), []byte("BAD\xed\xa0\x80L12"), 1) // a surrogate
+				return bytes.Replace(ev, []byte("BADVAL12"), []byte("BA\xed\xa0\x80L12"), 1) // a surrogate
 			})
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMalformed},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonTag, 1},
 		{"empty metric name", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[1].Metric = ""
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMetric},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonMetric, 1},
 		{"a million tags", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			tag, _ := proto.Marshal(&wirepb.Event{Tags: []*wirepb.Tag{{Key: "k", Value: "v"}}})
@@ -152,7 +157,7 @@ func TestBatchesThatLie(t *testing.T) {
 				}
 				return append(ev, bytes.Repeat(tag, 1_000_000)...)
 			})
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTooLarge},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTooLarge, "", 0},
 		{"more events than the limit", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 1)
 			ev, _ := proto.Marshal(&wirepb.Event{Metric: "m", DeviceTimeNs: baseTimeNs, Method: wirepb.TimeMethod_TIME_METHOD_NTP})
@@ -164,11 +169,11 @@ func TestBatchesThatLie(t *testing.T) {
 			}
 			body, _ := wire.AppendRawEvents(h, evs)
 			return next, wire.Frame(wire.MsgBatch, body)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTooLarge},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTooLarge, "", 0},
 		{"garbage after a valid header", func() (uint64, []byte) {
 			p := encodeBatch(t, makeBatch("liar", d.stream, next, 5))
 			return next, append(p[:len(p)-3], 0xff, 0xff, 0xff)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMalformed},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMalformed, "", 0},
 	}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
@@ -176,6 +181,7 @@ func TestBatchesThatLie(t *testing.T) {
 			defer func() { d.t = nil }()
 			first, payload := c.make()
 			before := counterValue(t, s.m.rejected.WithLabelValues(string(c.reason)))
+			beforeRefused := counterValue(t, s.m.refused.WithLabelValues(string(c.refused)))
 			d.forget(first)
 			d.publish("", payload)
 			ack := d.waitAck(first, 20*time.Second)
@@ -186,6 +192,16 @@ func TestBatchesThatLie(t *testing.T) {
 				if after := counterValue(t, s.m.rejected.WithLabelValues(string(c.reason))); after != before+1 {
 					t.Fatalf("rejected{reason=%s} went %v -> %v", c.reason, before, after)
 				}
+			}
+			if c.refused != "" {
+				if len(ack.Refused) != 1 || ack.Refused[0].Reason != string(c.refused) || ack.RefusedEvents != c.refusedN {
+					t.Fatalf("ack refused %v, want %d events for %s", ack.Refused, c.refusedN, c.refused)
+				}
+				if after := counterValue(t, s.m.refused.WithLabelValues(string(c.refused))); after != beforeRefused+float64(c.refusedN) {
+					t.Fatalf("refused_events{reason=%s} went %v -> %v", c.refused, beforeRefused, after)
+				}
+				next += 5
+				refused += c.refusedN
 			}
 			good()
 		})
@@ -213,6 +229,6 @@ func TestBatchesThatLie(t *testing.T) {
 	// The registry is the applier's, which runs after the ack: wait for it.
 	waitFor(t, func() bool {
 		info, _ := s.Device("liar")
-		return len(info.Streams) == 1 && info.Streams[0].Events == next-1
+		return len(info.Streams) == 1 && info.Streams[0].Events == next-1-refused && info.Streams[0].RefusedEvents == refused
 	})
 }
