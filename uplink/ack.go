@@ -48,8 +48,10 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 	switch a.Status {
 	case wirepb.AckStatus_ACK_STATUS_OK:
 		u.m.BatchesAcked.WithLabelValues("ok").Add(float64(len(fs)))
+		u.answeredOK(a, fs, now)
 	case wirepb.AckStatus_ACK_STATUS_DUPLICATE:
 		u.m.BatchesAcked.WithLabelValues("duplicate").Add(float64(len(fs)))
+		u.answeredOK(a, fs, now)
 	case wirepb.AckStatus_ACK_STATUS_RETRY_LATER:
 		// Not applied, and not the batch's fault: it stays in flight, is
 		// published again later and never frees its events until then.
@@ -60,7 +62,8 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 		// batch never blocks the stream behind it.
 		u.m.BatchesAcked.WithLabelValues("rejected").Inc()
 		u.m.Rejected.WithLabelValues(u.m.reasonLabel(a.Reason)).Inc()
-		u.warn(&u.rejLog, "uplink: hub rejected a batch", "first", a.FirstSeq, "last", a.LastSeq, "reason", a.Reason)
+		u.warn(&u.rejLog, "uplink: hub rejected a batch; its range is recorded as a gap and reported to the hub", "first", a.FirstSeq, "last", a.LastSeq, "reason", a.Reason)
+		u.rejectedBatch(fs[0], a.Reason, now)
 	default:
 		u.m.AcksIgnored.WithLabelValues("bad_status").Inc()
 		u.warn(&u.warnLog, "uplink: ack with unknown status ignored", "status", a.Status, "first", a.FirstSeq)
@@ -76,11 +79,33 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 	before := u.win.len()
 	upTo, ok := u.win.popDone()
 	u.m.InFlight.Sub(float64(before - u.win.len()))
-	u.noteAck(upTo, ok, u.opts.Now())
-	if ok && u.opts.OnAck != nil {
-		u.opts.OnAck(upTo, a.ServerTimeNs)
+	if ok {
+		u.answeredTo = upTo
+		if u.opts.OnAck != nil {
+			u.opts.OnAck(upTo, a.ServerTimeNs)
+		}
 	}
-	return upTo, ok
+	// The buffer frees the answered prefix, short of a rejected range
+	// the hub has not heard of yet (gaps.go).
+	target := u.bufferTarget()
+	advanced := target > u.bufAcked
+	if advanced {
+		u.bufAcked = target
+	}
+	u.noteAck(target, advanced, u.opts.Now())
+	return target, advanced
+}
+
+// answeredOK handles an OK or DUPLICATE answer for the batches fs: the
+// events it says the hub refused, and the rejected ranges their headers
+// reported.
+func (u *Uplink) answeredOK(a *wirepb.Ack, fs []*flight, now time.Time) {
+	u.refusedInAck(a, fs, now)
+	for _, f := range fs {
+		if f.reports > 0 {
+			u.reported(f.reports)
+		}
+	}
 }
 
 // answered returns the batches in flight that ack a answers and that were

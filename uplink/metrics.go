@@ -27,6 +27,7 @@ type Metrics struct {
 	EventsAcked      prometheus.Counter
 	Rejected         *prometheus.CounterVec // by reason
 	AcksIgnored      *prometheus.CounterVec // by why: malformed, foreign_stream, unmatched, bad_status
+	GapEvents        *prometheus.CounterVec // events the hub did not apply, by reason: refused:<reason>, rejected:<reason>
 	RetimeErrors     prometheus.Counter
 	CodecFallbacks   prometheus.Counter
 	InFlight         prometheus.Gauge
@@ -56,6 +57,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		EventsAcked: c("events_acked_total", "Events whose batch the hub answered (any status)."),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "uplink", Name: "rejected_batches_total",
 			Help: "Batches the hub rejected, by reason (first word of the hub's reason)."}, []string{"reason"}),
+		GapEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "uplink", Name: "gap_events_total",
+			Help: "Events the hub answered for without applying them, recorded as gaps: refused:<reason> (refused one by one, the rest of the batch applied) or rejected:<reason> (the batch rejected whole; reported to the hub in later batches)."}, []string{"reason"}),
 		AcksIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "uplink", Name: "acks_ignored_total",
 			Help: "Messages on the ack topic that acknowledged nothing, by why."}, []string{"why"}),
 		RetimeErrors:    c("retime_errors_total", "Events sent as stored because the Retime hook failed."),
@@ -72,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return m, nil
 	}
 	for _, col := range []prometheus.Collector{m.BatchesPublished, m.EventsPublished, m.BatchesAsStored, m.BytesSent, m.BatchesResent, m.BatchesAcked,
-		m.EventsAcked, m.Rejected, m.AcksIgnored, m.RetimeErrors, m.CodecFallbacks, m.InFlight, m.Connected, m.Reconnects, m.ConnectFailures, m.AckLatency} {
+		m.EventsAcked, m.Rejected, m.GapEvents, m.AcksIgnored, m.RetimeErrors, m.CodecFallbacks, m.InFlight, m.Connected, m.Reconnects, m.ConnectFailures, m.AckLatency} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -18,6 +18,9 @@ type verdict struct {
 	reject string        // non-empty: answer REJECTED with this reason
 	dups   int           // extra copies of the answer
 	delay  time.Duration // answer this much later
+	// refused: answer OK naming these events refused, as a hub that
+	// refuses events one by one does.
+	refused []*wirepb.Gap
 }
 
 // responder stands in for the hub in tests: a paho client that subscribes
@@ -219,6 +222,12 @@ func (r *responder) handle(m mqtt.Message) *heldAck {
 		a.Status, a.Reason = wirepb.AckStatus_ACK_STATUS_REJECTED, v.reject
 	case !fresh:
 		a.Status = wirepb.AckStatus_ACK_STATUS_DUPLICATE
+	}
+	if v.reject == "" && len(v.refused) > 0 {
+		a.Refused = v.refused
+		for _, g := range v.refused {
+			a.RefusedEvents += g.LastSeq - g.FirstSeq + 1
+		}
 	}
 	return &heldAck{device: device, ack: a, v: v, covered: key}
 }

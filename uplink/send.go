@@ -196,7 +196,7 @@ func (u *Uplink) frameBatches(n int, rangeOf func(i int) (first, last uint64), f
 		}
 		u.next = last + 1
 		u.draining = stats.Next > u.next
-		fs = append(fs, &flight{first: first, last: last, payload: payload, queued: true})
+		fs = append(fs, &flight{first: first, last: last, payload: payload, queued: true, reports: u.reportsUpTo(first)})
 	}
 	return fs, nil
 }
@@ -254,6 +254,11 @@ func (u *Uplink) batchHeader(stats buffer.Stats) *wirepb.Batch {
 		RangeAcks: true,
 	}
 	for _, g := range u.st.Gaps() {
+		hdr.Gaps = append(hdr.Gaps, &wirepb.Gap{FirstSeq: g.First, LastSeq: g.Last, Reason: g.Reason})
+	}
+	// Batches the hub rejected whole, reported as the buffer's drops are
+	// (gaps.go).
+	for _, g := range u.unreported {
 		hdr.Gaps = append(hdr.Gaps, &wirepb.Gap{FirstSeq: g.First, LastSeq: g.Last, Reason: g.Reason})
 	}
 	if u.opts.Clock != nil {

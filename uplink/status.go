@@ -39,6 +39,8 @@ type Status struct {
 	LastAck time.Time `json:"last_ack,omitzero"`
 	// Backlog is what the buffer still holds for the hub (in flight included).
 	Backlog Backlog `json:"backlog"`
+	// Gaps are the events the hub answered for without applying them.
+	Gaps GapStatus `json:"gaps"`
 }
 
 // Backlog is what a stream still holds for the hub.
@@ -53,6 +55,7 @@ type Backlog struct {
 func (u *Uplink) Status() Status {
 	u.mu.Lock()
 	s := u.snap
+	s.Gaps.Recent = append([]GapRecord(nil), s.Gaps.Recent...)
 	u.mu.Unlock()
 	st := u.st.Stats()
 	s.Backlog = Backlog{Events: st.Depth, Bytes: st.Bytes, Gaps: st.Gaps}

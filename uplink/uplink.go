@@ -70,6 +70,12 @@ type Uplink struct {
 	everUp    bool
 	rejLog    lograte.Limiter
 	warnLog   lograte.Limiter
+	// answeredTo is the prefix of the stream the hub has answered;
+	// bufAcked what the buffer was last told to free; unreported the
+	// batches the hub rejected whole that no answered batch has reported
+	// yet, ascending (gaps.go).
+	answeredTo, bufAcked uint64
+	unreported           []buffer.Gap
 
 	mu   sync.Mutex
 	snap Status
@@ -192,6 +198,7 @@ func offerAck(ch chan uint64, upTo uint64) {
 // position in the buffer.
 func (u *Uplink) loop(ctx context.Context, acks chan uint64) error {
 	u.next = u.st.Stats().Acked + 1
+	u.answeredTo, u.bufAcked = u.next-1, u.next-1
 	if u.opts.BandwidthBytesPerSec > 0 {
 		u.bw = newBucket(u.opts.BandwidthBytesPerSec, u.opts.MaxBatchBytes+4096, time.Now())
 	}

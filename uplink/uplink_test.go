@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -159,8 +160,14 @@ func TestRejectedBatchesDoNotBlock(t *testing.T) {
 	appendEvents(t, st, 2000, 1000)
 	u := newUplink(t, st, url, nil)
 	runUplink(t, u)
-	waitFor(t, 20*time.Second, "all acked", func() bool { return st.Stats().Acked == 2000 })
-	r.check(t, 2000)
+	// A rejected range is a gap the uplink reports to the hub in the
+	// batches it sends next; until one of them is answered the buffer
+	// keeps the range (a restart sends it again rather than lose the
+	// report), so the events after it are what frees it.
+	waitFor(t, 20*time.Second, "both rejections recorded", func() bool { return u.Status().Gaps.Ranges == 2 })
+	appendEvents(t, st, 500, 500)
+	waitFor(t, 20*time.Second, "all acked", func() bool { return st.Stats().Acked == 2500 })
+	r.check(t, 2500)
 	for reason, want := range map[string]float64{"bad_time": 1, "too_fragmented": 1} {
 		if got := value(u.m.Rejected.WithLabelValues(reason)); got != want {
 			t.Errorf("rejected{reason=%s} = %v, want %v", reason, got, want)
@@ -168,6 +175,22 @@ func TestRejectedBatchesDoNotBlock(t *testing.T) {
 	}
 	if got := value(u.m.BatchesAcked.WithLabelValues("rejected")); got != 2 {
 		t.Errorf("batches acked rejected = %v, want 2", got)
+	}
+	gs := u.Status().Gaps
+	if gs.Unreported != 0 || len(gs.Recent) != 2 || gs.Recent[0].First != 1 || gs.Recent[0].Reason != "rejected:bad_time" ||
+		gs.Recent[1].First != 1501 || gs.Recent[1].Last != 2000 || gs.Recent[1].Reason != "rejected:too_fragmented" || gs.Events != 500+gs.Recent[0].Last {
+		t.Fatalf("gap status %+v", gs)
+	}
+	if got := value(u.m.GapEvents.WithLabelValues("rejected:bad_time")); got != float64(gs.Recent[0].Last) {
+		t.Errorf("gap_events{rejected:bad_time} = %v", got)
+	}
+	// The hub heard of both ranges, in the gaps of later batches.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, want := range [][2]uint64{{1, gs.Recent[0].Last}, {1501, 2000}} {
+		if !slices.Contains(r.gaps, want) {
+			t.Errorf("gap %v never reported; reported %v", want, r.gaps)
+		}
 	}
 }
 
@@ -348,5 +371,33 @@ func TestLastWill(t *testing.T) {
 	waitFor(t, 10*time.Second, "the will, then online again", func() bool { return seen(true, false, true) })
 	if s := u.Status(); s.Reconnects != 1 {
 		t.Fatalf("reconnects %d, want 1", s.Reconnects)
+	}
+}
+
+// TestRefusedEventsRecorded: an OK answer that names events the hub
+// refused frees the batch (the hub applied the rest and recorded them)
+// and records them as gaps with their reason, in the status and metrics.
+func TestRefusedEventsRecorded(t *testing.T) {
+	url := startMochi(t)
+	_, st := openStream(t, "dev-refused")
+	r := newResponder(t, url, func(b *wirepb.Batch, arrival int) verdict {
+		if b.FirstSeq == 1 {
+			return verdict{refused: []*wirepb.Gap{{FirstSeq: 3, LastSeq: 4, Reason: "bad_value"}, {FirstSeq: 9, LastSeq: 9, Reason: "bad_time"},
+				{FirstSeq: 1 << 40, LastSeq: 1 << 41, Reason: "bad_time"}}} // outside the batch: ignored
+		}
+		return verdict{}
+	})
+	appendEvents(t, st, 1000, 1000)
+	u := newUplink(t, st, url, nil)
+	runUplink(t, u)
+	waitFor(t, 20*time.Second, "all acked", func() bool { return st.Stats().Acked == 1000 })
+	r.check(t, 1000)
+	gs := u.Status().Gaps
+	if gs.Ranges != 2 || gs.Events != 3 || gs.Unreported != 0 || gs.Recent[0] != (GapRecord{3, 4, "refused:bad_value", gs.Recent[0].At}) ||
+		gs.Recent[1] != (GapRecord{9, 9, "refused:bad_time", gs.Recent[1].At}) {
+		t.Fatalf("gap status %+v", gs)
+	}
+	if got := value(u.m.GapEvents.WithLabelValues("refused:bad_value")); got != 2 {
+		t.Errorf("gap_events{refused:bad_value} = %v", got)
 	}
 }

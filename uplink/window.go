@@ -15,6 +15,9 @@ type flight struct {
 	deadline    time.Time // resend after this unless answered
 	sends       int       // publishes so far
 	done        bool      // answered by the hub, waiting for older batches
+	// reports is the last rejected range the batch's header reports
+	// (0: none); its answer means the hub has heard of them (gaps.go).
+	reports uint64
 }
 
 func (f *flight) events() int { return int(f.last - f.first + 1) }

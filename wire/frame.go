@@ -530,7 +530,8 @@ func DecodeStatus(payload []byte, lim Limits) (*wirepb.Status, error) {
 // they never legitimately approach it.
 const smallMax = 4 << 10
 
-// decodeSmall decodes a message with no repeated fields; the 4 KiB cap on
+// decodeSmall decodes a small message (an ack's refused ranges are its
+// only repeated field, at most 32 of them from a hub); the 4 KiB cap on
 // its body bounds everything the parser can allocate.
 func decodeSmall(kind MsgKind, payload []byte, lim Limits, m proto.Message) error {
 	lim = lim.withDefaults()
