@@ -9,9 +9,14 @@
 //
 // POST /v1/events takes a JSON array or NDJSON of
 // {"metric","value","ts"?,"tags"?}; ts is RFC 3339 or Unix milliseconds
-// and defaults to the capture time. A request is parsed whole before
-// anything is stored: one bad event makes it a 400 that names the line (or
-// array element) and the reason, and nothing of it is taken. The good
+// and defaults to the capture time (a ts given, even 0001-01-01, is the
+// event's own and is checked). A request is parsed and each event stamped
+// and checked with the wire's definition of what the hub accepts
+// (wire.CheckEvent) before anything is stored: one bad event makes it a
+// 400 that names the line (or array element), the field and the reason,
+// and nothing of it is taken. So a 2xx means the hub applies every event
+// of the request. Strings must be valid UTF-8 (raw, or as \u escapes):
+// encoding/json would silently store U+FFFD in their place. The good
 // request is one buffer Append, answered with its sequence range once the
 // events are as durable as Options.Buffer.Durability promises (the append
 // waits for the interval sync).
@@ -19,7 +24,14 @@
 // UDP takes InfluxDB line protocol, one datagram holding one or more
 // lines. Each numeric field becomes one event named measurement.field (or
 // just measurement for a field called "value"); string fields are skipped.
-// Bad lines are counted and logged at most once per Options.LogEvery.
+// A line that does not parse, or that the hub would refuse, is dropped
+// alone; both are counted (edgeflow_agent_refused_events_total by reason)
+// and logged at most once per Options.LogEvery.
+//
+// What the hub checks depends on the stamp: a trusted event's corrected
+// time must fall in [2000, 2200); an UNTRUSTED one (the clock not synced)
+// is kept whatever its time, so the agent takes it, and sends it
+// untrusted if repair would give a time the hub refuses.
 //
 // # Time
 //

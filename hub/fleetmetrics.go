@@ -30,7 +30,7 @@ func newFleetCollector(reg *registry, now func() time.Time) *fleetCollector {
 		oldest: prometheus.NewDesc(name("fleet_backlog_oldest_seconds"),
 			"Age of the oldest unsent event any device reported (device time corrected by the device's clock offset); 0 when no device reports a backlog.", nil, nil),
 		backlogged: prometheus.NewDesc(name("devices_backlogged"), "Devices whose oldest unsent event is older than the label's age.", []string{"over"}, nil),
-		gaps:       prometheus.NewDesc(name("gap_events"), "Events the agents reported dropped (buffer bounds, corruption) and will never send, over all streams.", nil, nil),
+		gaps:       prometheus.NewDesc(name("gap_events"), "Events lost for good, over all streams: reported dropped by the agents (buffer bounds, corruption, batches rejected whole) or refused one by one by the hub.", nil, nil),
 	}
 }
 
