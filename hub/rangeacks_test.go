@@ -23,11 +23,16 @@ func TestAckRoundMerges(t *testing.T) {
 	}
 	dup := func(p *pending) *pending { p.dup = true; return p }
 	rej := func(p *pending) *pending { p.rej = &Rejection{ReasonTime, "event 3 is stamped 2301"}; return p }
+	// An ack naming refused events answers its batch alone.
+	refused := func(p *pending) *pending {
+		p.refused = []*wirepb.Gap{{FirstSeq: p.first, LastSeq: p.first, Reason: "bad_value"}}
+		return p
+	}
 	var r ackRound
 	r.add(s, []*pending{
 		batch("d1", a, 1, 10, true), batch("d1", a, 21, 30, true), batch("d2", b, 1, 5, true), batch("d1", a, 11, 20, true),
 		dup(batch("d2", b, 6, 9, true)),
-		batch("d2", b, 10, 12, true),
+		batch("d2", b, 10, 12, true), refused(batch("d2", b, 13, 15, true)), batch("d2", b, 16, 20, true),
 		rej(batch("d1", a, 31, 40, true)),
 		batch("d1", a, 41, 50, true),
 		batch("d1", a, 61, 70, true),
@@ -38,7 +43,7 @@ func TestAckRoundMerges(t *testing.T) {
 	r.add(s, []*pending{batch("d1", a, 71, 80, true)})
 	want := []string{ // by device, then sequence number
 		"d1 1-30 OK", "d1 31-40 REJECTED", "d1 41-50 OK", "d1 61-80 OK",
-		"d2 1-5 OK", "d2 6-9 DUPLICATE", "d2 10-12 OK",
+		"d2 1-5 OK", "d2 6-9 DUPLICATE", "d2 10-12 OK", "d2 13-15 OK", "d2 16-20 OK",
 		"d3 1-10 OK", "d3 11-20 OK", "d3 21-40 DUPLICATE",
 	}
 	msgs := r.messages(s)
@@ -57,8 +62,8 @@ func TestAckRoundMerges(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("acks\n%q\nwant\n%q", got, want)
 	}
-	if len(r.arrived) != 14 {
-		t.Fatalf("%d arrivals for the ack latency, want one per batch (14)", len(r.arrived))
+	if len(r.arrived) != 16 {
+		t.Fatalf("%d arrivals for the ack latency, want one per batch (16)", len(r.arrived))
 	}
 }
 
