@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"fmt"
 	"math"
 	"slices"
 
@@ -106,24 +105,6 @@ func (v *batchView) refuse(i int, f wire.Fault) {
 		return
 	}
 	v.refused = append(v.refused, refusedRun{lo: i, hi: i, fault: f})
-}
-
-// refusedCount is how many events of the batch the hub refuses.
-func (v *batchView) refusedCount() int {
-	n := 0
-	for _, r := range v.refused {
-		n += r.hi - r.lo + 1
-	}
-	return n
-}
-
-// describeRefused names the first refused event and why, for logs.
-func (v *batchView) describeRefused() string {
-	if len(v.refused) == 0 {
-		return ""
-	}
-	r := v.refused[0]
-	return fmt.Sprintf("%d events refused; the first, event %d (seq %d): %s (%s)", v.refusedCount(), r.lo, v.firstSeq+uint64(r.lo), r.fault.Reason(), r.fault.Field())
 }
 
 // columnsValid reports whether every event of a columnar batch passes
