@@ -36,6 +36,7 @@ func FuzzAckHandler(f *testing.F) {
 	f.Add(seed(&wirepb.Ack{StreamId: sid[:], FirstSeq: 1, LastSeq: 20, Status: wirepb.AckStatus_ACK_STATUS_REJECTED, Reason: "x"}))
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		u.win = window{}
+		u.unreported, u.answeredTo, u.bufAcked = nil, 0, 0
 		for _, r := range [][2]uint64{{1, 10}, {11, 20}, {21, 40}} {
 			u.win.push(&flight{first: r[0], last: r[1], sends: 1, sent: time.Now()})
 		}
@@ -56,6 +57,14 @@ func FuzzAckHandler(f *testing.F) {
 		run := err == nil && a.FirstSeq == 1 && (a.LastSeq == 20 || a.LastSeq == 40) &&
 			(a.Status == wirepb.AckStatus_ACK_STATUS_OK || a.Status == wirepb.AckStatus_ACK_STATUS_DUPLICATE)
 		legit := err == nil && bytes.Equal(a.StreamId, sid[:]) && (exact || run)
+		if legit && a.Status == wirepb.AckStatus_ACK_STATUS_REJECTED {
+			// A batch rejected whole frees nothing until a later batch has
+			// reported its range to the hub (gaps.go): it is recorded.
+			if ok || len(u.unreported) != 1 || u.unreported[0].First != 1 || u.unreported[0].Last != 10 {
+				t.Fatalf("rejection of 1..10: acked %v through %d, unreported %v", ok, upTo, u.unreported)
+			}
+			return
+		}
 		switch {
 		case ok && !legit:
 			t.Fatalf("payload %x would ack the buffer through %d", payload, upTo)
