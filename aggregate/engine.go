@@ -193,7 +193,10 @@ func (e *Engine) applyEvents(b *Batch, si uint32) {
 			prev = ev
 		}
 		if !e.roomFor(id, bk) {
+			// The stream's watermark still moves: windows then become
+			// final and their partials can leave memory to make room.
 			e.hold(b, si, ev, e.entryKey(ev), true)
+			e.advanceStream(st, ev.Time, capT)
 			continue
 		}
 		if !e.addEvent(id, bk, ev, si, b.Seq, lim) {
