@@ -27,9 +27,10 @@ import (
 // after SIGKILL and restart (checkpoint plus log replay) the quarantine
 // holds the same events, none counted twice.
 //
-// E2E_FUTURE_EVENTS sets the number of events (default 20,000); the test
-// logs hubd's peak RSS, so E2E_FUTURE_EVENTS=500000 measures the memory a
-// device can take this way.
+// E2E_FUTURE_EVENTS sets the number of events (default 20,000) and
+// E2E_QUARANTINE_SIZE hubd's quarantine_size (default: the number of
+// events, so none is dropped); the test logs hubd's peak RSS, so
+// E2E_FUTURE_EVENTS=500000 measures the memory a device can take this way.
 func TestFutureStampedDeviceBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns hubd")
@@ -42,9 +43,17 @@ func TestFutureStampedDeviceBounded(t *testing.T) {
 		}
 		total = n
 	}
+	size := total
+	if s := os.Getenv("E2E_QUARANTINE_SIZE"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 10 {
+			t.Fatalf("E2E_QUARANTINE_SIZE=%q: want at least 10", s)
+		}
+		size = min(n, total)
+	}
 	const livePartialsCap = 5000
 	t.Setenv("HUBD_AGGREGATE_MAX_LIVE_PARTIALS", strconv.Itoa(livePartialsCap))
-	t.Setenv("HUBD_AGGREGATE_QUARANTINE_SIZE", strconv.Itoa(total))
+	t.Setenv("HUBD_AGGREGATE_QUARANTINE_SIZE", strconv.Itoa(size))
 	t.Setenv("HUBD_TICK_INTERVAL", "100ms")
 	h := startHub(t, filepath.Join(t.TempDir(), "hub"), "")
 	c := paho.NewClient(paho.NewClientOptions().AddBroker(h.brokerURL).SetClientID("e2e-future").SetCleanSession(true))
@@ -84,7 +93,7 @@ func TestFutureStampedDeviceBounded(t *testing.T) {
 	if live := metricValue(t, h, "edgeflow_aggregate_live_partials"); live >= livePartialsCap {
 		t.Fatalf("%v live partials after %d future-stamped events of one device: want them quarantined, below max_live_partials=%d", live, total, livePartialsCap)
 	}
-	checkQuarantine(t, h, dev, total)
+	checkQuarantine(t, h, dev, total, size)
 	q := fmt.Sprintf("/v1/aggregates?metric=temp&window=tumbling:1m&from=%s&to=%s",
 		y2030.Add(-time.Hour).Format(time.RFC3339), y2031.Add(365*24*time.Hour).Format(time.RFC3339))
 	var ag struct{ Windows []aggWindow }
@@ -98,15 +107,16 @@ func TestFutureStampedDeviceBounded(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond) // let a checkpoint (every 2 s) cover part of the log
 	h.kill()
 	h.start()
-	checkQuarantine(t, h, dev, total)
+	checkQuarantine(t, h, dev, total, size)
 	if live := metricValue(t, h, "edgeflow_aggregate_live_partials"); live >= livePartialsCap {
 		t.Fatalf("%v live partials after restart", live)
 	}
 }
 
-// checkQuarantine checks that hubd holds every one of the device's total
-// events in its quarantine, once, by its endpoint and its metrics.
-func checkQuarantine(t *testing.T, h *hubProc, dev string, total int) {
+// checkQuarantine checks, by hubd's endpoint and metrics, that it counted
+// each of the device's total events once as quarantined, holds size of
+// them (the nearest) and dropped the rest.
+func checkQuarantine(t *testing.T, h *hubProc, dev string, total, size int) {
 	t.Helper()
 	var r struct {
 		Events []struct {
@@ -121,15 +131,18 @@ func checkQuarantine(t *testing.T, h *hubProc, dev string, total int) {
 	if err := json.Unmarshal(get(t, h, "/v1/quarantine?limit=10&device="+dev), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Held != total || r.Quarantined != uint64(total) || r.Dropped != 0 || len(r.Events) != 10 {
-		t.Fatalf("quarantine: held %d, quarantined %d, dropped %d, %d events listed; want %d held and quarantined",
-			r.Held, r.Quarantined, r.Dropped, len(r.Events), total)
+	if r.Held != size || r.Quarantined != uint64(total) || r.Dropped != uint64(total-size) || len(r.Events) != 10 {
+		t.Fatalf("quarantine: held %d, quarantined %d, dropped %d, %d events listed; want %d held, %d quarantined, %d dropped",
+			r.Held, r.Quarantined, r.Dropped, len(r.Events), size, total, total-size)
 	}
 	if e := r.Events[0]; e.Device != dev || e.Metric != "temp" || e.Reason != "future" || e.Seq != 1 || !strings.HasPrefix(e.Time, "2030-") {
 		t.Fatalf("first quarantined event %+v", e)
 	}
-	if m := metricValue(t, h, "edgeflow_aggregate_quarantine_events"); m != float64(total) {
-		t.Fatalf("edgeflow_aggregate_quarantine_events %v, want %d", m, total)
+	if m := metricValue(t, h, "edgeflow_aggregate_quarantine_events"); m != float64(size) {
+		t.Fatalf("edgeflow_aggregate_quarantine_events %v, want %d", m, size)
+	}
+	if m := metricValue(t, h, "edgeflow_aggregate_quarantine_dropped_events_total"); m != float64(total-size) {
+		t.Fatalf("edgeflow_aggregate_quarantine_dropped_events_total %v, want %d", m, total-size)
 	}
 	if m := metricValue(t, h, "edgeflow_aggregate_quarantined_events_total"); m != float64(total) {
 		t.Fatalf("edgeflow_aggregate_quarantined_events_total %v, want %d", m, total)
