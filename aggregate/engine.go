@@ -1,7 +1,6 @@
 package aggregate
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -26,11 +25,22 @@ type Engine struct {
 	stats    counters
 	merged   mergedStream
 	lateLog  ring[lateRec]
-	notes    notifier
-	subs     subscribers
-	cache    *partCache
-	tiers    []tier // storage tiers; tiers[0] is the base resolution
-	maint    maintenance
+	// quarantine holds events kept out of windows until they may enter.
+	quarantine quarantine
+	// live counts the partials held in memory (for max_live_partials).
+	live int
+	// capTried and capFinal: at hub watermark capFinal, roomFor found only
+	// partials of windows that are not final live at the cap (no more can
+	// be freed before the watermark moves).
+	capTried bool
+	capFinal int64
+	// notice gathers what the current Apply or Tick held back or dropped.
+	notice notice
+	notes  notifier
+	subs   subscribers
+	cache  *partCache
+	tiers  []tier // storage tiers; tiers[0] is the base resolution
+	maint  maintenance
 	// coarseGuard passes a downsampled partial's Seq from partialFor to
 	// addEvent (Apply's goroutine only).
 	coarseGuard uint64
@@ -45,6 +55,11 @@ type counters struct {
 	seriesDropped, replaySkipped, forced, storeErrors uint64
 	evicted, reloaded                                 uint64
 	downsampled, retentionDeleted, pressureEvicted    uint64
+	// quarantined: events held for being beyond future_horizon;
+	// heldPartials: held because max_live_partials were live.
+	quarantined, heldPartials             uint64
+	quarantineReleased, quarantineDropped uint64
+	deviceSeriesDropped                   uint64
 }
 
 // New returns an engine with opt (defaults filled in, then validated).
@@ -59,13 +74,14 @@ func New(opt Options) (*Engine, error) {
 	}
 	e := &Engine{
 		opt: opt, res: int64(opt.Resolution), sks: sks,
-		series:   newSeriesTable(opt.TagKeys, opt.MaxSeries, opt.MaxTagsPerEvent),
-		streamIx: map[streamKey]uint32{},
-		clk:      newClockState(),
-		lateLog:  newRing[lateRec](opt.LateLogSize),
-		cache:    newPartCache(opt.QueryCachePartials),
-		tiers:    newTiers(opt),
-		maint:    newMaintenance(opt),
+		series:     newSeriesTable(opt.TagKeys, opt.MaxSeries, opt.MaxSeriesPerDevice, opt.MaxTagsPerEvent),
+		streamIx:   map[streamKey]uint32{},
+		clk:        newClockState(),
+		lateLog:    newRing[lateRec](opt.LateLogSize),
+		quarantine: newQuarantine(opt.QuarantineSize),
+		cache:      newPartCache(opt.QueryCachePartials),
+		tiers:      newTiers(opt),
+		maint:      newMaintenance(opt),
 	}
 	e.windows = configuredWindows(opt)
 	if !opt.DisableMergedStream {
@@ -77,37 +93,49 @@ func New(opt Options) (*Engine, error) {
 // Options returns the engine's options with defaults filled in.
 func (e *Engine) Options() Options { return e.opt }
 
-// Apply applies one batch. Events of a new series beyond MaxSeries are
-// dropped and reported with an error wrapping ErrSeriesLimit; the rest of
-// the batch is applied regardless. Untrusted, non-finite and too-late
-// events are counted (see Stats), not errors.
+// Apply applies one batch. The rest of the batch is applied whatever
+// happens to some of its events; the error (joined, one per cause) says
+// which were dropped: events of a new series beyond MaxSeries or
+// MaxSeriesPerDevice (ErrSeriesLimit), and held events a full quarantine
+// dropped (ErrQuarantineFull). Events beyond FutureHorizon, and events
+// that need a partial while MaxLivePartials are live, are held in the
+// quarantine and enter their windows later: counted, and described by
+// Held, not errors. Untrusted, non-finite and too-late events are counted
+// (see Stats), not errors.
 func (e *Engine) Apply(b *Batch) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.applies++
+	e.notice = notice{device: b.Device}
 	e.clk.advance(b.ServerTime)
+	e.releaseQuarantined(b.Seq)
 	si := e.streamFor(b.Device, b.Stream)
 	e.streams[si].backlog = b.Backlog
-	dropped := e.applyEvents(b, si)
+	e.applyEvents(b, si)
 	e.maybeRecompute(false)
 	e.flushNotes()
-	if dropped > 0 {
-		return fmt.Errorf("%w: %d events of new series from device %q dropped (max_series=%d)",
-			ErrSeriesLimit, dropped, b.Device, e.opt.MaxSeries)
-	}
-	return nil
+	return e.notice.err(e)
 }
 
 // Tick advances processing time to the injected clock's now and
 // recomputes the hub watermark, so idle streams are released (and windows
-// finalised) even when no batch arrives.
-func (e *Engine) Tick() {
+// finalised) even when no batch arrives. It is TickSeq(0).
+func (e *Engine) Tick() { _ = e.TickSeq(0) }
+
+// TickSeq is Tick as the effect of log position seq (see Batch.Seq): held
+// events whose time has come enter their windows, and seq makes that
+// idempotent under log replay. The error is as Apply's, for released
+// events that were dropped.
+func (e *Engine) TickSeq(seq uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.notice = notice{}
 	e.clk.advance(e.opt.Clock().UnixNano())
 	e.maybeRecompute(true)
+	e.releaseQuarantined(seq) // after the watermark moved and evicted final partials
 	e.maintain()
 	e.flushNotes()
+	return e.notice.err(e)
 }
 
 // limits are the bucket thresholds of one Apply: buckets below late are
@@ -132,16 +160,22 @@ func (e *Engine) limits() limits {
 // applyEvents is the hot path: one series lookup per change of series,
 // one partial lookup per event (O(1) for the newest bucket), no
 // allocation unless a series or bucket is new.
-func (e *Engine) applyEvents(b *Batch, si uint32) (dropped int) {
+func (e *Engine) applyEvents(b *Batch, si uint32) {
 	st := &e.streams[si]
 	lim := e.limits()
 	devHash := e.series.deviceHash(b.Device)
 	capT := satAdd(b.ServerTime, int64(e.opt.MaxFutureSkew))
+	entry := e.entryLimit()
 	var prev *Event
 	var id uint32
 	for i := range b.Events {
 		ev := &b.Events[i]
 		if !e.admit(ev) {
+			continue
+		}
+		if key := e.entryKey(ev); key > entry {
+			e.stats.future++
+			e.hold(b, si, ev, key, false)
 			continue
 		}
 		bk := floorDiv(ev.Time, e.res)
@@ -152,12 +186,18 @@ func (e *Engine) applyEvents(b *Batch, si uint32) (dropped int) {
 		if prev == nil || ev.Metric != prev.Metric || !slices.Equal(ev.Tags, prev.Tags) {
 			var ok bool
 			if id, ok = e.series.lookup(devHash, b.Device, ev.Metric, ev.Tags); !ok {
-				dropped++
-				e.stats.seriesDropped++
+				e.refuseSeries(b.Device)
 				prev = nil
 				continue
 			}
 			prev = ev
+		}
+		if !e.roomFor(id, bk) {
+			// The stream's watermark still moves: windows then become
+			// final and their partials can leave memory to make room.
+			e.hold(b, si, ev, e.entryKey(ev), true)
+			e.advanceStream(st, ev.Time, capT)
+			continue
 		}
 		if !e.addEvent(id, bk, ev, si, b.Seq, lim) {
 			e.logTooLate(b, si, ev, lim.wm) // its bucket is downsampled: it cannot merge in
@@ -171,7 +211,6 @@ func (e *Engine) applyEvents(b *Batch, si uint32) (dropped int) {
 	if len(b.Events) > 0 {
 		st.lastArrival = max(st.lastArrival, b.ServerTime)
 	}
-	return dropped
 }
 
 // admit counts and rejects untrusted and non-finite events.
@@ -232,6 +271,7 @@ func (e *Engine) partialFor(id uint32, bk int64) *partial {
 	if (n == 0 || s.parts[n-1].bucket < bk) && !(s.stored && bk <= s.storedMax) {
 		// newest bucket and never evicted: no store lookup on the hot path
 		s.parts = append(s.parts, partial{})
+		e.live++
 		p := &s.parts[n]
 		p.reset(bk)
 		p.sk = e.sks.get()
@@ -258,6 +298,7 @@ func (e *Engine) olderPartial(id uint32, s *series, bk int64) *partial {
 		p.sk = e.sks.get()
 	}
 	s.parts = insertPart(s.parts, i, p)
+	e.live++
 	return &s.parts[i]
 }
 

@@ -14,8 +14,19 @@ var (
 	// ErrLimit: a query would exceed a configured cap; see *LimitError.
 	ErrLimit = errors.New("aggregate: limit exceeded")
 	// ErrSeriesLimit: events of new series were dropped because
-	// Options.MaxSeries distinct series exist.
+	// Options.MaxSeries distinct series exist, or the device has
+	// Options.MaxSeriesPerDevice.
 	ErrSeriesLimit = errors.New("aggregate: series limit reached")
+	// ErrQuarantined: events further ahead of the hub's time than
+	// Options.FutureHorizon were held in the quarantine (none lost).
+	ErrQuarantined = errors.New("aggregate: events quarantined")
+	// ErrPartialsLimit: events that needed a new partial while
+	// Options.MaxLivePartials partials of windows that are not final were
+	// live were held in the quarantine (none lost).
+	ErrPartialsLimit = errors.New("aggregate: live partials limit reached")
+	// ErrQuarantineFull: the quarantine was full (Options.QuarantineSize)
+	// and dropped the events that would have waited longest.
+	ErrQuarantineFull = errors.New("aggregate: quarantine full")
 	// ErrOffsetTooOld: a reader asked for an offset that has left the
 	// bounded buffer; it must restart from the returned oldest offset.
 	ErrOffsetTooOld = errors.New("aggregate: offset too old")

@@ -32,11 +32,16 @@ type LateEvent struct {
 }
 
 func (e *Engine) logTooLate(b *Batch, si uint32, ev *Event, wm int64) {
+	e.logTooLateAt(b.ServerTime, si, ev, wm)
+}
+
+// logTooLateAt is logTooLate for an event whose batch arrived at arrived.
+func (e *Engine) logTooLateAt(arrived int64, si uint32, ev *Event, wm int64) {
 	e.stats.tooLate++
 	e.lateLog.push(lateRec{
 		stream: si, seq: ev.Seq, metric: ev.Metric,
 		tags:  slices.Clone(e.series.canonical(ev.Tags)),
-		value: ev.Value, t: ev.Time, arrived: b.ServerTime, wmAt: wm,
+		value: ev.Value, t: ev.Time, arrived: arrived, wmAt: wm,
 	})
 }
 

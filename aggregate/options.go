@@ -26,6 +26,19 @@ type Options struct {
 	// plus this much; events beyond it are counted as future-stamped but
 	// still aggregated. Default 1m.
 	MaxFutureSkew time.Duration `yaml:"max_future_skew" mapstructure:"max_future_skew"`
+	// FutureHorizon is how far ahead of the hub's processing time an event
+	// may be and still enter its window: an event whose time minus its
+	// uncertainty (credited up to FutureHorizon) is later than processing
+	// time plus FutureHorizon goes to the quarantine instead, and enters
+	// its window once processing time reaches it. It bounds the windows a
+	// device with a wrong clock can open ahead of the present. At least
+	// max_future_skew. Default 1h (or max_future_skew, when longer).
+	FutureHorizon time.Duration `yaml:"future_horizon" mapstructure:"future_horizon"`
+	// QuarantineSize is how many events the quarantine holds (events beyond
+	// future_horizon, and events held back by max_live_partials); when it
+	// is full, the event furthest ahead is dropped and counted. Default
+	// 100,000.
+	QuarantineSize int `yaml:"quarantine_size" mapstructure:"quarantine_size"`
 	// WatermarkInterval is the processing time between hub watermark
 	// recomputations (each costs one pass over the streams); 1ns means
 	// every Apply. Default 100ms.
@@ -58,11 +71,18 @@ type Options struct {
 	// MaxSeries caps the distinct series (metric, device, tag set); events
 	// of new series beyond it are dropped and counted. Default 1,000,000.
 	MaxSeries int `yaml:"max_series" mapstructure:"max_series"`
+	// MaxSeriesPerDevice caps the distinct series of one device, so that
+	// one device cannot take every series of max_series; events of its new
+	// series beyond it are dropped and counted. Default 100,000.
+	MaxSeriesPerDevice int `yaml:"max_series_per_device" mapstructure:"max_series_per_device"`
 	// MaxLivePartials caps the partials held in memory: past it, final
 	// partials are evicted to Store before evict_after, oldest buckets
 	// first (answers stay the same; late events for them reload them).
-	// Partials of windows that are not final are never evicted. A partial
-	// takes about 0.5 KB with a few distinct values. Default 4,000,000.
+	// Partials of windows that are not final are never evicted: when they
+	// alone fill the cap, an event that needs one more partial waits in
+	// the quarantine (counted) until final partials can make room. A
+	// partial takes about 0.5 KB with a few distinct values. Default
+	// 4,000,000.
 	MaxLivePartials int `yaml:"max_live_partials" mapstructure:"max_live_partials"`
 	// MaxTagsPerEvent caps the tags kept per series. Default 32.
 	MaxTagsPerEvent int `yaml:"max_tags_per_event" mapstructure:"max_tags_per_event"`
@@ -150,6 +170,7 @@ func (o *Options) EnsureDefaults() {
 	def(&o.LateHorizon, 72*time.Hour)
 	def(&o.IdleTimeout, time.Minute)
 	def(&o.MaxFutureSkew, time.Minute)
+	def(&o.FutureHorizon, max(time.Hour, o.MaxFutureSkew))
 	def(&o.WatermarkInterval, 100*time.Millisecond)
 	def(&o.EvictAfter, time.Hour)
 	def(&o.MaxSessionSpan, 24*time.Hour)
@@ -163,6 +184,8 @@ func (o *Options) EnsureDefaults() {
 	defInt(&o.StreamBuffer, 1<<16)
 	defInt(&o.MaxPending, 1<<20)
 	defInt(&o.LateLogSize, 10_000)
+	defInt(&o.QuarantineSize, 100_000)
+	defInt(&o.MaxSeriesPerDevice, 100_000)
 	if o.SketchAccuracy == 0 {
 		o.SketchAccuracy = 0.01
 	}
@@ -183,7 +206,7 @@ func (o *Options) Validate() error {
 		{"resolution", o.Resolution}, {"late_horizon", o.LateHorizon},
 		{"idle_timeout", o.IdleTimeout}, {"max_future_skew", o.MaxFutureSkew},
 		{"watermark_interval", o.WatermarkInterval}, {"evict_after", o.EvictAfter},
-		{"max_session_span", o.MaxSessionSpan},
+		{"max_session_span", o.MaxSessionSpan}, {"future_horizon", o.FutureHorizon},
 	}
 	for _, p := range pos {
 		if p.v <= 0 {
@@ -192,6 +215,9 @@ func (o *Options) Validate() error {
 	}
 	if o.AllowedLateness < 0 {
 		return optErr("allowed_lateness", "must not be negative, got %v", o.AllowedLateness)
+	}
+	if o.FutureHorizon < o.MaxFutureSkew {
+		return optErr("future_horizon", "must be at least max_future_skew %v (events between them enter their windows), got %v", o.MaxFutureSkew, o.FutureHorizon)
 	}
 	if o.Resolution%time.Millisecond != 0 {
 		return optErr("resolution", "must be a whole number of milliseconds, got %v", o.Resolution)
@@ -215,6 +241,7 @@ func (o *Options) validateLimits() error {
 		{"max_query_partials", o.MaxQueryPartials}, {"query_cache_partials", o.QueryCachePartials},
 		{"stream_buffer", o.StreamBuffer},
 		{"max_pending", o.MaxPending}, {"late_log_size", o.LateLogSize},
+		{"quarantine_size", o.QuarantineSize}, {"max_series_per_device", o.MaxSeriesPerDevice},
 	}
 	for _, p := range ints {
 		if p.v <= 0 {

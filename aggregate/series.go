@@ -40,16 +40,32 @@ type seriesTable struct {
 	maxSeries int
 	maxTags   int
 	scratch   []Tag
+	// perDevice counts each device's series, for maxPerDevice.
+	perDevice    map[string]int
+	maxPerDevice int
 }
 
-func newSeriesTable(tagKeys []string, maxSeries, maxTags int) *seriesTable {
+func newSeriesTable(tagKeys []string, maxSeries, maxPerDevice, maxTags int) *seriesTable {
 	keys := slices.Clone(tagKeys)
 	slices.Sort(keys)
 	return &seriesTable{
 		index: map[uint64]uint32{}, metricIdx: map[string]uint32{},
 		seed: maphash.MakeSeed(), tagKeys: slices.Compact(keys),
 		maxSeries: maxSeries, maxTags: maxTags,
+		perDevice: map[string]int{}, maxPerDevice: maxPerDevice,
 	}
+}
+
+// full reports whether the table refuses new series of device, and which
+// cap refuses them (max_series or max_series_per_device).
+func (t *seriesTable) full(device string) (string, bool) {
+	switch {
+	case len(t.list) >= t.maxSeries:
+		return "max_series", true
+	case t.perDevice[device] >= t.maxPerDevice:
+		return "max_series_per_device", true
+	}
+	return "", false
 }
 
 // keep reports whether a tag key identifies series.
@@ -106,7 +122,7 @@ func (t *seriesTable) hash(devHash uint64, metric string, tags []Tag) uint64 {
 func (t *seriesTable) deviceHash(device string) uint64 { return maphash.String(t.seed, device) }
 
 // lookup returns the id of the series, creating it; ok is false when the
-// series is new and the table is full.
+// series is new and the table (or the device's share of it) is full.
 func (t *seriesTable) lookup(devHash uint64, device, metric string, rawTags []Tag) (id uint32, ok bool) {
 	tags := t.canonical(rawTags)
 	h := t.hash(devHash, metric, tags)
@@ -122,7 +138,7 @@ func (t *seriesTable) lookup(devHash uint64, device, metric string, rawTags []Ta
 			id = s.next - 1
 		}
 	}
-	if len(t.list) >= t.maxSeries {
+	if _, full := t.full(device); full {
 		return 0, false
 	}
 	return t.add(h, device, metric, slices.Clone(tags)), true
@@ -138,6 +154,7 @@ func (t *seriesTable) add(h uint64, device, metric string, tags []Tag) uint32 {
 		t.metrics = append(t.metrics, metricInfo{name: metric})
 	}
 	t.metrics[m].series = append(t.metrics[m].series, id)
+	t.perDevice[device]++
 	s := series{hash: h, metric: m, name: metric, device: device, tags: tags}
 	if first, found := t.index[h]; found {
 		s.next = first + 1

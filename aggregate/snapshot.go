@@ -6,9 +6,11 @@ import (
 	"math"
 )
 
+// Snapshot versions: 2 added the quarantine (after the late log); a
+// version 1 snapshot restores with an empty one.
 const (
 	snapshotMagic   = "EFAGG"
-	snapshotVersion = 1
+	snapshotVersion = 2
 )
 
 // Snapshot encodes the engine's whole state (and a Snapshotter store's
@@ -27,6 +29,7 @@ func (e *Engine) Snapshot() ([]byte, error) {
 	e.encodeSeries(enc)
 	e.encodeMerged(enc)
 	e.encodeLateLog(enc)
+	e.encodeQuarantine(enc)
 	e.encodeStore(enc)
 	return enc.b, nil
 }
@@ -55,6 +58,8 @@ func (e *Engine) Restore(snapshot []byte) error {
 	e.series, e.streams, e.streamIx = n.series, n.streams, n.streamIx
 	e.clk, e.applies, e.stats = n.clk, n.applies, n.stats
 	e.merged, e.lateLog, e.windows = n.merged, n.lateLog, n.windows
+	e.quarantine, e.capTried, e.capFinal = n.quarantine, n.capTried, n.capFinal
+	e.live = e.countLive()
 	return nil
 }
 
@@ -83,8 +88,9 @@ func (e *Engine) decode(b []byte) ([]storedEntry, error) {
 		return nil, fmt.Errorf("%w: bad magic", ErrCorruptSnapshot)
 	}
 	d := &decoder{b: b[len(snapshotMagic):]}
-	if v := d.uvarint(); d.err == nil && v != snapshotVersion {
-		return nil, fmt.Errorf("%w: version %d, want %d", ErrIncompatibleSnapshot, v, snapshotVersion)
+	v := d.uvarint()
+	if d.err == nil && (v < 1 || v > snapshotVersion) {
+		return nil, fmt.Errorf("%w: version %d, want 1 to %d", ErrIncompatibleSnapshot, v, snapshotVersion)
 	}
 	res, acc := d.varint(), d.f64()
 	if d.err == nil && (res != e.res || acc != e.opt.SketchAccuracy) {
@@ -96,6 +102,9 @@ func (e *Engine) decode(b []byte) ([]storedEntry, error) {
 	e.decodeSeries(d)
 	e.decodeMerged(d)
 	e.decodeLateLog(d)
+	if v >= 2 {
+		e.decodeQuarantine(d)
+	}
 	store := decodeStore(d)
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("trailing bytes")

@@ -45,6 +45,17 @@ type Stats struct {
 	QueryCachePartials               int
 	// SubscribersDropped counts subscriptions dropped for being slow.
 	SubscribersDropped uint64
+	// Quarantined counts events held in the quarantine for being beyond
+	// future_horizon (they are in FutureStamped too); HeldForPartials those
+	// held because max_live_partials partials were live.
+	// QuarantineReleased counts held events that entered their windows
+	// (or the late log) since; QuarantineDropped those dropped because
+	// the quarantine was full. QuarantineHeld is a gauge.
+	Quarantined, HeldForPartials, QuarantineReleased, QuarantineDropped uint64
+	QuarantineHeld                                                      int
+	// DeviceSeriesDropped counts the events of SeriesDropped refused by
+	// max_series_per_device.
+	DeviceSeriesDropped uint64
 	// Series, Streams, ActiveStreams, LivePartials and Pending are gauges.
 	Series, Streams, ActiveStreams, LivePartials, Pending int
 	// Watermark is the hub watermark (zero before the first);
@@ -67,6 +78,8 @@ func (e *Engine) Stats() Stats {
 		Downsampled: c.downsampled, RetentionDeleted: c.retentionDeleted, PressureEvicted: c.pressureEvicted,
 		Series: len(e.series.list), Streams: len(e.streams), Pending: e.merged.count,
 		StreamNext: e.merged.out.next, LateLogNext: e.lateLog.next,
+		Quarantined: c.quarantined, HeldForPartials: c.heldPartials, QuarantineReleased: c.quarantineReleased,
+		QuarantineDropped: c.quarantineDropped, QuarantineHeld: e.quarantine.len(), DeviceSeriesDropped: c.deviceSeriesDropped,
 	}
 	s.QueryCacheHits, s.QueryCacheMisses, s.QueryCachePartials = e.cache.stats()
 	e.subs.mu.Lock()
@@ -149,7 +162,13 @@ func (c *collector) values() []metricVal {
 		{"late_events_total", "Events merged into already final windows.", ctr, float64(s.Late)},
 		{"too_late_events_total", "Events beyond late_horizon, sent to the late log.", ctr, float64(s.TooLate)},
 		{"future_stamped_events_total", "Events beyond server time + max_future_skew.", ctr, float64(s.FutureStamped)},
-		{"series_dropped_events_total", "Events of new series refused by max_series.", ctr, float64(s.SeriesDropped)},
+		{"series_dropped_events_total", "Events of new series refused by max_series or max_series_per_device.", ctr, float64(s.SeriesDropped)},
+		{"device_series_dropped_events_total", "Events of new series refused by max_series_per_device.", ctr, float64(s.DeviceSeriesDropped)},
+		{"quarantined_events_total", "Events held in the quarantine for being beyond future_horizon.", ctr, float64(s.Quarantined)},
+		{"partials_limit_held_events_total", "Events held in the quarantine because max_live_partials partials were live.", ctr, float64(s.HeldForPartials)},
+		{"quarantine_released_events_total", "Held events that entered their windows (or the late log).", ctr, float64(s.QuarantineReleased)},
+		{"quarantine_dropped_events_total", "Held events dropped because the quarantine was full (quarantine_size).", ctr, float64(s.QuarantineDropped)},
+		{"quarantine_events", "Events held in the quarantine.", g, float64(s.QuarantineHeld)},
 		{"forced_releases_total", "Merged-stream events released early (max_pending).", ctr, float64(s.ForcedReleases)},
 		{"store_errors_total", "Failed partial store reads and writes.", ctr, float64(s.StoreErrors)},
 		{"evicted_partials_total", "Partials moved to the store.", ctr, float64(s.Evicted)},

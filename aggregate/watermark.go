@@ -157,6 +157,7 @@ func (e *Engine) evictBelow(limit int64) (live int) {
 		}
 		live += len(s.parts)
 	}
+	e.live = live
 	return live
 }
 
@@ -173,7 +174,12 @@ func (e *Engine) relieve(live int) {
 	if live <= limit {
 		return
 	}
-	target := limit - limit/8
+	e.relieveTo(live, limit-limit/8)
+}
+
+// relieveTo evicts final partials, oldest buckets first, until at most
+// target of the live ones are left or no final partial is.
+func (e *Engine) relieveTo(live, target int) {
 	final := floorDiv(e.clk.final-int64(e.opt.AllowedLateness), e.res) // buckets below it are final
 	lo := final
 	for i := range e.series.list {

@@ -28,8 +28,8 @@ type aggregates struct {
 	eng   *aggregate.Engine
 	store *badgerPartials
 	log   *slog.Logger
-	rate  rateLog
-	now   time.Time // processing time of the tick being applied (engine's Clock)
+	rates map[error]*rateLog // one rate-limited log line per kind of held or dropped events
+	now   time.Time          // processing time of the tick being applied (engine's Clock)
 	evs   []aggregate.Event
 	tags  []aggregate.Tag
 }
@@ -37,7 +37,10 @@ type aggregates struct {
 // newAggregates builds the engine with the Badger store (bound later) and
 // a clock that only logged ticks move.
 func newAggregates(opt aggregate.Options, log *slog.Logger, now func() time.Time) (*aggregates, error) {
-	a := &aggregates{store: newBadgerPartials(), log: log, rate: rateLog{lim: lograte.Limiter{Every: time.Minute}, now: now}}
+	a := &aggregates{store: newBadgerPartials(), log: log, rates: map[error]*rateLog{}}
+	for _, kind := range []error{nil, aggregate.ErrSeriesLimit, aggregate.ErrQuarantineFull, aggregate.ErrQuarantined, aggregate.ErrPartialsLimit} {
+		a.rates[kind] = &rateLog{lim: lograte.Limiter{Every: time.Minute}, now: now}
+	}
 	opt.Store = a.store
 	opt.Clock = func() time.Time { return a.now }
 	eng, err := aggregate.New(opt)
@@ -69,10 +72,38 @@ func (a *aggregates) Apply(b *AppliedBatch) {
 	}
 	ab := aggregate.Batch{Seq: b.WALSeq, Device: b.Device, Stream: aggregate.StreamID(b.Stream),
 		ServerTime: b.ServerTime.UnixNano(), Backlog: draining(b), Events: a.evs}
-	if err := a.eng.Apply(&ab); err != nil {
-		a.rate.log(a.log, "aggregate", b.Device, "events dropped by the aggregate engine", err)
-	}
+	a.report(b.Device, a.eng.Apply(&ab))
+	a.report(b.Device, a.eng.Held())
 	a.flush()
+}
+
+// heldMessages are the log lines of the engine's errors, by sentinel.
+var heldMessages = map[error]string{
+	nil:                         "events dropped by the aggregate engine",
+	aggregate.ErrSeriesLimit:    "events of new series dropped by the aggregate engine: series limit reached",
+	aggregate.ErrQuarantineFull: "held events dropped: the aggregate quarantine is full",
+	aggregate.ErrQuarantined:    "future-stamped events held in the aggregate quarantine",
+	aggregate.ErrPartialsLimit:  "events held in the aggregate quarantine: max_live_partials reached",
+}
+
+// report logs each cause joined in err, at most once a minute per cause.
+func (a *aggregates) report(device string, err error) {
+	if err == nil {
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var kind error
+		for k := range heldMessages {
+			if k != nil && errors.Is(e, k) {
+				kind = k
+			}
+		}
+		a.rates[kind].log(a.log, "aggregate", device, heldMessages[kind], e)
+	}
 }
 
 // drainingBacklogAge is how old (by the device's own clock, at send time)
@@ -93,15 +124,20 @@ func draining(b *AppliedBatch) bool {
 }
 
 // Tick implements Ticker.
-func (a *aggregates) Tick(now time.Time) {
+func (a *aggregates) Tick(now time.Time) { a.TickAt(now, 0) }
+
+// TickAt implements seqTicker: held events released by the tick carry its
+// log position, so a replay skips those a stored partial already holds.
+func (a *aggregates) TickAt(now time.Time, walSeq uint64) {
 	a.now = now
-	a.eng.Tick()
+	a.report("", a.eng.TickSeq(walSeq))
+	a.report("", a.eng.Held())
 	a.flush()
 }
 
 func (a *aggregates) flush() {
 	if err := a.store.flush(); err != nil {
-		a.rate.log(a.log, "aggregate", "", "writing evicted partials failed; they stay in memory and are retried", err)
+		a.rates[nil].log(a.log, "aggregate", "", "writing evicted partials failed; they stay in memory and are retried", err)
 	}
 }
 

@@ -23,6 +23,7 @@ func (s *Server) registerQueryAPI(mux *http.ServeMux) {
 	}
 	mux.HandleFunc("GET /v1/aggregates", s.whenRecovered(s.serveAggregates))
 	mux.HandleFunc("GET /v1/late", s.whenRecovered(s.serveLate))
+	mux.HandleFunc("GET /v1/quarantine", s.whenRecovered(s.serveQuarantine))
 	mux.HandleFunc("GET /v1/stream", s.whenRecovered(s.serveStream))
 	mux.HandleFunc("GET /v1/events", s.whenRecovered(s.serveEvents))
 	mux.HandleFunc("GET /v1/partials", s.whenRecovered(s.servePartials))

@@ -63,7 +63,7 @@ func (a *applier) applyEntry(e *walEntry, v *batchView) error {
 		a.reg.applyBatch(e, v)
 		a.feedConsumers(e, v)
 	case entryTick:
-		a.tickConsumers(time.Unix(0, e.serverTimeNs))
+		a.tickConsumers(time.Unix(0, e.serverTimeNs), e.seq)
 	default:
 		return fmt.Errorf("%w: log entry %d: unknown kind %d", ErrCorrupt, e.seq, e.kind)
 	}
@@ -98,10 +98,20 @@ type Ticker interface {
 	Tick(now time.Time)
 }
 
-// tickConsumers hands a logged tick to the consumers that take ticks.
-func (a *applier) tickConsumers(now time.Time) {
+// seqTicker is a Ticker that also takes the tick's log position, for
+// state that must be idempotent under replay (see aggregate.Batch.Seq).
+type seqTicker interface {
+	TickAt(now time.Time, walSeq uint64)
+}
+
+// tickConsumers hands a logged tick (at log position seq) to the
+// consumers that take ticks.
+func (a *applier) tickConsumers(now time.Time, seq uint64) {
 	for _, c := range a.consumers {
-		if t, ok := c.(Ticker); ok {
+		switch t := c.(type) {
+		case seqTicker:
+			a.safeCall(c.Name(), func() { t.TickAt(now, seq) })
+		case Ticker:
 			a.safeCall(c.Name(), func() { t.Tick(now) })
 		}
 	}

@@ -19,9 +19,10 @@ import (
 // take the engine's defaults.
 var (
 	aggDurationKeys = []string{"resolution", "allowed_lateness", "late_horizon", "idle_timeout", "max_future_skew",
-		"watermark_interval", "evict_after", "max_session_span", "partials_retention"}
+		"watermark_interval", "evict_after", "max_session_span", "partials_retention", "future_horizon"}
 	aggIntKeys = []string{"max_series", "max_live_partials", "max_tags_per_event", "sketch_max_bins", "max_query_results",
-		"max_query_partials", "stream_buffer", "max_pending", "late_log_size", "query_cache_partials"}
+		"max_query_partials", "stream_buffer", "max_pending", "late_log_size", "query_cache_partials",
+		"quarantine_size", "max_series_per_device"}
 	aggOtherKeys      = []string{"enabled", "windows", "tag_keys", "sketch_accuracy", "disable_merged_stream", "downsample"}
 	aggWindowKeys     = []string{"name", "kind", "size", "slide", "gap"}
 	aggDownsampleKeys = []string{"after", "resolution"}
@@ -59,7 +60,7 @@ func aggregateFromViper(v *viper.Viper) (*aggregate.Options, error) {
 	o := &aggregate.Options{}
 	var errs []error
 	durs := []*time.Duration{&o.Resolution, &o.AllowedLateness, &o.LateHorizon, &o.IdleTimeout, &o.MaxFutureSkew,
-		&o.WatermarkInterval, &o.EvictAfter, &o.MaxSessionSpan, &o.PartialsRetention}
+		&o.WatermarkInterval, &o.EvictAfter, &o.MaxSessionSpan, &o.PartialsRetention, &o.FutureHorizon}
 	for i, k := range aggDurationKeys {
 		d, err := cast.ToDurationE(v.Get("aggregate." + k))
 		if err != nil || d < 0 {
@@ -68,7 +69,7 @@ func aggregateFromViper(v *viper.Viper) (*aggregate.Options, error) {
 		*durs[i] = d
 	}
 	ints := []*int{&o.MaxSeries, &o.MaxLivePartials, &o.MaxTagsPerEvent, &o.SketchMaxBins, &o.MaxQueryResults, &o.MaxQueryPartials,
-		&o.StreamBuffer, &o.MaxPending, &o.LateLogSize, &o.QueryCachePartials}
+		&o.StreamBuffer, &o.MaxPending, &o.LateLogSize, &o.QueryCachePartials, &o.QuarantineSize, &o.MaxSeriesPerDevice}
 	for i, k := range aggIntKeys {
 		n, err := cast.ToIntE(v.Get("aggregate." + k))
 		if err != nil || n < 0 {

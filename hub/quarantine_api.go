@@ -1,0 +1,75 @@
+package hub
+
+import (
+	"net/http"
+
+	"edgeflow/aggregate"
+)
+
+// QuarantineResponse is the body of GET /v1/quarantine.
+type QuarantineResponse struct {
+	Events []QuarantinedEventJSON `json:"events"`
+	// Next is the offset to ask for next (from=next).
+	Next uint64 `json:"next"`
+	// Held is how many events the quarantine holds now.
+	Held int `json:"held"`
+	// Quarantined counts events held for being beyond future_horizon,
+	// HeldForPartials those held for max_live_partials, Released those
+	// that entered their windows since and Dropped those a full quarantine
+	// dropped, all since the engine started.
+	Quarantined     uint64 `json:"quarantined"`
+	HeldForPartials uint64 `json:"held_for_partials"`
+	Released        uint64 `json:"released"`
+	Dropped         uint64 `json:"dropped"`
+}
+
+// QuarantinedEventJSON is one held event.
+type QuarantinedEventJSON struct {
+	Offset        uint64            `json:"offset"`
+	Device        string            `json:"device"`
+	Stream        string            `json:"stream"`
+	Seq           uint64            `json:"seq"`
+	Metric        string            `json:"metric"`
+	Tags          map[string]string `json:"tags,omitempty"`
+	Value         float64           `json:"value"`
+	Time          string            `json:"time"`
+	TimeMs        int64             `json:"time_ms"`
+	UncertaintyMs int64             `json:"uncertainty_ms"`
+	Arrived       string            `json:"arrived"`
+	EntersAt      string            `json:"enters_at"`
+	Reason        string            `json:"reason"`
+}
+
+// maxQuarantineLimit caps one /v1/quarantine answer.
+const maxQuarantineLimit = 10_000
+
+// serveQuarantine answers GET /v1/quarantine?from=&limit=&device=: the
+// events the engine holds out of every window (beyond future_horizon, or
+// waiting for room within max_live_partials), oldest first.
+func (s *Server) serveQuarantine(w http.ResponseWriter, r *http.Request) {
+	p, err := newParams(r, "from", "limit", "device")
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	limit, err := p.intIn("limit", 1000, 1, maxQuarantineLimit)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	from, err := p.uint("from", 0)
+	if err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	evs, next := s.agg.eng.Quarantined(aggregate.QuarantineQuery{From: from, Max: limit, Device: p.str("device")})
+	st := s.agg.eng.Stats()
+	out := QuarantineResponse{Events: make([]QuarantinedEventJSON, 0, len(evs)), Next: next, Held: st.QuarantineHeld,
+		Quarantined: st.Quarantined, HeldForPartials: st.HeldForPartials, Released: st.QuarantineReleased, Dropped: st.QuarantineDropped}
+	for _, e := range evs {
+		out.Events = append(out.Events, QuarantinedEventJSON{Offset: e.Offset, Device: e.Device, Stream: streamHex(e.Stream),
+			Seq: e.Seq, Metric: e.Metric, Tags: tagMap(e.Tags), Value: e.Value, Time: rfc3339(e.Time), TimeMs: e.Time.UnixMilli(),
+			UncertaintyMs: e.Uncertainty.Milliseconds(), Arrived: rfc3339(e.Arrived), EntersAt: rfc3339(e.EntersAt), Reason: e.Reason})
+	}
+	writeData(w, out)
+}
