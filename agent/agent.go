@@ -83,6 +83,7 @@ func New(o Options) (a *Agent, err error) {
 	if err := a.listen(); err != nil {
 		return nil, err
 	}
+	a.warnOpen()
 	return a, nil
 }
 

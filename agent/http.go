@@ -121,14 +121,27 @@ type BufferStatus struct {
 	Bytes int64  `json:"bytes"`
 	// OldestUnsentAgeSeconds is the age of the oldest unacknowledged
 	// event (by append time); 0 when empty.
-	OldestUnsentAgeSeconds float64   `json:"oldest_unsent_age_s"`
-	Oldest                 time.Time `json:"oldest,omitzero"`
-	NextSeq                uint64    `json:"next_seq"`
-	AckedThrough           uint64    `json:"acked_through"`
-	Gaps                   int       `json:"gaps"`
-	DroppedSinceStart      uint64    `json:"dropped_since_start"`
-	Durability             string    `json:"durability"`
-	Profile                string    `json:"profile"`
+	OldestUnsentAgeSeconds float64    `json:"oldest_unsent_age_s"`
+	Oldest                 time.Time  `json:"oldest,omitzero"`
+	NextSeq                uint64     `json:"next_seq"`
+	AckedThrough           uint64     `json:"acked_through"`
+	Gaps                   int        `json:"gaps"`
+	DroppedSinceStart      uint64     `json:"dropped_since_start"`
+	Durability             string     `json:"durability"`
+	Profile                string     `json:"profile"`
+	Disk                   DiskStatus `json:"disk"`
+}
+
+// DiskStatus is the buffer's free-space guard: while Limited, ingest gets
+// the full-buffer policy (503 with Retry-After, or drop oldest) so the
+// filesystem never fills under the buffer's memory-mapped writes.
+type DiskStatus struct {
+	Enabled        bool   `json:"enabled"`
+	FreeBytes      int64  `json:"free_bytes"`
+	ReserveBytes   int64  `json:"reserve_bytes"`
+	Limited        bool   `json:"limited"`
+	RefusedAppends uint64 `json:"refused_appends"`
+	DroppedAppends uint64 `json:"dropping_appends"`
 }
 
 // ClockStatus is the clock estimate events are stamped with.
@@ -164,6 +177,9 @@ func (a *Agent) Status() Status {
 			UDPEvents: a.m.udpEvents.Load(), UDPBadLines: a.m.udpBadLines.Load(),
 			RepairedEvents: a.m.repaired.Load(), UntrustedSentEvs: a.m.sentUntrusted.Load()},
 	}
+	ds := a.store.DiskStatus()
+	s.Buffer.Disk = DiskStatus{Enabled: ds.Enabled, FreeBytes: ds.FreeBytes, ReserveBytes: ds.ReserveBytes,
+		Limited: ds.Limited, RefusedAppends: ds.RefusedAppends, DroppedAppends: ds.DroppedAppends}
 	if bs.OldestMs > 0 && bs.Depth > 0 {
 		s.Buffer.Oldest = time.UnixMilli(bs.OldestMs)
 		s.Buffer.OldestUnsentAgeSeconds = max(a.opts.Now().Sub(s.Buffer.Oldest).Seconds(), 0)

@@ -14,6 +14,7 @@ const (
 	opAck                     // acknowledge through upTo
 	opDropBlock               // drop the block ending at upTo with reason (corrupt data)
 	opExpire                  // drop blocks appended before cutoffMs
+	opReclaim                 // compact the blocks of empty streams away (reclaim.go)
 )
 
 // op is one request to the committer, the only writer of stream data.
@@ -26,6 +27,10 @@ type op struct {
 	upTo     uint64
 	reason   string
 	cutoffMs int64
+	// diskDrop makes an append drop at least its size of the stream's
+	// oldest blocks: the disk guard's DropOldest below the reserve.
+	diskDrop bool
+	streams  []*Stream // opReclaim's candidates
 
 	res  Range
 	err  error
@@ -100,6 +105,11 @@ func (s *Store) commitLoop() {
 			s.commit(group, unsynced)
 			dirty = true
 			for _, o := range group {
+				if o.kind == opReclaim {
+					o.err = s.reclaimEmpty(o.streams)
+				}
+			}
+			for _, o := range group {
 				if o.wait && o.err == nil && s.opts.Durability == DurabilityInterval {
 					awaiting = append(awaiting, o)
 				} else {
@@ -116,6 +126,9 @@ func (s *Store) commitLoop() {
 				select {
 				case o := <-s.ops:
 					s.commit([]*op{o}, unsynced)
+					if o.kind == opReclaim {
+						o.err = ErrClosed
+					}
 					close(o.done)
 					continue
 				default:
@@ -165,12 +178,19 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 	}
 	var err error
 	for _, o := range group {
+		if o.kind == opReclaim {
+			continue // after the group, on the committer
+		}
 		c := get(o.st)
 		switch o.kind {
 		case opAppend:
-			if o.st.opts.Full == DropOldest && c.bytes+o.size > o.st.opts.MaxBytes {
+			need, reason := c.bytes+o.size-o.st.opts.MaxBytes, ReasonMaxBytes
+			if o.diskDrop && o.size > need {
+				need, reason = o.size, ReasonDiskFull
+			}
+			if o.st.opts.Full == DropOldest && need > 0 {
 				var n uint64
-				n, err = s.dropOldest(wb, o.st, &c.m, &c.bytes, c.bytes+o.size-o.st.opts.MaxBytes, &c.front)
+				n, err = s.dropOldest(wb, o.st, &c.m, &c.bytes, need, reason, &c.front)
 				c.drops += n
 			}
 			if err == nil {
@@ -355,10 +375,11 @@ func (s *Store) ackThrough(wb *badger.WriteBatch, st *Stream, m *meta, bytes *in
 	return n, err
 }
 
-// dropOldest frees at least need bytes from the front of the stream.
-func (s *Store) dropOldest(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, need int64, front *frontBlock) (uint64, error) {
+// dropOldest frees at least need bytes from the front of the stream,
+// recording the range as a gap with reason.
+func (s *Store) dropOldest(wb *badger.WriteBatch, st *Stream, m *meta, bytes *int64, need int64, reason string, front *frontBlock) (uint64, error) {
 	freed := int64(0)
-	return s.dropWhile(wb, st, m, bytes, ReasonMaxBytes, func(b blockInfo) bool {
+	return s.dropWhile(wb, st, m, bytes, reason, func(b blockInfo) bool {
 		if freed >= need {
 			return false
 		}

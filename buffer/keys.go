@@ -57,3 +57,12 @@ func parseBlockKey(k []byte) (blockInfo, bool) {
 		size:     int64(binary.BigEndian.Uint32(k[21:25])),
 	}, true
 }
+
+// reclaimKey is the marker a reclaim pass writes under a stream's block
+// prefix, so that Badger's DropPrefix, which skips prefixes without a live
+// key, compacts the stream's deleted blocks away. It is shorter than a block
+// key, so no block reader takes it for one; a crash between writing it and
+// the drop leaves it behind, and loading the stream deletes it.
+func reclaimKey(num uint32) []byte {
+	return append(streamBlockPrefix(num), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+}

@@ -22,6 +22,9 @@ const (
 	ReasonMaxAge   = "max_age"
 	ReasonCorrupt  = "corrupt"
 	ReasonRejected = "rejected"
+	// ReasonDiskFull: dropped to keep the filesystem's reserve free
+	// (DropOldest with Options.DiskReserve).
+	ReasonDiskFull = "disk_full"
 )
 
 // maxPendingGaps bounds the gap list kept per stream; older adjacent gaps

@@ -9,9 +9,11 @@ import (
 // collector reports a store's streams, summed, as Prometheus metrics. It
 // reads positions at scrape time, so the hot path pays nothing for it.
 type collector struct {
-	s                                  *Store
-	depth, bytes, oldest, streams      *prometheus.Desc
-	appended, acked, dropped, gapCount *prometheus.Desc
+	s                                   *Store
+	depth, bytes, oldest, streams       *prometheus.Desc
+	appended, acked, dropped, gapCount  *prometheus.Desc
+	diskFree, diskReserve, diskLimited  *prometheus.Desc
+	diskRefused, diskDropping, reclaims *prometheus.Desc
 }
 
 func newCollector(s *Store) *collector {
@@ -19,20 +21,27 @@ func newCollector(s *Store) *collector {
 		return prometheus.NewDesc("edgeflow_buffer_"+name, help, nil, nil)
 	}
 	return &collector{
-		s:        s,
-		depth:    d("depth_events", "Events held (appended, not yet acknowledged or dropped)."),
-		bytes:    d("bytes", "Bytes of event blocks held."),
-		oldest:   d("oldest_unacked_age_seconds", "Age of the oldest held block (0 when empty)."),
-		streams:  d("streams", "Streams loaded."),
-		appended: d("appended_events_total", "Events appended since the store was opened."),
-		acked:    d("acked_events_total", "Events acknowledged since the store was opened."),
-		dropped:  d("dropped_events_total", "Events dropped (bounds, age, corruption) since the store was opened; each drop is reported as a gap."),
-		gapCount: d("pending_gaps", "Dropped ranges not yet covered by an acknowledgement."),
+		s:            s,
+		depth:        d("depth_events", "Events held (appended, not yet acknowledged or dropped)."),
+		bytes:        d("bytes", "Bytes of event blocks held."),
+		oldest:       d("oldest_unacked_age_seconds", "Age of the oldest held block (0 when empty)."),
+		streams:      d("streams", "Streams loaded."),
+		appended:     d("appended_events_total", "Events appended since the store was opened."),
+		acked:        d("acked_events_total", "Events acknowledged since the store was opened."),
+		dropped:      d("dropped_events_total", "Events dropped (bounds, age, corruption) since the store was opened; each drop is reported as a gap."),
+		gapCount:     d("pending_gaps", "Dropped ranges not yet covered by an acknowledgement."),
+		diskFree:     d("disk_free_bytes", "Free space on the buffer's filesystem (-1: unknown)."),
+		diskReserve:  d("disk_reserve_bytes", "Free space the buffer keeps for its own writes; below it appends get the full policy (0: guard off)."),
+		diskLimited:  d("disk_limited", "1 while free space is below the reserve and appends get the full policy."),
+		diskRefused:  d("disk_refused_appends_total", "Appends refused (or given up waiting) because the filesystem was short of space."),
+		diskDropping: d("disk_dropping_appends_total", "Appends that dropped the oldest events (gaps, reason disk_full) because the filesystem was short of space."),
+		reclaims:     d("disk_reclaims_total", "Passes that compacted the deleted blocks of empty streams away while the filesystem was short of space."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.depth, c.bytes, c.oldest, c.streams, c.appended, c.acked, c.dropped, c.gapCount} {
+	for _, d := range []*prometheus.Desc{c.depth, c.bytes, c.oldest, c.streams, c.appended, c.acked, c.dropped, c.gapCount,
+		c.diskFree, c.diskReserve, c.diskLimited, c.diskRefused, c.diskDropping, c.reclaims} {
 		ch <- d
 	}
 	c.s.syncs.Describe(ch)
@@ -77,5 +86,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	k(c.appended, appended)
 	k(c.acked, acked)
 	k(c.dropped, dropped)
+	ds := c.s.DiskStatus()
+	limited := 0.0
+	if ds.Limited {
+		limited = 1
+	}
+	g(c.diskFree, float64(ds.FreeBytes))
+	g(c.diskReserve, float64(ds.ReserveBytes))
+	g(c.diskLimited, limited)
+	k(c.diskRefused, ds.RefusedAppends)
+	k(c.diskDropping, ds.DroppedAppends)
+	k(c.reclaims, ds.Reclaims)
 	c.s.syncs.Collect(ch)
 }

@@ -111,6 +111,22 @@ type Options struct {
 	// in ProfileDefault, 256 KiB in ProfileLowMemory; negative turns the
 	// cache off. See Store.TailCacheStats.
 	TailCacheBytes int64
+	// DiskReserve is the space, in bytes, the store keeps free on its
+	// filesystem for Badger's own writes: memtable flushes, compactions,
+	// a reopen after a crash. Badger writes through memory maps, and a
+	// write the filesystem cannot back kills the process with SIGBUS, so
+	// an append that would leave less than this free gets its stream's
+	// full policy (Reject: ErrDiskFull; Block: waits; DropOldest: drops
+	// its size of the oldest blocks, reported as gaps with reason
+	// disk_full), and one that would leave less than three quarters of it
+	// is refused whatever the policy. A stream's MaxBytes thus acts as
+	// min(MaxBytes, what the filesystem can still give). Default:
+	// DefaultDiskReserve(Profile); negative turns the guard off.
+	DiskReserve int64
+	// FreeSpace reports the bytes still free on the filesystem holding
+	// the directory it is given. Default: statfs on Linux; elsewhere the
+	// guard is off unless this is set.
+	FreeSpace func(dir string) (int64, error)
 	// Logger receives warnings and errors. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the wall clock used for block ages. Default time.Now.
@@ -151,6 +167,12 @@ func (o *Options) EnsureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.DiskReserve == 0 {
+		o.DiskReserve = DefaultDiskReserve(o.Profile)
+	}
+	if o.FreeSpace == nil {
+		o.FreeSpace = statFreeSpace
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -187,6 +209,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ValueLogFileSize != 0 && (o.ValueLogFileSize < 1<<20 || o.ValueLogFileSize > 1<<30) {
 		return fmt.Errorf("buffer: value log file size %d: want 1 MiB..1 GiB", o.ValueLogFileSize)
+	}
+	if o.DiskReserve > 1<<40 {
+		return fmt.Errorf("buffer: disk reserve %d: want at most 1 TiB, or negative for off", o.DiskReserve)
 	}
 	if o.TailCacheBytes > maxTailCacheBytes {
 		return fmt.Errorf("buffer: tail cache bytes %d: want at most 1 GiB, or negative for off", o.TailCacheBytes)

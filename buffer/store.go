@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +34,7 @@ type Store struct {
 	dir  string
 	opts Options
 	db   *badger.DB
+	disk *diskGuard
 
 	ops     chan *op
 	scratch []byte // the committer's, for encoding blocks
@@ -54,9 +57,19 @@ func Open(dir string, o Options) (s *Store, err error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	if o.DiskReserve > 0 {
+		if err := checkOpenSpace(dir, o.FreeSpace); err != nil {
+			return nil, err
+		}
+	}
+	// Badger replays its logs through memory maps on this goroutine: a
+	// fault there (a filesystem that cannot back a page, a file cut short
+	// under the map) becomes a panic that the recover below reports,
+	// rather than a crash.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			s, err = nil, corruptDirError(dir, fmt.Errorf("badger panicked: %v", r))
+			s, err = nil, openPanicError(dir, o, r)
 		}
 	}()
 	db, err := badger.Open(badgerOptions(dir, o))
@@ -68,7 +81,7 @@ func Open(dir string, o Options) (s *Store, err error) {
 		return nil, corruptDirError(dir, err)
 	}
 	s = &Store{
-		dir: dir, opts: o, db: db,
+		dir: dir, opts: o, db: db, disk: newDiskGuard(dir, o),
 		ops:     make(chan *op, maxGroup),
 		stop:    make(chan struct{}),
 		streams: make(map[string]*Stream),
@@ -102,7 +115,28 @@ func Open(dir string, o Options) (s *Store, err error) {
 			o.Logger.Info("buffer: cannot page out mapped files (Linux 5.4 or later needed); resident memory grows with the store", "dir", dir)
 		}
 	}
+	if lvl, free := s.disk.check(0); lvl != diskOK {
+		o.Logger.Warn("buffer: opened with the disk short of space: events are taken again once uploads free it",
+			"dir", dir, "free_bytes", free, "reserve_bytes", s.disk.reserve)
+	}
 	return s, nil
+}
+
+// openPanicError reports a panic out of badger.Open: a memory fault while
+// replaying (out of space, or a file truncated under its map) names the
+// free space, anything else is a damaged directory.
+func openPanicError(dir string, o Options, r any) error {
+	if re, ok := r.(runtime.Error); ok && strings.Contains(re.Error(), "fault") {
+		free := "unknown"
+		if n, err := o.FreeSpace(spaceProbePath(dir)); err == nil {
+			free = fmtBytes(n)
+		}
+		return fmt.Errorf("%w: open buffer %s: reading its logs faulted (%v) with %s free on its filesystem: "+
+			"if that is little, free space there and start again (the buffered events are kept); "+
+			"otherwise a file was cut short and the directory is damaged: move it aside (mv %s %s.broken)",
+			ErrDiskFull, dir, re, free, dir, dir)
+	}
+	return corruptDirError(dir, fmt.Errorf("badger panicked: %v", r))
 }
 
 func corruptDirError(dir string, cause error) error {
@@ -290,6 +324,15 @@ func (s *Store) Maintain() {
 			cutoff := s.opts.Now().Add(-st.opts.MaxAge).UnixMilli()
 			if err := s.submit(&op{kind: opExpire, st: st, cutoffMs: cutoff}); err != nil {
 				s.opts.Logger.Warn("buffer: max-age pass failed", "stream", st.name, "err", err)
+			}
+		}
+	}
+	if s.disk.on() {
+		if lvl, _ := s.disk.check(0); lvl != diskOK {
+			if cand := s.disk.reclaimCandidates(streams); len(cand) > 0 {
+				if err := s.submit(&op{kind: opReclaim, streams: cand}); err != nil {
+					s.opts.Logger.Warn("buffer: reclaim pass failed", "err", err)
+				}
 			}
 		}
 	}

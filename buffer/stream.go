@@ -95,6 +95,9 @@ func (s *Store) loadStream(name string, opts StreamOptions) (*Stream, error) {
 	case err != nil:
 		return nil, fmt.Errorf("buffer %s: stream %q: %w", s.dir, name, err)
 	}
+	if err := s.dropReclaimKey(st.num); err != nil {
+		return nil, fmt.Errorf("buffer %s: stream %q: %w", s.dir, name, err)
+	}
 	if err := st.scan(); err != nil {
 		return nil, fmt.Errorf("buffer %s: stream %q: %w", s.dir, name, err)
 	}
@@ -198,10 +201,15 @@ func (st *Stream) Append(ctx context.Context, recs [][]byte, ao ...AppendOptions
 	if size > st.opts.MaxBytes {
 		return Range{}, fmt.Errorf("%w: %d bytes, stream bound %d", ErrTooLarge, size, st.opts.MaxBytes)
 	}
+	diskDrop, err := st.s.disk.admit(ctx, st, size)
+	if err != nil {
+		return Range{}, err
+	}
+	defer st.s.disk.release(size)
 	if err := st.reserve(ctx, size); err != nil {
 		return Range{}, err
 	}
-	o := &op{kind: opAppend, st: st, recs: recs, size: size}
+	o := &op{kind: opAppend, st: st, recs: recs, size: size, diskDrop: diskDrop}
 	if len(ao) > 0 && ao[0].WaitDurable {
 		o.wait = true
 	}

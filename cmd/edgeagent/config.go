@@ -63,6 +63,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("buffer-max-bytes", "256MiB", "bound of the buffered events on disk")
 	fs.String("buffer-max-age", "0", "drop buffered events older than this (0: keep until the size bound)")
 	fs.String("buffer-full-policy", "drop_oldest", "at the bound: drop_oldest, reject or block")
+	fs.String("buffer-disk-reserve", "auto", "free space kept on the buffer's filesystem; below it the full policy applies (auto: from the profile, \"off\": no guard)")
 	fs.String("max-body-bytes", "1MiB", "largest POST /v1/events body")
 	fs.String("http-token", "", "bearer token for every HTTP endpoint but /healthz (prefer http-token-file)")
 	fs.String("http-token-file", "", "file holding the HTTP bearer token")
@@ -251,6 +252,15 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 	o.Stream.MaxBytes = p.size("buffer-max-bytes")
 	o.Stream.MaxAge = p.dur("buffer-max-age", true)
 	o.Stream.Full = buffer.FullPolicy(p.oneOf("buffer-full-policy", "drop_oldest", "reject", "block"))
+	switch s := p.str("buffer-disk-reserve"); s {
+	case "auto", "":
+	case agent.Off:
+		o.Buffer.DiskReserve = -1
+	default:
+		if o.Buffer.DiskReserve = p.size("buffer-disk-reserve"); o.Buffer.DiskReserve == 0 {
+			o.Buffer.DiskReserve = -1
+		}
+	}
 	o.MaxBodyBytes = p.size("max-body-bytes")
 	o.HTTPToken = p.v.GetString("http-token")
 	if f := p.str("http-token-file"); f != "" {
@@ -349,7 +359,7 @@ var errorKeys = []struct{ prefix, key string }{
 	{"buffer: durability", "durability"}, {"buffer: sync interval", "sync-interval"}, {"buffer: profile", "profile"},
 	{"buffer: stream max bytes", "buffer-max-bytes"}, {"buffer: stream max age", "buffer-max-age"},
 	{"buffer: full policy", "buffer-full-policy"}, {"buffer: page-out", "page-out"},
-	{"buffer: block compression", "buffer-compression"},
+	{"buffer: block compression", "buffer-compression"}, {"buffer: disk reserve", "buffer-disk-reserve"},
 	{"uplink: brokers", "mqtt-url"}, {"uplink: tls ca file", "tls-ca-file"}, {"agent: tls ca file", "tls-ca-file"},
 	{"uplink: tls client certificate", "tls-cert-file"}, {"agent: tls client certificate", "tls-cert-file"},
 	{"uplink: tls", "tls-cert-file"}, {"uplink: max batch events", "batch-max-events"}, {"uplink: linger", "batch-linger"},
