@@ -45,8 +45,8 @@ type Agent struct {
 	closeErr  error
 }
 
-// New checks opts, opens the buffer and the device's stream, sets up the
-// clock and the uplink and binds the listeners. Nothing is sent or served
+// New checks opts, binds the listeners, opens the buffer and the device's
+// stream, and sets up the clock and the uplink. Nothing is sent or served
 // until Run.
 func New(o Options) (a *Agent, err error) {
 	o.EnsureDefaults()
@@ -64,6 +64,11 @@ func New(o Options) (a *Agent, err error) {
 	if err := a.m.register(o.Registerer); err != nil {
 		return nil, fmt.Errorf("agent: register metrics: %w", err)
 	}
+	// Bind first: an address in use fails New before the buffer is opened
+	// (and replayed, on a large one). Nothing is served until Run.
+	if err := a.listen(); err != nil {
+		return nil, err
+	}
 	if a.store, err = buffer.Open(o.DataDir, o.Buffer); err != nil {
 		return nil, err
 	}
@@ -78,9 +83,6 @@ func New(o Options) (a *Agent, err error) {
 	uo.Retime = retimer{clock: a.clock, m: &a.m}.retime
 	uo.Clock = func() *wirepb.ClockEstimate { return a.clock.Estimate().Proto() }
 	if a.up, err = uplink.New(a.st, uo); err != nil {
-		return nil, err
-	}
-	if err := a.listen(); err != nil {
 		return nil, err
 	}
 	a.warnOpen()

@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -279,7 +280,11 @@ func (o *Options) validateWindows() error {
 			return optErr(field+".kind", "%v", err)
 		}
 		if err := spec.validate(o.Resolution); err != nil {
-			return fmt.Errorf("%w: %s.%v", ErrInvalidOption, field, err)
+			var pe *ParamError
+			if errors.As(err, &pe) {
+				return optErr(field+"."+pe.Param, "%s", pe.Reason)
+			}
+			return optErr(field, "%v", err)
 		}
 	}
 	return nil

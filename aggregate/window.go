@@ -113,7 +113,7 @@ func (w WindowSpec) normalize(res time.Duration) WindowSpec {
 func (w WindowSpec) validate(res time.Duration) error {
 	multiple := func(param string, d time.Duration) error {
 		if d <= 0 || d%res != 0 {
-			return paramErr(param, "must be a positive multiple of the resolution %v, got %v", res, d)
+			return paramErr(param, "%v is not a positive multiple of the resolution %v", d, res)
 		}
 		return nil
 	}

@@ -224,11 +224,15 @@ type StreamOptions struct {
 	// MaxBytes bounds the stream's unacknowledged record bytes. Default 256 MiB.
 	MaxBytes int64
 	// MaxAge drops blocks older than this (by append time); 0 keeps them
-	// until MaxBytes forces them out.
+	// until MaxBytes forces them out. At least 1s when set.
 	MaxAge time.Duration
 	// Full is the policy at MaxBytes. Default DropOldest.
 	Full FullPolicy
 }
+
+// minStreamMaxAge bounds StreamOptions.MaxAge from below: a shorter age
+// drops events before an uplink can send them.
+const minStreamMaxAge = time.Second
 
 // EnsureDefaults fills zero fields with their defaults.
 func (o *StreamOptions) EnsureDefaults() {
@@ -247,6 +251,9 @@ func (o *StreamOptions) Validate() error {
 	}
 	if o.MaxAge < 0 {
 		return fmt.Errorf("buffer: stream max age %v is negative", o.MaxAge)
+	}
+	if o.MaxAge > 0 && o.MaxAge < minStreamMaxAge {
+		return fmt.Errorf("buffer: stream max age %v: want 0 (off) or at least %v", o.MaxAge, minStreamMaxAge)
 	}
 	switch o.Full {
 	case DropOldest, Reject, Block:

@@ -1,8 +1,10 @@
 package hub
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync/atomic"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -17,7 +19,7 @@ import (
 // sending client's goroutine, so a busy hub slows that sender's reads.
 type embeddedBroker struct {
 	srv    *mqtt.Server
-	tcp    *listeners.TCP
+	tcp    listeners.Listener
 	subs   [3]string
 	paused atomic.Bool
 	log    *slog.Logger
@@ -45,6 +47,10 @@ const (
 type EmbeddedOptions struct {
 	// Addr is the listen address (host:port; port 0 picks a free one).
 	Addr string
+	// Listener, when set, is an already bound listener the broker serves
+	// instead of listening on Addr (a hub binds it before it opens its
+	// store); the broker closes it. Security.TLS applies to it as to Addr.
+	Listener net.Listener
 	// MaxPacket bounds a packet in bytes; 0: unlimited.
 	MaxPacket uint32
 	// ClientQueue bounds the messages queued for one client (see
@@ -88,7 +94,14 @@ func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 			return nil, fmt.Errorf("embedded broker: %w", err)
 		}
 	}
-	tcp := listeners.NewTCP(listeners.Config{ID: "tcp", Address: o.Addr, TLSConfig: o.Security.TLS})
+	var tcp listeners.Listener = listeners.NewTCP(listeners.Config{ID: "tcp", Address: o.Addr, TLSConfig: o.Security.TLS})
+	if o.Listener != nil {
+		ln := o.Listener
+		if o.Security.TLS != nil {
+			ln = tls.NewListener(ln, o.Security.TLS)
+		}
+		tcp = listeners.NewNet("tcp", ln)
+	}
 	if err := srv.AddListener(tcp); err != nil {
 		return nil, fmt.Errorf("embedded broker listen %s: %w", o.Addr, err)
 	}

@@ -152,12 +152,15 @@ type Options struct {
 	// rest of the path only: acks then no longer mean durable). Default false.
 	NoSync bool
 
-	// CheckpointInterval is the time between checkpoints. Default 1m.
+	// CheckpointInterval is the time between checkpoints. Default 1m; at
+	// least 100ms.
 	CheckpointInterval time.Duration
 	// RetentionMaxAge is how long log entries are kept (by server time); an
-	// entry is deleted only once a checkpoint covers it. Default 168h.
+	// entry is deleted only once a checkpoint covers it. Default 168h; at
+	// least 1m and at least CheckpointInterval.
 	RetentionMaxAge time.Duration
-	// RetentionInterval is the time between retention passes. Default 5m.
+	// RetentionInterval is the time between retention passes. Default 5m;
+	// at least 1s.
 	RetentionInterval time.Duration
 	// ShutdownTimeout bounds Run's shutdown (final writes, checkpoint,
 	// closing the store) once ctx ends or the log fails; past it Run
@@ -165,7 +168,7 @@ type Options struct {
 	// durable already; a restart replays the log after the last
 	// checkpoint. Badger's close retries a failed memtable flush forever
 	// (a data directory deleted under a running hub), so without a bound
-	// a SIGTERM could hang. Default 30s.
+	// a SIGTERM could hang. Default 30s; at least 1s.
 	ShutdownTimeout time.Duration
 	// RejectLogInterval bounds rejection log lines to one per interval (the
 	// line says how many were suppressed). Default 1s.
@@ -180,7 +183,8 @@ type Options struct {
 	Aggregate *aggregate.Options
 	// TickInterval is the time between logged ticks that move the engine's
 	// processing time while no batch arrives (idle streams are released,
-	// windows become final). Only used with Aggregate. Default 1s.
+	// windows become final). Only used with Aggregate. Default 1s; at
+	// least 10ms.
 	TickInterval time.Duration
 	// StreamHeartbeat is the time between ": ping" comments on
 	// GET /v1/stream, so proxies keep idle streams open. Default 15s.
@@ -211,6 +215,24 @@ const NoGroupCommitWait time.Duration = -1
 // maxGroupCommitWait bounds Options.GroupCommitWait: beyond it the wait is
 // a latency no fsync saving pays for.
 const maxGroupCommitWait = 100 * time.Millisecond
+
+// The lower bounds of the periodic work's intervals. A duration read as
+// nanoseconds (a number written without a unit) falls below every one of
+// them, and so does any value at which the work would run back to back.
+const (
+	// minCheckpointInterval: a checkpoint serialises the whole state;
+	// more often, a hub would do little else.
+	minCheckpointInterval = 100 * time.Millisecond
+	// minRetentionMaxAge: the log backs GET /v1/events and hubd rebuild;
+	// a shorter retention empties it as soon as a checkpoint covers it.
+	minRetentionMaxAge = time.Minute
+	// minRetentionInterval: each pass scans the log's oldest entries.
+	minRetentionInterval = time.Second
+	// minShutdownTimeout: a shutdown writes a checkpoint and closes Badger.
+	minShutdownTimeout = time.Second
+	// minTickInterval: each tick is a logged entry and an engine pass.
+	minTickInterval = 10 * time.Millisecond
+)
 
 // HTTPOff as Options.HTTPAddr disables the HTTP API.
 const HTTPOff = "off"
@@ -317,18 +339,20 @@ func (o *Options) Validate() error {
 		return bad("MaxRangesPerStream", "%d must be positive", o.MaxRangesPerStream)
 	case o.PublishTimeout <= 0:
 		return bad("PublishTimeout", "%v must be positive", o.PublishTimeout)
-	case o.CheckpointInterval <= 0:
-		return bad("CheckpointInterval", "%v must be positive", o.CheckpointInterval)
-	case o.RetentionMaxAge <= 0:
-		return bad("RetentionMaxAge", "%v must be positive", o.RetentionMaxAge)
-	case o.RetentionInterval <= 0:
-		return bad("RetentionInterval", "%v must be positive", o.RetentionInterval)
-	case o.ShutdownTimeout <= 0:
-		return bad("ShutdownTimeout", "%v must be positive", o.ShutdownTimeout)
+	case o.CheckpointInterval < minCheckpointInterval:
+		return bad("CheckpointInterval", "%v is below the minimum %v", o.CheckpointInterval, minCheckpointInterval)
+	case o.RetentionMaxAge < minRetentionMaxAge:
+		return bad("RetentionMaxAge", "%v is below the minimum %v", o.RetentionMaxAge, minRetentionMaxAge)
+	case o.RetentionMaxAge < o.CheckpointInterval:
+		return bad("RetentionMaxAge", "%v is shorter than CheckpointInterval %v: entries would be deleted as soon as a checkpoint covers them", o.RetentionMaxAge, o.CheckpointInterval)
+	case o.RetentionInterval < minRetentionInterval:
+		return bad("RetentionInterval", "%v is below the minimum %v", o.RetentionInterval, minRetentionInterval)
+	case o.ShutdownTimeout < minShutdownTimeout:
+		return bad("ShutdownTimeout", "%v is below the minimum %v", o.ShutdownTimeout, minShutdownTimeout)
 	case o.RejectLogInterval <= 0:
 		return bad("RejectLogInterval", "%v must be positive", o.RejectLogInterval)
-	case o.TickInterval <= 0:
-		return bad("TickInterval", "%v must be positive", o.TickInterval)
+	case o.TickInterval < minTickInterval:
+		return bad("TickInterval", "%v is below the minimum %v", o.TickInterval, minTickInterval)
 	case o.StreamHeartbeat <= 0:
 		return bad("StreamHeartbeat", "%v must be positive", o.StreamHeartbeat)
 	}

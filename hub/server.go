@@ -52,6 +52,7 @@ type Server struct {
 	applyDone   chan struct{}
 	httpSrv     *http.Server
 	httpLn      net.Listener
+	brokerLn    net.Listener // the embedded broker's, bound by Start; the transport owns it once created
 	shutdown    sync.Once
 	shutErr     error
 
@@ -210,15 +211,21 @@ func (s *Server) serve(ctx context.Context) error {
 	}
 }
 
-// Start serves HTTP, opens the store, recovers the state (checkpoint plus
-// replay), starts the pipeline and connects the transport. /readyz turns
-// ready once all of that is done and the broker connection is up.
+// Start serves HTTP, binds the embedded broker's listener, opens the
+// store, recovers the state (checkpoint plus replay), starts the pipeline
+// and connects the transport. /readyz turns ready once all of that is
+// done and the broker connection is up. Binding comes first so that an
+// address in use fails Start at once, not after a recovery that may take
+// minutes on a large store.
 func (s *Server) Start(ctx context.Context) error {
 	if s.started {
 		return errors.New("hub: already started")
 	}
 	s.started = true
 	if err := s.startHTTP(); err != nil {
+		return err
+	}
+	if err := s.bindBroker(); err != nil {
 		return err
 	}
 	st, err := openStore(s.opts.DataDir, !s.opts.NoSync, s.log)
@@ -282,11 +289,27 @@ func (s *Server) startPipeline() {
 	go func() { defer s.pipeWG.Done(); s.ackLoop() }()
 }
 
+// bindBroker binds the embedded broker's listener (nothing with an
+// external broker or a transport set by the caller). The broker accepts on
+// it once the state is recovered; until then a device's connection waits
+// in the kernel's backlog, or times out and is retried.
+func (s *Server) bindBroker() error {
+	if s.tr != nil || s.opts.MQTTURL != "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.opts.MQTTListen)
+	if err != nil {
+		return fmt.Errorf("embedded broker listen %s: %w", s.opts.MQTTListen, err)
+	}
+	s.brokerLn = ln
+	return nil
+}
+
 // startTransport creates the transport unless one was set, and starts it.
 func (s *Server) startTransport() error {
 	if s.tr == nil {
 		if s.opts.MQTTURL == "" {
-			tr, err := NewSecureEmbeddedBroker(EmbeddedOptions{Addr: s.opts.MQTTListen,
+			tr, err := NewSecureEmbeddedBroker(EmbeddedOptions{Addr: s.opts.MQTTListen, Listener: s.brokerLn,
 				MaxPacket: uint32(s.opts.Limits.MaxFrameBytes + 64<<10), ClientQueue: s.opts.MQTTClientQueue, Security: s.brokerSec,
 				Registerer: s.opts.Registerer, Logger: s.log})
 			if err != nil {
@@ -311,6 +334,9 @@ func (s *Server) startTransport() error {
 func (s *Server) BrokerAddr() string {
 	if b, ok := s.tr.(brokerAddr); ok {
 		return b.Addr()
+	}
+	if s.brokerLn != nil {
+		return s.brokerLn.Addr().String()
 	}
 	return ""
 }
@@ -346,6 +372,8 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	}
 	if s.tr != nil {
 		errs = append(errs, s.tr.Close())
+	} else if s.brokerLn != nil {
+		s.brokerLn.Close() // bound, but Start failed before the broker took it
 	}
 	if s.httpSrv != nil {
 		errs = append(errs, s.httpSrv.Shutdown(ctx))

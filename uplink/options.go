@@ -92,7 +92,7 @@ type Options struct {
 	MaxBatchBytes int
 	// Linger is how long a partial batch waits for more events when there
 	// is no backlog behind it. A backlog is always sent at once.
-	// Default 100 ms; NoLinger sends at once; at most 1 minute.
+	// Default 100 ms; NoLinger sends at once; 1 ms to 1 minute.
 	Linger time.Duration
 	// Compression is the batch frames' codec: "columns" (the default:
 	// events written column by column, for sensor readings about a third
@@ -261,7 +261,7 @@ func (o *Options) Validate() error {
 	}{
 		{"max batch events", o.MaxBatchEvents >= 1 && o.MaxBatchEvents <= maxBatchEventsLimit, o.MaxBatchEvents, "1..100000"},
 		{"max batch bytes", o.MaxBatchBytes >= 1<<10 && o.MaxBatchBytes <= maxBatchBytesLimit, o.MaxBatchBytes, "1 KiB..4 MiB"},
-		{"linger", o.Linger == NoLinger || (o.Linger > 0 && o.Linger <= time.Minute), o.Linger, "NoLinger or up to 1m"},
+		{"linger", o.Linger == NoLinger || (o.Linger >= time.Millisecond && o.Linger <= time.Minute), o.Linger, "NoLinger or 1ms..1m"},
 		{"window", o.Window >= 1 && o.Window <= maxWindowLimit, o.Window, "1..1024"},
 		{"ack timeout", o.AckTimeout >= 100*time.Millisecond && o.AckTimeout <= 10*time.Minute, o.AckTimeout, "100ms..10m"},
 		{"max ack timeout", o.MaxAckTimeout >= o.AckTimeout && o.MaxAckTimeout <= time.Hour, o.MaxAckTimeout, "ack timeout..1h"},

@@ -200,6 +200,8 @@ func TestOptionsValidate(t *testing.T) {
 		{"batch events", func(o *Options) { o.MaxBatchEvents = 200_000 }, "max batch events"},
 		{"batch bytes", func(o *Options) { o.MaxBatchBytes = 100 }, "max batch bytes"},
 		{"linger", func(o *Options) { o.Linger = time.Hour }, "linger"},
+		{"linger 5ns", func(o *Options) { o.Linger = 5 }, "linger"},
+		{"linger 1ms", func(o *Options) { o.Linger = time.Millisecond }, ""},
 		{"window", func(o *Options) { o.Window = 5000 }, "window"},
 		{"ack timeout", func(o *Options) { o.AckTimeout = time.Millisecond }, "ack timeout"},
 		{"max ack timeout", func(o *Options) { o.AckTimeout = time.Minute; o.MaxAckTimeout = time.Second }, "max ack timeout"},

@@ -17,6 +17,7 @@ import (
 	"edgeflow/agent"
 	"edgeflow/buffer"
 	"edgeflow/internal/bytesize"
+	"edgeflow/internal/confval"
 	"edgeflow/uplink"
 )
 
@@ -101,6 +102,9 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config file %s: %w", path, err)
 		}
+		if err := confval.CheckScalars(fs, v.Get, "mqtt-url", "ntp-servers"); err != nil {
+			return nil, err
+		}
 		for _, k := range v.AllKeys() {
 			if fs.Lookup(k) == nil {
 				return nil, fmt.Errorf("config key %q: unknown (keys are the flag names, e.g. data-dir)", k)
@@ -154,9 +158,12 @@ func (p *parser) liftUserinfo(brokers []string, user, pass string) ([]string, st
 func (p *parser) str(key string) string { return strings.TrimSpace(p.v.GetString(key)) }
 
 func (p *parser) dur(key string, zeroOK bool) time.Duration {
-	d, err := cast.ToDurationE(p.v.Get(key))
-	if err != nil || d < 0 || (d == 0 && !zeroOK) {
-		p.fail(key, "%q is not a positive duration like 100ms, 30s or 5m", p.str(key))
+	d, err := confval.Duration(p.v.Get(key))
+	switch {
+	case err != nil:
+		p.fail(key, "%v", err)
+	case d < 0 || (d == 0 && !zeroOK):
+		p.fail(key, "%v is not a positive duration like 100ms, 30s or 5m", d)
 	}
 	return d
 }

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"edgeflow/internal/confval"
 	"edgeflow/simulator"
 )
 
@@ -109,7 +111,13 @@ func loadConfig(args []string) (*config, error) {
 // names it) and reads main's keys.
 func fromViper(vs, vm *viper.Viper) (*config, error) {
 	c := &config{}
-	if err := vs.UnmarshalExact(&c.scenario); err != nil {
+	// viper's own hooks plus durations that refuse a bare number (the
+	// default hook would take 5 as 5ns).
+	hook := viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(confval.DurationHook, mapstructure.StringToSliceHookFunc(",")))
+	if err := vs.UnmarshalExact(&c.scenario, hook); err != nil {
+		if keyed := scenarioKeyErrors(err); keyed != nil {
+			return nil, keyed
+		}
 		return nil, fmt.Errorf("scenario: %w (keys are snake_case, see configs/fleetsim-steady.yaml)", err)
 	}
 	c.hub = vm.GetString("hub")
@@ -130,11 +138,12 @@ func fromViper(vs, vm *viper.Viper) (*config, error) {
 		errs = append(errs, err)
 	}
 	c.gc = gc
-	if pe := vm.GetString("probe-every"); pe != "0" {
-		d, err := time.ParseDuration(pe)
-		if err != nil || d < 10*time.Millisecond {
-			errs = append(errs, fmt.Errorf("flag --probe-every: %q is not a duration of at least 10ms (or 0)", pe))
-		}
+	switch d, err := confval.Duration(vm.Get("probe-every")); {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("flag --probe-every: %w", err))
+	case d != 0 && d < 10*time.Millisecond:
+		errs = append(errs, fmt.Errorf("flag --probe-every: %v is not a duration of at least 10ms (or 0)", d))
+	default:
 		c.probeEvery = d
 	}
 	if err := c.logLevel.UnmarshalText([]byte(vm.GetString("log-level"))); err != nil {
@@ -152,4 +161,33 @@ func fromViper(vs, vm *viper.Viper) (*config, error) {
 		errs = append(errs, errors.New("flag --mqtt-url: required"))
 	}
 	return c, errors.Join(errs...)
+}
+
+// scenarioKeyErrors rewrites the decoder's errors as one line per key
+// (`scenario key "duration": 5 has no unit; ...`); nil when err holds no
+// decoder error.
+func scenarioKeyErrors(err error) error {
+	var out []error
+	var walk func(error)
+	walk = func(e error) {
+		var de *mapstructure.DecodeError
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, x := range u.Unwrap() {
+				walk(x)
+			}
+		case *mapstructure.DecodeError:
+			if inner := u.Unwrap(); errors.As(inner, &de) {
+				walk(inner)
+			} else if u.Name() == "" {
+				out = append(out, fmt.Errorf("scenario: %w (keys are snake_case, see configs/fleetsim-steady.yaml)", inner))
+			} else {
+				out = append(out, fmt.Errorf("scenario key %q: %w", u.Name(), inner))
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	walk(err)
+	return errors.Join(out...)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/viper"
 
 	"edgeflow/aggregate"
+	"edgeflow/internal/confval"
 )
 
 // The aggregate: section of the YAML configures the event-time engine;
@@ -62,9 +63,12 @@ func aggregateFromViper(v *viper.Viper) (*aggregate.Options, error) {
 	durs := []*time.Duration{&o.Resolution, &o.AllowedLateness, &o.LateHorizon, &o.IdleTimeout, &o.MaxFutureSkew,
 		&o.WatermarkInterval, &o.EvictAfter, &o.MaxSessionSpan, &o.PartialsRetention, &o.FutureHorizon}
 	for i, k := range aggDurationKeys {
-		d, err := cast.ToDurationE(v.Get("aggregate." + k))
-		if err != nil || d < 0 {
-			errs = append(errs, fmt.Errorf("config key %q: %q is not a duration like 10s or 72h", "aggregate."+k, v.GetString("aggregate."+k)))
+		d, err := confval.Duration(v.Get("aggregate." + k))
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("config key %q: %w", "aggregate."+k, err))
+		case d < 0:
+			errs = append(errs, fmt.Errorf("config key %q: %v is not a duration like 10s or 72h, or 0 for the default", "aggregate."+k, d))
 		}
 		*durs[i] = d
 	}
@@ -119,9 +123,9 @@ func downsample(raw any) ([]aggregate.DownsampleTier, error) {
 			var err error
 			switch k {
 			case "after":
-				d.After, err = cast.ToDurationE(val)
+				d.After, err = confval.Duration(val)
 			case "resolution":
-				d.Resolution, err = cast.ToDurationE(val)
+				d.Resolution, err = confval.Duration(val)
 			default:
 				return nil, fmt.Errorf("config key %q: unknown (keys are %s)", key+"."+k, strings.Join(aggDownsampleKeys, ", "))
 			}
@@ -174,11 +178,11 @@ func windows(raw any) ([]aggregate.WindowConfig, error) {
 			case "kind":
 				w.Kind, err = cast.ToStringE(val)
 			case "size":
-				w.Size, err = cast.ToDurationE(val)
+				w.Size, err = confval.Duration(val)
 			case "slide":
-				w.Slide, err = cast.ToDurationE(val)
+				w.Slide, err = confval.Duration(val)
 			case "gap":
-				w.Gap, err = cast.ToDurationE(val)
+				w.Gap, err = confval.Duration(val)
 			default:
 				return nil, fmt.Errorf("config key %q: unknown (keys are %s)", key+"."+k, strings.Join(aggWindowKeys, ", "))
 			}

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 
 	"edgeflow/aggregate"
 	"edgeflow/hub"
+	"edgeflow/internal/confval"
 )
 
 // config is hubd's configuration: hub options plus what only main uses.
@@ -94,8 +98,12 @@ func loadConfig(args []string) (*config, error) {
 }
 
 // checkKeys rejects keys in the file that no flag declares (a typo would
-// otherwise be ignored silently).
+// otherwise be ignored silently), and lists or maps given for a key that
+// takes one value (which would otherwise read as empty).
 func checkKeys(v *viper.Viper, fs *pflag.FlagSet) error {
+	if err := confval.CheckScalars(fs, v.Get); err != nil {
+		return err
+	}
 	for _, k := range v.AllKeys() {
 		if fs.Lookup(k) == nil && !isAggregateKey(k) {
 			return fmt.Errorf("config key %q: unknown (keys are the flag names, e.g. data-dir)", k)
@@ -114,9 +122,12 @@ func fromViper(v *viper.Viper) (*config, error) {
 	o.Username, o.Password = v.GetString("mqtt-username"), v.GetString("mqtt-password")
 	var errs []error
 	dur := func(key string, dst *time.Duration) {
-		d, err := cast.ToDurationE(v.Get(key))
-		if err != nil || d <= 0 {
-			errs = append(errs, fmt.Errorf("config key %q: %q is not a positive duration like 30s or 5m", key, v.GetString(key)))
+		d, err := confval.Duration(v.Get(key))
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("config key %q: %w", key, err))
+		case d <= 0:
+			errs = append(errs, fmt.Errorf("config key %q: %v is not a positive duration like 30s or 5m", key, d))
 		}
 		*dst = d
 	}
@@ -132,13 +143,20 @@ func fromViper(v *viper.Viper) (*config, error) {
 	dur("retention-interval", &o.RetentionInterval)
 	dur("shutdown-timeout", &o.ShutdownTimeout)
 	dur("tick-interval", &o.TickInterval)
-	if d, err := cast.ToDurationE(v.Get("group-commit-wait")); err != nil || d < 0 {
-		errs = append(errs, fmt.Errorf("config key %q: %q is not a duration like 2ms, or 0", "group-commit-wait", v.GetString("group-commit-wait")))
+	if d, err := confval.Duration(v.Get("group-commit-wait")); err != nil {
+		errs = append(errs, fmt.Errorf("config key %q: %w", "group-commit-wait", err))
+	} else if d < 0 {
+		errs = append(errs, fmt.Errorf("config key %q: %v is not a duration like 2ms, or 0", "group-commit-wait", d))
 	} else if o.GroupCommitWait = d; d == 0 {
 		o.GroupCommitWait = hub.NoGroupCommitWait
 	}
 	num("workers", &o.Workers)
 	num("mqtt-client-queue", &o.MQTTClientQueue)
+	if n, err := cast.ToIntE(v.Get("mqtt-client-queue")); err == nil && n == 0 {
+		// hub.Options takes 0 as its default; written in a config, 0
+		// reads as "no queue" or "unbounded", and is neither.
+		errs = append(errs, fmt.Errorf("config key %q: 0 is not a queue length (it does not mean unbounded): want a positive number of messages per client, default 1024", "mqtt-client-queue"))
+	}
 	switch q := v.GetString("ack-qos"); q {
 	case "0", "1":
 		o.AcksAtLeastOnce = q == "1"
@@ -203,7 +221,18 @@ func explainOptionsError(err error) error {
 		return fmt.Errorf("config section \"aggregate\": %s", rest)
 	}
 	if key, known := optionKeys[field]; ok && known {
-		return fmt.Errorf("config key %q: %s", key, rest)
+		return fmt.Errorf("config key %q: %s", key, optionFields.ReplaceAllStringFunc(rest, func(f string) string { return optionKeys[f] }))
 	}
 	return err
 }
+
+// optionFields matches the field names of optionKeys in a message, so
+// that a rule across fields ("shorter than CheckpointInterval") names the
+// other key too.
+var optionFields = func() *regexp.Regexp {
+	fields := slices.Sorted(maps.Keys(optionKeys))
+	for i, f := range fields {
+		fields[i] = regexp.QuoteMeta(f)
+	}
+	return regexp.MustCompile(`\b(` + strings.Join(fields, "|") + `)\b`)
+}()
