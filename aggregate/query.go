@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"strings"
 	"time"
@@ -75,24 +76,11 @@ type queryPlan struct {
 }
 
 // Query computes the windows of q. Invalid parameters give a *ParamError
-// naming the parameter; a query over a cap gives a *LimitError. An unknown
-// metric gives no windows and no error.
+// naming the parameter; a query over a cap gives a *LimitError, before
+// any work when its cost makes that certain (see QueryContext). An
+// unknown metric gives no windows and no error.
 func (e *Engine) Query(q Query) ([]WindowResult, error) {
-	e.mu.RLock() // plan reads the configured windows, whose cursors Apply moves
-	defer e.mu.RUnlock()
-	p, err := e.plan(q)
-	if err != nil {
-		return nil, err
-	}
-	m, ok := e.series.metricIdx[q.Metric]
-	if !ok {
-		return nil, nil
-	}
-	r := e.newRun(p)
-	if err := r.collect(e.series.metrics[m].series); err != nil {
-		return nil, err
-	}
-	return r.windows()
+	return e.QueryContext(context.Background(), q)
 }
 
 // plan validates q against the options.
@@ -168,8 +156,9 @@ type group struct {
 	labels  map[string]string
 	device  string // when grouped by device: its streams decide Behind
 	accs    []partial
-	aliased bool // accs are a series' live partials: read only
-	series  int  // series in the group
+	aliased bool  // accs are a series' live partials: read only
+	series  int   // series in the group
+	floor   int64 // most aligned windows of one of its series read so far
 }
 
 // queryRun is one query's working state.
@@ -180,6 +169,9 @@ type queryRun struct {
 	byKey  map[string]*group
 	read   int
 	behind behindIndex
+	ctx    context.Context // nil: never stopped
+	ticks  int             // calls of stopped
+	floor  int64           // windows the query returns at least (cost.go)
 }
 
 func (e *Engine) newRun(p *queryPlan) *queryRun {
@@ -191,9 +183,12 @@ func (r *queryRun) collect(ids []uint32) error {
 	var kb strings.Builder
 	groups := make([]*group, len(ids))
 	for i, id := range ids {
+		if err := r.stopped(); err != nil {
+			return err
+		}
 		s := &r.e.series.list[id]
-		if r.p.Device != "" && s.device != r.p.Device {
-			continue
+		if r.p.Device != "" && s.device != r.p.Device || !r.mayHaveData(s) {
+			continue // a series with no partial in range adds nothing to its group
 		}
 		groups[i] = r.groupOf(s, &kb)
 		groups[i].series++
@@ -204,6 +199,9 @@ func (r *queryRun) collect(ids []uint32) error {
 		if g == nil {
 			continue
 		}
+		if err := r.stopped(); err != nil {
+			return err
+		}
 		s := &r.e.series.list[id]
 		parts, err := r.seriesParts(id, s)
 		if err != nil {
@@ -212,6 +210,11 @@ func (r *queryRun) collect(ids []uint32) error {
 		r.read += len(parts)
 		if r.read > r.e.opt.MaxQueryPartials {
 			return &LimitError{Limit: "max_query_partials", Max: r.e.opt.MaxQueryPartials, Need: r.read}
+		}
+		if r.p.hasFloor() {
+			if err := r.noteWindows(g, r.alignedWindows(parts)); err != nil {
+				return err
+			}
 		}
 		r.mergeInto(g, parts)
 	}
@@ -490,6 +493,9 @@ func (r *queryRun) windows() ([]WindowResult, error) {
 	out := make([]WindowResult, 0, r.estimate())
 	slices.SortFunc(r.groups, func(a, b *group) int { return strings.Compare(a.key, b.key) })
 	for _, g := range r.groups {
+		if err := r.stopped(); err != nil {
+			return nil, err
+		}
 		var err error
 		if r.p.spec.Kind == Session {
 			out, err = r.sessions(g, out)
