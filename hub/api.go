@@ -21,11 +21,11 @@ func (s *Server) registerQueryAPI(mux *http.ServeMux) {
 	if s.agg == nil {
 		return
 	}
-	mux.HandleFunc("GET /v1/aggregates", s.whenRecovered(s.serveAggregates))
+	mux.HandleFunc("GET /v1/aggregates", s.whenRecovered(s.gated(s.serveAggregates)))
 	mux.HandleFunc("GET /v1/late", s.whenRecovered(s.serveLate))
 	mux.HandleFunc("GET /v1/stream", s.whenRecovered(s.serveStream))
-	mux.HandleFunc("GET /v1/events", s.whenRecovered(s.serveEvents))
-	mux.HandleFunc("GET /v1/partials", s.whenRecovered(s.servePartials))
+	mux.HandleFunc("GET /v1/events", s.whenRecovered(s.gated(s.serveEvents)))
+	mux.HandleFunc("GET /v1/partials", s.whenRecovered(s.gated(s.servePartials)))
 }
 
 // whenRecovered answers 503 until recovery (checkpoint and replay) is
@@ -125,13 +125,14 @@ func (s *Server) serveAggregates(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	res, err := s.agg.eng.Query(q)
-	var le *aggregate.LimitError
-	if errors.As(err, &le) && q.Limit > 0 && le.Max == q.Limit {
-		err = badParam("limit", "the query has more than %d windows: raise limit (at most max_query_results=%d) or narrow from/to, window or group_by", q.Limit, maxResults)
-	}
+	res, err := s.agg.eng.QueryContext(r.Context(), q)
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeQueryError(w, r, err, func(le *aggregate.LimitError) error {
+			if q.Limit > 0 && le.Max == q.Limit {
+				return badParam("limit", "the query has more than %d windows: raise limit (at most max_query_results=%d) or narrow from/to, window or group_by", q.Limit, maxResults)
+			}
+			return le
+		})
 		return
 	}
 	head := AggregatesResponse{Metric: q.Metric, Window: name, From: rfc3339(q.From), To: rfc3339(q.To), Aggs: q.Aggs.Names()}
@@ -277,9 +278,9 @@ func (s *Server) servePartials(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	ps, err := s.agg.eng.ExportPartials(q)
+	ps, err := s.agg.eng.ExportPartialsContext(r.Context(), q)
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeQueryError(w, r, err, nil)
 		return
 	}
 	body, err := ps.MarshalBinary()
