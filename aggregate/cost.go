@@ -55,13 +55,13 @@ func (e *Engine) QueryContext(ctx context.Context, q Query) ([]WindowResult, err
 	return r.windows()
 }
 
-// stopped returns the run's context error, looked at every ctxCheckEvery
-// calls.
+// stopped returns the run's context error, looked at on the first call
+// and then every ctxCheckEvery calls.
 func (r *queryRun) stopped() error {
 	if r.ctx == nil {
 		return nil
 	}
-	if r.ticks++; r.ticks%ctxCheckEvery != 0 {
+	if r.ticks++; r.ticks%ctxCheckEvery != 1 {
 		return nil
 	}
 	if err := r.ctx.Err(); err != nil {

@@ -29,6 +29,8 @@ func (o *Options) validateHTTPSecurity(bad func(field, format string, args ...an
 		return bad("HTTPMaxQueries", "%d: want 1 to %d", o.HTTPMaxQueries, maxHTTPQueries)
 	case o.HTTPQueryWait <= 0 || o.HTTPQueryWait > time.Minute:
 		return bad("HTTPQueryWait", "%v: want a duration in (0, 1m]", o.HTTPQueryWait)
+	case o.HTTPQueryTimeout <= 0 || o.HTTPQueryTimeout > o.HTTPWriteTimeout:
+		return bad("HTTPQueryTimeout", "%v: want a duration in (0, %v] (the HTTP write timeout)", o.HTTPQueryTimeout, o.HTTPWriteTimeout)
 	}
 	return nil
 }

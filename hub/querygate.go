@@ -52,7 +52,7 @@ func newQueryGate(o *Options, reg prometheus.Registerer) (*queryGate, error) {
 	g := &queryGate{
 		slots:  make(chan struct{}, o.HTTPMaxQueries),
 		wait:   o.HTTPQueryWait,
-		budget: o.HTTPWriteTimeout,
+		budget: o.HTTPQueryTimeout,
 		running: prometheus.NewGauge(prometheus.GaugeOpts(f("http_queries_running",
 			"Expensive queries (aggregates, events, partials) running now; at most http-max-queries."))),
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts(f("http_queries_busy_total",
@@ -61,7 +61,7 @@ func newQueryGate(o *Options, reg prometheus.Registerer) (*queryGate, error) {
 			"Queries answered 400 at a cap (max_query_results, max_query_partials), by endpoint, cap, and when: before (the cost made it certain; nothing was computed) or during.")),
 			[]string{"endpoint", "limit", "when"}),
 		stopped: prometheus.NewCounterVec(prometheus.CounterOpts(f("http_queries_stopped_total",
-			"Queries stopped before their answer, by endpoint and why: client_gone, or deadline (longer than the HTTP write timeout).")), []string{"endpoint", "why"}),
+			"Queries stopped before their answer, by endpoint and why: client_gone, or deadline (longer than http-query-timeout).")), []string{"endpoint", "why"}),
 	}
 	for _, ep := range gatedEndpoints {
 		g.busy.WithLabelValues(ep)
@@ -147,7 +147,7 @@ func (s *Server) writeQueryError(w http.ResponseWriter, r *http.Request, err err
 		}
 	case errors.Is(err, context.DeadlineExceeded):
 		g.stopped.WithLabelValues(r.URL.Path, "deadline").Inc()
-		writeJSON(w, http.StatusServiceUnavailable, APIError{Error: fmt.Sprintf("the query ran longer than %v (the HTTP write timeout): narrow from/to, window or group_by", g.budget)})
+		writeJSON(w, http.StatusServiceUnavailable, APIError{Error: fmt.Sprintf("the query ran longer than %v (http-query-timeout): narrow from/to, window or group_by", g.budget)})
 		return
 	case errors.Is(err, context.Canceled):
 		g.stopped.WithLabelValues(r.URL.Path, "client_gone").Inc()

@@ -17,7 +17,7 @@ import (
 // http-max-queries, counted by endpoint, while /metrics, /healthz, /readyz
 // and /v1/devices/{id} answer as usual; once the slot is free the query
 // answers. A query over max_query_results is refused before any work and
-// counted as such.
+// counted as such; one past its deadline is stopped with a 503.
 func TestQueryGate(t *testing.T) {
 	o := aggTestOptions(t, t.TempDir())
 	o.HTTPMaxQueries, o.HTTPQueryWait = 1, 10*time.Millisecond
@@ -87,13 +87,22 @@ func TestQueryGate(t *testing.T) {
 	if n := counterValue(t, s.queries.refused.WithLabelValues("/v1/aggregates", "max_query_results", refusedDuring)); n != 0 {
 		t.Fatalf("refused during: %v, want 0", n)
 	}
+
+	s.queries.budget = time.Nanosecond // every query past its deadline
+	rec = serve(h, small)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "http-query-timeout") {
+		t.Fatalf("past the deadline: %d %s", rec.Code, rec.Body)
+	}
+	if n := counterValue(t, s.queries.stopped.WithLabelValues("/v1/aggregates", "deadline")); n != 1 {
+		t.Fatalf("stopped by the deadline: %v, want 1", n)
+	}
 }
 
 // TestQueryGateWaits: a query that finds the slots taken gets one freed
 // within its wait, and a client that goes away while waiting gives up
 // its place.
 func TestQueryGateWaits(t *testing.T) {
-	o := Options{HTTPMaxQueries: 1, HTTPQueryWait: time.Minute, HTTPWriteTimeout: time.Minute}
+	o := Options{HTTPMaxQueries: 1, HTTPQueryWait: time.Minute, HTTPQueryTimeout: time.Minute}
 	g, err := newQueryGate(&o, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)

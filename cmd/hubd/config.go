@@ -40,6 +40,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("http-addr", ":8080", "HTTP API address (\"off\" disables it)")
 	fs.Int("http-max-queries", 0, "expensive queries (/v1/aggregates, /v1/events, /v1/partials) that run at once; more wait up to http-query-wait, then get 429 (0: GOMAXPROCS/2, at least 1)")
 	fs.String("http-query-wait", "1s", "how long a query waits for one of http-max-queries before a 429 with Retry-After (at most 1m)")
+	fs.String("http-query-timeout", "30s", "how long one query may run before it is stopped with a 503 (at most 2m); ingest waits for a running query")
 	fs.String("mqtt-listen", ":1883", "embedded MQTT broker address (when --mqtt-url is empty)")
 	fs.String("mqtt-url", "", "external MQTT broker, e.g. tcp://host:1883 (empty: embedded broker)")
 	fs.String("client-id", "edgeflow-hubd", "MQTT client id on an external broker (keep it stable)")
@@ -135,6 +136,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 	dur("shutdown-timeout", &o.ShutdownTimeout)
 	dur("tick-interval", &o.TickInterval)
 	dur("http-query-wait", &o.HTTPQueryWait)
+	dur("http-query-timeout", &o.HTTPQueryTimeout)
 	num("http-max-queries", &o.HTTPMaxQueries)
 	if d, err := cast.ToDurationE(v.Get("group-commit-wait")); err != nil || d < 0 {
 		errs = append(errs, fmt.Errorf("config key %q: %q is not a duration like 2ms, or 0", "group-commit-wait", v.GetString("group-commit-wait")))
@@ -188,7 +190,7 @@ var optionKeys = map[string]string{
 	"MaxEventsPerSecond": "max-events-per-second", "EventsBurst": "events-burst",
 	"HTTPTLSCertFile": "http-tls-cert", "HTTPReadToken": "http-read-token",
 	"MQTTCAFile": "mqtt-ca-file", "MQTTCertFile": "mqtt-cert-file",
-	"HTTPMaxQueries": "http-max-queries", "HTTPQueryWait": "http-query-wait",
+	"HTTPMaxQueries": "http-max-queries", "HTTPQueryWait": "http-query-wait", "HTTPQueryTimeout": "http-query-timeout",
 }
 
 // explainOptionsError rewrites "invalid hub options: Field: ..." to name
