@@ -296,7 +296,8 @@ func (s *Server) servePartials(w http.ResponseWriter, r *http.Request) {
 // FetchPartials gets one hub's partial set of q.Metric over [from, to)
 // grouped by q.GroupBy (of q.Device's series only, when set) from GET
 // /v1/partials at baseURL (e.g. http://hub-a:8080). token, when set, is
-// sent as a bearer token.
+// sent as a bearer token. A hub busy with other queries (429) is asked
+// again after its Retry-After, up to fetchBusyTries times within ctx.
 func FetchPartials(ctx context.Context, client *http.Client, baseURL, token string, q aggregate.Query, from, to time.Time) (*aggregate.PartialSet, error) {
 	v := url.Values{"metric": {q.Metric}, "from": {strconv.FormatInt(from.UnixMilli(), 10)},
 		"to": {strconv.FormatInt(to.UnixMilli(), 10)}}
@@ -306,33 +307,60 @@ func FetchPartials(ctx context.Context, client *http.Client, baseURL, token stri
 	if q.Device != "" {
 		v.Set("device", q.Device)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(baseURL, "/")+"/v1/partials?"+v.Encode(), nil)
+	u := strings.TrimSuffix(baseURL, "/") + "/v1/partials?" + v.Encode()
+	for try := 1; ; try++ {
+		ps, wait, err := fetchPartialsOnce(ctx, client, baseURL, u, token)
+		if wait == 0 || try == fetchBusyTries {
+			return ps, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (then %w)", err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// fetchBusyTries is how many times FetchPartials asks a busy hub.
+const fetchBusyTries = 4
+
+// fetchPartialsOnce asks once; wait is the Retry-After of a 429 (bounded
+// to 1s..30s), zero otherwise.
+func fetchPartialsOnce(ctx context.Context, client *http.Client, baseURL, u, token string) (*aggregate.PartialSet, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPartialsBody+1))
 	if err != nil {
-		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("partials from %s: %s: %s", baseURL, resp.Status, strings.TrimSpace(string(body)))
+		err := fmt.Errorf("partials from %s: %s: %s", baseURL, resp.Status, strings.TrimSpace(string(body)))
+		if resp.StatusCode == http.StatusTooManyRequests {
+			secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			return nil, time.Duration(min(max(secs, 1), 30)) * time.Second, err
+		}
+		return nil, 0, err
 	}
 	if len(body) > maxPartialsBody {
-		return nil, fmt.Errorf("partials from %s: answer larger than %d bytes: narrow from/to or group_by", baseURL, maxPartialsBody)
+		return nil, 0, fmt.Errorf("partials from %s: answer larger than %d bytes: narrow from/to or group_by", baseURL, maxPartialsBody)
 	}
 	ps, err := aggregate.DecodePartialSet(body)
 	if err != nil {
-		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
-	return ps, nil
+	return ps, 0, nil
 }
 
 // maxSessionReach is how far past to QueryHubs fetches partials for

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"edgeflow/aggregate"
 )
 
 // TestQueryGate: with every query slot taken, /v1/aggregates, /v1/events
@@ -19,30 +21,8 @@ import (
 // answers. A query over max_query_results is refused before any work and
 // counted as such; one past its deadline is stopped with a 503.
 func TestQueryGate(t *testing.T) {
-	o := aggTestOptions(t, t.TempDir())
-	o.HTTPMaxQueries, o.HTTPQueryWait = 1, 10*time.Millisecond
-	o.Aggregate.MaxQueryResults = 5
-	o.Aggregate.EvictAfter = 24 * time.Hour // live partials: the floor sees them
-	s := startHub(t, o)
-	d := newDevice(t, "tcp://"+s.BrokerAddr(), "gate-1")
-	base := time.Now().Add(-time.Hour).Truncate(time.Minute)
-	times, values := make([]int64, 20), make([]float64, 20)
-	for i := range times {
-		times[i], values[i] = base.Add(time.Duration(i)*time.Minute).UnixNano(), float64(i)
-	}
-	d.send(timedBatch("gate-1", d.stream, 1, times, values))
+	s, base, small := gateHub(t)
 	h := s.Handler()
-	small := aggPath("temp", "tumbling:1m", base, base.Add(3*time.Minute), "")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var r AggregatesResponse
-		if code, _ := getJSON(t, h, small, &r); code == 200 && len(r.Windows) == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the batch did not reach the engine")
-		}
-	}
-
 	s.queries.slots <- struct{}{} // every slot taken
 	gatedPaths := map[string]string{
 		"/v1/aggregates": small,
@@ -124,6 +104,65 @@ func TestQueryGateWaits(t *testing.T) {
 	}
 	if g.retryAfter() != "60" {
 		t.Fatalf("Retry-After %q", g.retryAfter())
+	}
+}
+
+// gateHub starts a hub with one query slot, at most 5 results a query,
+// and 20 minutes of one event a minute of device gate-1 from base; small
+// is a query of its first 3 minutes.
+func gateHub(t *testing.T) (s *Server, base time.Time, small string) {
+	o := aggTestOptions(t, t.TempDir())
+	o.HTTPMaxQueries, o.HTTPQueryWait = 1, 10*time.Millisecond
+	o.Aggregate.MaxQueryResults = 5
+	o.Aggregate.EvictAfter = 24 * time.Hour // live partials: the floor sees them
+	s = startHub(t, o)
+	d := newDevice(t, "tcp://"+s.BrokerAddr(), "gate-1")
+	base = time.Now().Add(-time.Hour).Truncate(time.Minute)
+	times, values := make([]int64, 20), make([]float64, 20)
+	for i := range times {
+		times[i], values[i] = base.Add(time.Duration(i)*time.Minute).UnixNano(), float64(i)
+	}
+	d.send(timedBatch("gate-1", d.stream, 1, times, values))
+	small = aggPath("temp", "tumbling:1m", base, base.Add(3*time.Minute), "")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var r AggregatesResponse
+		if code, _ := getJSON(t, s.Handler(), small, &r); code == 200 && len(r.Windows) == 3 {
+			return s, base, small
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the batch did not reach the engine")
+		}
+	}
+}
+
+// TestFetchPartialsRetriesBusyHub: hubd query's fetch from a hub whose
+// query slots are taken is answered 429 and asks again after Retry-After,
+// getting the set once a slot is free.
+func TestFetchPartialsRetriesBusyHub(t *testing.T) {
+	s, base, _ := gateHub(t)
+	s.queries.slots <- struct{}{} // every slot taken
+	type result struct {
+		ps  *aggregate.PartialSet
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		q := aggregate.Query{Metric: "temp", GroupBy: []string{"device"}}
+		ps, err := FetchPartials(context.Background(), http.DefaultClient, "http://"+s.HTTPAddr(), "", q, base, base.Add(time.Hour))
+		got <- result{ps, err}
+	}()
+	for counterValue(t, s.queries.busy.WithLabelValues("/v1/partials")) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.queries.release()
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	res, err := aggregate.QueryPartials([]*aggregate.PartialSet{r.ps}, aggregate.Query{Metric: "temp",
+		Window: aggregate.WindowSpec{Kind: aggregate.Tumbling, Size: time.Minute}, From: base, To: base.Add(time.Hour)})
+	if err != nil || len(res) != 20 {
+		t.Fatalf("%d windows, %v", len(res), err)
 	}
 }
 
