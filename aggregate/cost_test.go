@@ -143,3 +143,44 @@ func TestQueryContextCancelled(t *testing.T) {
 		t.Fatalf("%d windows, %v", len(got), err)
 	}
 }
+
+// TestFoldManySeries: a group of more series than one fold takes (so
+// several folds and a final one) answers as a brute force does.
+func TestFoldManySeries(t *testing.T) {
+	e := newEngine(t, testOptions())
+	const devices = 3*foldRun + 17
+	type win struct {
+		count    uint64
+		sum      float64
+		min, max float64
+	}
+	want := map[int64]*win{}
+	for d := 0; d < devices; d++ {
+		var evs []ev
+		for i := 0; i < 2; i++ {
+			tm := at(time.Duration((d*7+i*13)%120) * 10 * time.Second)
+			v := float64((d+i)%11 - 5)
+			evs = append(evs, ev{seq: uint64(i + 1), metric: "m", v: v, t: tm})
+			k := (tm - t0.UnixNano()) / int64(time.Minute)
+			w := want[k]
+			if w == nil {
+				w = &win{min: v, max: v}
+				want[k] = w
+			}
+			w.count++
+			w.sum += v
+			w.min, w.max = min(w.min, v), max(w.max, v)
+		}
+		mustApply(t, e, batchOf(fmt.Sprintf("d%05d", d), d, at(time.Hour), evs...))
+	}
+	got := mustQuery(t, e, Query{Metric: "m", Window: WindowSpec{Kind: Tumbling, Size: time.Minute}, From: t0, To: t0.Add(time.Hour)})
+	if len(got) != len(want) {
+		t.Fatalf("%d windows, want %d", len(got), len(want))
+	}
+	for _, w := range got {
+		b := want[w.Start.Sub(t0).Nanoseconds()/int64(time.Minute)]
+		if b == nil || w.Count != b.count || w.Sum != b.sum || w.Min != b.min || w.Max != b.max {
+			t.Fatalf("window %v: %+v, want %+v", w.Start, w, b)
+		}
+	}
+}
