@@ -65,6 +65,10 @@ type LimitError struct {
 	Limit string
 	// Max is the configured cap; Need is what the query needed (at least).
 	Max, Need int
+	// Estimated is true when the query was refused before it ran: Need
+	// is then a floor computed from the engine's in-memory state, which
+	// the query was certain to reach.
+	Estimated bool
 }
 
 // Error implements error.

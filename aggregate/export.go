@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -73,6 +74,12 @@ func (ps *PartialSet) Groups() (groups, partials int) {
 // reaches downsampled data (see Options.Downsample) is a *ParamError for
 // from: sets carry base-resolution partials only.
 func (e *Engine) ExportPartials(q Query) (*PartialSet, error) {
+	return e.ExportPartialsContext(context.Background(), q)
+}
+
+// ExportPartialsContext is ExportPartials that stops when ctx is done,
+// with an error wrapping ctx.Err().
+func (e *Engine) ExportPartialsContext(ctx context.Context, q Query) (*PartialSet, error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if q.Metric == "" {
@@ -109,6 +116,10 @@ func (e *Engine) ExportPartials(q Query) (*PartialSet, error) {
 		return ps, nil
 	}
 	r := e.newRun(p)
+	r.ctx = ctx
+	if err := r.precheck(e.series.metrics[m].series); err != nil {
+		return nil, err
+	}
 	if err := r.collect(e.series.metrics[m].series); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"strings"
 	"time"
@@ -75,24 +76,11 @@ type queryPlan struct {
 }
 
 // Query computes the windows of q. Invalid parameters give a *ParamError
-// naming the parameter; a query over a cap gives a *LimitError. An unknown
-// metric gives no windows and no error.
+// naming the parameter; a query over a cap gives a *LimitError, before
+// any work when its cost makes that certain (see QueryContext). An
+// unknown metric gives no windows and no error.
 func (e *Engine) Query(q Query) ([]WindowResult, error) {
-	e.mu.RLock() // plan reads the configured windows, whose cursors Apply moves
-	defer e.mu.RUnlock()
-	p, err := e.plan(q)
-	if err != nil {
-		return nil, err
-	}
-	m, ok := e.series.metricIdx[q.Metric]
-	if !ok {
-		return nil, nil
-	}
-	r := e.newRun(p)
-	if err := r.collect(e.series.metrics[m].series); err != nil {
-		return nil, err
-	}
-	return r.windows()
+	return e.QueryContext(context.Background(), q)
 }
 
 // plan validates q against the options.
@@ -168,8 +156,13 @@ type group struct {
 	labels  map[string]string
 	device  string // when grouped by device: its streams decide Behind
 	accs    []partial
-	aliased bool // accs are a series' live partials: read only
-	series  int  // series in the group
+	aliased bool  // accs are a series' live partials: read only
+	series  int   // series in the group
+	floor   int64 // most aligned windows of one of its series read so far
+	// pending are series' partials not yet in accs (see fold); pendingN
+	// counts them.
+	pending  [][]partial
+	pendingN int
 }
 
 // queryRun is one query's working state.
@@ -180,6 +173,10 @@ type queryRun struct {
 	byKey  map[string]*group
 	read   int
 	behind behindIndex
+	ctx    context.Context // nil: never stopped
+	ticks  int             // calls of stopped
+	floor  int64           // windows the query returns at least (cost.go)
+	refs   []partRef       // fold's buffer
 }
 
 func (e *Engine) newRun(p *queryPlan) *queryRun {
@@ -191,9 +188,12 @@ func (r *queryRun) collect(ids []uint32) error {
 	var kb strings.Builder
 	groups := make([]*group, len(ids))
 	for i, id := range ids {
+		if err := r.stopped(); err != nil {
+			return err
+		}
 		s := &r.e.series.list[id]
-		if r.p.Device != "" && s.device != r.p.Device {
-			continue
+		if r.p.Device != "" && s.device != r.p.Device || !r.mayHaveData(s) {
+			continue // a series with no partial in range adds nothing to its group
 		}
 		groups[i] = r.groupOf(s, &kb)
 		groups[i].series++
@@ -204,6 +204,9 @@ func (r *queryRun) collect(ids []uint32) error {
 		if g == nil {
 			continue
 		}
+		if err := r.stopped(); err != nil {
+			return err
+		}
 		s := &r.e.series.list[id]
 		parts, err := r.seriesParts(id, s)
 		if err != nil {
@@ -213,7 +216,17 @@ func (r *queryRun) collect(ids []uint32) error {
 		if r.read > r.e.opt.MaxQueryPartials {
 			return &LimitError{Limit: "max_query_partials", Max: r.e.opt.MaxQueryPartials, Need: r.read}
 		}
+		if r.p.hasFloor() {
+			if err := r.noteWindows(g, r.alignedWindows(parts)); err != nil {
+				return err
+			}
+		}
 		r.mergeInto(g, parts)
+	}
+	for _, g := range r.groups {
+		if len(g.pending) > 0 {
+			r.fold(g)
+		}
 	}
 	return nil
 }
@@ -444,10 +457,102 @@ func mergeTiers(coarse, fine []partial) []partial {
 	return out
 }
 
-// mergeInto merges one series' sorted partials into a group's sorted
-// accumulators. A group's first series is aliased, not copied: its
-// partials are read-only here and copies of them are marked shared.
+// mergeInto adds one series' sorted partials to a group. A group's first
+// series is aliased, not copied: its partials are read-only here and
+// copies of them are marked shared. Later series wait in pending and are
+// folded in by runs (fold), so a group of many series costs a sort of
+// their partials rather than a copy of its accumulators per series.
 func (r *queryRun) mergeInto(g *group, parts []partial) {
+	if len(parts) == 0 {
+		return
+	}
+	if len(g.accs) == 0 && len(g.pending) == 0 {
+		g.accs, g.aliased = parts, true
+		return
+	}
+	g.pending = append(g.pending, parts)
+	if g.pendingN += len(parts); g.pendingN >= max(len(g.accs), foldRun) {
+		r.fold(g)
+	}
+}
+
+// foldRun is the fewest pending partials a group folds at once (more when
+// its accumulators are longer, so each fold's copy of them is paid for).
+const foldRun = 4096
+
+// partRef locates one partial of a fold: list -1 is the group's
+// accumulators, else an index into pending.
+type partRef struct {
+	bucket    int64
+	list, pos int
+}
+
+// fold merges a group's pending series into its accumulators, as merging
+// them one after the other (mergeSeq) would, in one pass: every bucket's
+// partials in series order, starting from the accumulator's. Lists that
+// hold a bucket twice (tiers half way through a downsampling pass) take
+// mergeSeq.
+func (r *queryRun) fold(g *group) {
+	lists := g.pending
+	g.pending, g.pendingN = nil, 0
+	strict := strictlySorted(g.accs)
+	for _, l := range lists {
+		strict = strict && strictlySorted(l)
+	}
+	if !strict {
+		for _, l := range lists {
+			r.mergeSeq(g, l)
+		}
+		return
+	}
+	refs := r.refs[:0]
+	for i := range g.accs {
+		refs = append(refs, partRef{g.accs[i].bucket, -1, i})
+	}
+	for li, l := range lists {
+		for j := range l {
+			refs = append(refs, partRef{l[j].bucket, li, j})
+		}
+	}
+	slices.SortStableFunc(refs, func(a, b partRef) int { return cmp.Compare(a.bucket, b.bucket) })
+	n := 0
+	for k := range refs {
+		if k == 0 || refs[k].bucket != refs[k-1].bucket {
+			n++
+		}
+	}
+	out := make([]partial, 0, n)
+	for k := 0; k < len(refs); {
+		var a partial
+		b := refs[k].bucket
+		if refs[k].list < 0 {
+			a = shared(&g.accs[refs[k].pos])
+			k++
+		} else {
+			a.reset(b)
+		}
+		for ; k < len(refs) && refs[k].bucket == b; k++ {
+			r.e.merge(&a, &lists[refs[k].list][refs[k].pos], r.p.need == needSketch)
+		}
+		out = append(out, a)
+	}
+	r.refs = refs[:0]
+	g.accs, g.aliased = out, false
+}
+
+// strictlySorted reports whether parts' buckets strictly ascend.
+func strictlySorted(parts []partial) bool {
+	for i := 1; i < len(parts); i++ {
+		if parts[i].bucket <= parts[i-1].bucket {
+			return false
+		}
+	}
+	return true
+}
+
+// mergeSeq merges one series' sorted partials into a group's sorted
+// accumulators.
+func (r *queryRun) mergeSeq(g *group, parts []partial) {
 	if len(g.accs) == 0 {
 		g.accs, g.aliased = parts, true
 		return
@@ -490,6 +595,9 @@ func (r *queryRun) windows() ([]WindowResult, error) {
 	out := make([]WindowResult, 0, r.estimate())
 	slices.SortFunc(r.groups, func(a, b *group) int { return strings.Compare(a.key, b.key) })
 	for _, g := range r.groups {
+		if err := r.stopped(); err != nil {
+			return nil, err
+		}
 		var err error
 		if r.p.spec.Kind == Session {
 			out, err = r.sessions(g, out)

@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,6 +71,11 @@ type Stats struct {
 func (e *Engine) Stats() Stats {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
+	return e.statsLocked()
+}
+
+// statsLocked is Stats with e.mu held.
+func (e *Engine) statsLocked() Stats {
 	c := e.stats
 	s := Stats{
 		Events: c.events, Untrusted: c.untrusted, Invalid: c.invalid, Late: c.late, TooLate: c.tooLate,
@@ -140,6 +146,25 @@ func (e *Engine) Collector(namespace string) prometheus.Collector {
 type collector struct {
 	e  *Engine
 	ns string
+
+	mu    sync.Mutex
+	last  Stats  // the last Stats read
+	stale uint64 // scrapes that reported last
+}
+
+// stats reads the engine's Stats without waiting for its lock: while a
+// query holds it and Apply waits for it, a scrape reports the previous
+// values (counted as stale) rather than wait behind both.
+func (c *collector) stats() (Stats, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.e.mu.TryRLock() {
+		c.stale++
+		return c.last, c.stale
+	}
+	c.last = c.e.statsLocked()
+	c.e.mu.RUnlock()
+	return c.last, c.stale
 }
 
 type metricVal struct {
@@ -149,7 +174,7 @@ type metricVal struct {
 }
 
 func (c *collector) values() []metricVal {
-	s := c.e.Stats()
+	s, stale := c.stats()
 	ctr, g := prometheus.CounterValue, prometheus.GaugeValue
 	wm := 0.0
 	if !s.Watermark.IsZero() {
@@ -185,6 +210,7 @@ func (c *collector) values() []metricVal {
 		{"live_partials", "Partials held in memory.", g, float64(s.LivePartials)},
 		{"pending_events", "Merged-stream events waiting for the watermark.", g, float64(s.Pending)},
 		{"watermark_seconds", "Hub watermark, Unix seconds.", g, wm},
+		{"stale_scrapes_total", "Scrapes that reported the engine's previous values because a query held the engine and ingest waited for it.", ctr, float64(stale)},
 	}
 }
 

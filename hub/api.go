@@ -21,12 +21,12 @@ func (s *Server) registerQueryAPI(mux *http.ServeMux) {
 	if s.agg == nil {
 		return
 	}
-	mux.HandleFunc("GET /v1/aggregates", s.whenRecovered(s.serveAggregates))
+	mux.HandleFunc("GET /v1/aggregates", s.whenRecovered(s.gated(s.serveAggregates)))
 	mux.HandleFunc("GET /v1/late", s.whenRecovered(s.serveLate))
 	mux.HandleFunc("GET /v1/quarantine", s.whenRecovered(s.serveQuarantine))
 	mux.HandleFunc("GET /v1/stream", s.whenRecovered(s.serveStream))
-	mux.HandleFunc("GET /v1/events", s.whenRecovered(s.serveEvents))
-	mux.HandleFunc("GET /v1/partials", s.whenRecovered(s.servePartials))
+	mux.HandleFunc("GET /v1/events", s.whenRecovered(s.gated(s.serveEvents)))
+	mux.HandleFunc("GET /v1/partials", s.whenRecovered(s.gated(s.servePartials)))
 }
 
 // whenRecovered answers 503 until recovery (checkpoint and replay) is
@@ -126,13 +126,14 @@ func (s *Server) serveAggregates(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	res, err := s.agg.eng.Query(q)
-	var le *aggregate.LimitError
-	if errors.As(err, &le) && q.Limit > 0 && le.Max == q.Limit {
-		err = badParam("limit", "the query has more than %d windows: raise limit (at most max_query_results=%d) or narrow from/to, window or group_by", q.Limit, maxResults)
-	}
+	res, err := s.agg.eng.QueryContext(r.Context(), q)
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeQueryError(w, r, err, func(le *aggregate.LimitError) error {
+			if q.Limit > 0 && le.Max == q.Limit {
+				return badParam("limit", "the query has more than %d windows: raise limit (at most max_query_results=%d) or narrow from/to, window or group_by", q.Limit, maxResults)
+			}
+			return le
+		})
 		return
 	}
 	head := AggregatesResponse{Metric: q.Metric, Window: name, From: rfc3339(q.From), To: rfc3339(q.To), Aggs: q.Aggs.Names()}
@@ -278,9 +279,9 @@ func (s *Server) servePartials(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	ps, err := s.agg.eng.ExportPartials(q)
+	ps, err := s.agg.eng.ExportPartialsContext(r.Context(), q)
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeQueryError(w, r, err, nil)
 		return
 	}
 	body, err := ps.MarshalBinary()
@@ -296,7 +297,8 @@ func (s *Server) servePartials(w http.ResponseWriter, r *http.Request) {
 // FetchPartials gets one hub's partial set of q.Metric over [from, to)
 // grouped by q.GroupBy (of q.Device's series only, when set) from GET
 // /v1/partials at baseURL (e.g. http://hub-a:8080). token, when set, is
-// sent as a bearer token.
+// sent as a bearer token. A hub busy with other queries (429) is asked
+// again after its Retry-After, up to fetchBusyTries times within ctx.
 func FetchPartials(ctx context.Context, client *http.Client, baseURL, token string, q aggregate.Query, from, to time.Time) (*aggregate.PartialSet, error) {
 	v := url.Values{"metric": {q.Metric}, "from": {strconv.FormatInt(from.UnixMilli(), 10)},
 		"to": {strconv.FormatInt(to.UnixMilli(), 10)}}
@@ -306,33 +308,60 @@ func FetchPartials(ctx context.Context, client *http.Client, baseURL, token stri
 	if q.Device != "" {
 		v.Set("device", q.Device)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(baseURL, "/")+"/v1/partials?"+v.Encode(), nil)
+	u := strings.TrimSuffix(baseURL, "/") + "/v1/partials?" + v.Encode()
+	for try := 1; ; try++ {
+		ps, wait, err := fetchPartialsOnce(ctx, client, baseURL, u, token)
+		if wait == 0 || try == fetchBusyTries {
+			return ps, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (then %w)", err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// fetchBusyTries is how many times FetchPartials asks a busy hub.
+const fetchBusyTries = 4
+
+// fetchPartialsOnce asks once; wait is the Retry-After of a 429 (bounded
+// to 1s..30s), zero otherwise.
+func fetchPartialsOnce(ctx context.Context, client *http.Client, baseURL, u, token string) (*aggregate.PartialSet, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPartialsBody+1))
 	if err != nil {
-		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("partials from %s: %s: %s", baseURL, resp.Status, strings.TrimSpace(string(body)))
+		err := fmt.Errorf("partials from %s: %s: %s", baseURL, resp.Status, strings.TrimSpace(string(body)))
+		if resp.StatusCode == http.StatusTooManyRequests {
+			secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			return nil, time.Duration(min(max(secs, 1), 30)) * time.Second, err
+		}
+		return nil, 0, err
 	}
 	if len(body) > maxPartialsBody {
-		return nil, fmt.Errorf("partials from %s: answer larger than %d bytes: narrow from/to or group_by", baseURL, maxPartialsBody)
+		return nil, 0, fmt.Errorf("partials from %s: answer larger than %d bytes: narrow from/to or group_by", baseURL, maxPartialsBody)
 	}
 	ps, err := aggregate.DecodePartialSet(body)
 	if err != nil {
-		return nil, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
-	return ps, nil
+	return ps, 0, nil
 }
 
 // maxSessionReach is how far past to QueryHubs fetches partials for

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -91,9 +92,9 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	out, err := s.storedEvents(q)
+	out, err := s.storedEvents(r.Context(), q)
 	if err != nil {
-		writeAPIError(w, err)
+		s.writeQueryError(w, r, err, nil)
 		return
 	}
 	writeData(w, out)
@@ -104,7 +105,8 @@ var errStopScan = errors.New("stop scan")
 
 // storedEvents reads the device's events in [from, to) from the log and
 // returns them in event-time order (then stream, then sequence).
-func (s *Server) storedEvents(q eventsQuery) (*EventsResponse, error) {
+// It stops with ctx's error when ctx is done.
+func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsResponse, error) {
 	out := &EventsResponse{Device: q.device, From: rfc3339(q.from), To: rfc3339(q.to), Events: []EventJSON{}}
 	startNs := q.from.Add(-s.agg.eng.Options().MaxFutureSkew - eventsSlack).UnixNano()
 	endNs := q.to.Add(q.arrival).UnixNano()
@@ -115,6 +117,9 @@ func (s *Server) storedEvents(q eventsQuery) (*EventsResponse, error) {
 	fn := func(e *walEntry) error {
 		if out.Scanned++; out.Scanned > maxEventsScan {
 			return badParam("from", "the range needs more than %d log entries read (%s): narrow from/to or arrived_within", maxEventsScan, reads)
+		}
+		if out.Scanned%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
 		}
 		if e.kind != entryBatch || e.device != q.device || e.serverTimeNs >= endNs {
 			return nil

@@ -25,6 +25,12 @@ func (o *Options) validateHTTPSecurity(bad func(field, format string, args ...an
 		return bad("HTTPWriteTimeout", "%v must be positive", o.HTTPWriteTimeout)
 	case o.HTTPMaxRequestBytes < 1:
 		return bad("HTTPMaxRequestBytes", "%d must be positive", o.HTTPMaxRequestBytes)
+	case o.HTTPMaxQueries < 1 || o.HTTPMaxQueries > maxHTTPQueries:
+		return bad("HTTPMaxQueries", "%d: want 1 to %d", o.HTTPMaxQueries, maxHTTPQueries)
+	case o.HTTPQueryWait <= 0 || o.HTTPQueryWait > time.Minute:
+		return bad("HTTPQueryWait", "%v: want a duration in (0, 1m]", o.HTTPQueryWait)
+	case o.HTTPQueryTimeout <= 0 || o.HTTPQueryTimeout > o.HTTPWriteTimeout:
+		return bad("HTTPQueryTimeout", "%v: want a duration in (0, %v] (the HTTP write timeout)", o.HTTPQueryTimeout, o.HTTPWriteTimeout)
 	}
 	return nil
 }

@@ -103,6 +103,18 @@ type Options struct {
 	HTTPReadTimeout, HTTPWriteTimeout time.Duration
 	// HTTPMaxRequestBytes bounds a request body. Default 64 KiB.
 	HTTPMaxRequestBytes int64
+	// HTTPMaxQueries bounds the expensive queries (GET /v1/aggregates,
+	// /v1/events, /v1/partials) that run at once, so that a burst of them
+	// leaves CPU and memory to ingest and /metrics; one that finds them
+	// all taken waits up to HTTPQueryWait, then is answered 429 with
+	// Retry-After. Default GOMAXPROCS/2, at least 1.
+	HTTPMaxQueries int
+	// HTTPQueryWait is how long a query waits for a slot. Default 1s.
+	HTTPQueryWait time.Duration
+	// HTTPQueryTimeout bounds one query's time: it is stopped (503) past
+	// it, and when its client goes away. A query holds the engine's read
+	// lock, which ingest waits for. Default 30s, at most HTTPWriteTimeout.
+	HTTPQueryTimeout time.Duration
 
 	// Limits bound what a batch may hold; zero fields take wire.DefaultLimits.
 	Limits wire.Limits
@@ -263,6 +275,9 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.HTTPReadTimeout, 30*time.Second)
 	setDefault(&o.HTTPWriteTimeout, 2*time.Minute)
 	setDefault(&o.HTTPMaxRequestBytes, 64<<10)
+	setDefault(&o.HTTPMaxQueries, max(1, runtime.GOMAXPROCS(0)/2))
+	setDefault(&o.HTTPQueryWait, time.Second)
+	setDefault(&o.HTTPQueryTimeout, min(30*time.Second, o.HTTPWriteTimeout))
 	setDefault(&o.EventsBurst, o.MaxEventsPerSecond)
 	if o.Now == nil {
 		o.Now = time.Now

@@ -31,6 +31,7 @@ type Server struct {
 	rejLog rateLog
 
 	limiter   *rateLimiter   // nil: no per-device event rate limit
+	queries   *queryGate     // bounds the expensive HTTP queries running at once
 	brokerSec BrokerSecurity // the embedded broker's, loaded by New
 
 	workers     []chan inMsg
@@ -89,6 +90,9 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
 	s.m = m
+	if s.queries, err = newQueryGate(&s.opts, opts.Registerer); err != nil {
+		return nil, fmt.Errorf("register query metrics: %w", err)
+	}
 	if err := opts.Registerer.Register(newFleetCollector(s.reg, s.opts.Now)); err != nil {
 		return nil, fmt.Errorf("register fleet metrics: %w", err)
 	}

@@ -42,6 +42,9 @@ func newFlags() *pflag.FlagSet {
 	fs.String("config", "", "YAML config file (keys as the flag names)")
 	fs.String("data-dir", "hubd-data", "directory of the hub's write-ahead log and checkpoints")
 	fs.String("http-addr", ":8080", "HTTP API address (\"off\" disables it)")
+	fs.Int("http-max-queries", 0, "expensive queries (/v1/aggregates, /v1/events, /v1/partials) that run at once; more wait up to http-query-wait, then get 429 (0: GOMAXPROCS/2, at least 1)")
+	fs.String("http-query-wait", "1s", "how long a query waits for one of http-max-queries before a 429 with Retry-After (at most 1m)")
+	fs.String("http-query-timeout", "30s", "how long one query may run before it is stopped with a 503 (at most 2m); ingest waits for a running query")
 	fs.String("mqtt-listen", ":1883", "embedded MQTT broker address (when --mqtt-url is empty)")
 	fs.String("mqtt-url", "", "external MQTT broker, e.g. tcp://host:1883 (empty: embedded broker)")
 	fs.String("client-id", "edgeflow-hubd", "MQTT client id on an external broker (keep it stable)")
@@ -143,6 +146,9 @@ func fromViper(v *viper.Viper) (*config, error) {
 	dur("retention-interval", &o.RetentionInterval)
 	dur("shutdown-timeout", &o.ShutdownTimeout)
 	dur("tick-interval", &o.TickInterval)
+	dur("http-query-wait", &o.HTTPQueryWait)
+	dur("http-query-timeout", &o.HTTPQueryTimeout)
+	num("http-max-queries", &o.HTTPMaxQueries)
 	if d, err := confval.Duration(v.Get("group-commit-wait")); err != nil {
 		errs = append(errs, fmt.Errorf("config key %q: %w", "group-commit-wait", err))
 	} else if d < 0 {
@@ -202,6 +208,7 @@ var optionKeys = map[string]string{
 	"MaxEventsPerSecond": "max-events-per-second", "EventsBurst": "events-burst",
 	"HTTPTLSCertFile": "http-tls-cert", "HTTPReadToken": "http-read-token",
 	"MQTTCAFile": "mqtt-ca-file", "MQTTCertFile": "mqtt-cert-file",
+	"HTTPMaxQueries": "http-max-queries", "HTTPQueryWait": "http-query-wait", "HTTPQueryTimeout": "http-query-timeout",
 }
 
 // explainOptionsError rewrites "invalid hub options: Field: ..." to name
