@@ -40,7 +40,8 @@ type Server struct {
 	applierReqs chan applierReq
 	ckptMu      sync.Mutex    // one checkpoint at a time; guards lastCkpt
 	lastCkpt    *checkpoint   // the last checkpoint written (or recovered)
-	ckptPos     atomic.Uint64 // log position covered by the last checkpoint
+	ckptPos     atomic.Uint64 // log position covered by the older retained checkpoint
+	dm          *damageMetrics
 	ready       atomic.Bool
 	recovered   atomic.Bool // the state is recovered: queries may run
 	started     bool
@@ -88,6 +89,9 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
 	s.m = m
+	if s.dm, err = newDamageMetrics(opts.Registerer); err != nil {
+		return nil, fmt.Errorf("register hub metrics: %w", err)
+	}
 	if err := opts.Registerer.Register(newFleetCollector(s.reg, s.opts.Now)); err != nil {
 		return nil, fmt.Errorf("register fleet metrics: %w", err)
 	}
