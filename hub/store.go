@@ -2,7 +2,7 @@ package hub
 
 import (
 	"encoding/binary"
-		"errors"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"

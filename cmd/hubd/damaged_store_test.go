@@ -139,8 +139,8 @@ func buildStore(t *testing.T) *damagedStore {
 				n := r*120 + i
 				b.Events = append(b.Events, &wirepb.Event{Metric: "temp", Value: float64((n*37+k*11)%400-150) / 8,
 					DeviceTimeNs: d.base.Add(time.Duration(n)*500*time.Millisecond + time.Duration(k)*time.Millisecond).UnixNano(),
-					Tags: []*wirepb.Tag{{Key: "site", Value: dev}, {Key: "note", Value: fmt.Sprintf("reading-%d-%x", n, n*7919)}},
-					MonoNs: int64(n), BootId: "b", Method: wirepb.TimeMethod_TIME_METHOD_NTP})
+					Tags:         []*wirepb.Tag{{Key: "site", Value: dev}, {Key: "note", Value: fmt.Sprintf("reading-%d-%x", n, n*7919)}},
+					MonoNs:       int64(n), BootId: "b", Method: wirepb.TimeMethod_TIME_METHOD_NTP})
 			}
 			seq[dev] += 120
 			events += 120
