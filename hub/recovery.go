@@ -143,8 +143,12 @@ func (s *Server) restoreCheckpoint() (fellBack, full bool, err error) {
 	}
 	var chosen, older *checkpoint
 	for _, sc := range all {
-		if sc.err == nil && chosen != nil {
-			older = sc.ck
+		if chosen != nil {
+			if sc.err == nil {
+				older = sc.ck
+			} else {
+				s.log.Warn("the checkpoint before the newest is damaged; the next checkpoint replaces it", "dir", s.st.dir, "key", sc.key, "err", sc.err)
+			}
 			break
 		}
 		if sc.err == nil {
