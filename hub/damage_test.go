@@ -113,3 +113,38 @@ func TestDecodePointerDetectsDamage(t *testing.T) {
 		}
 	}
 }
+
+// TestDamagedPreviousCheckpoint: damage to the older checkpoint alone
+// costs nothing: the newest is used, no fallback is counted.
+func TestDamagedPreviousCheckpoint(t *testing.T) {
+	o := testOptions(t, t.TempDir())
+	o.Consumers = []Consumer{newCountingConsumer()}
+	s := startHub(t, o)
+	d := newDevice(t, "tcp://"+s.BrokerAddr(), "d1")
+	feed(t, s, []*device{d}, 1, 100)
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	feed(t, s, []*device{d}, 101, 200)
+	before, _, _ := s.StateDump()
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(o.DataDir, true, quietLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(keyPrevCheckpoint), []byte("CK\x02damaged")) }); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.close()
+	o.Consumers = []Consumer{newCountingConsumer()}
+	o.Registerer = nil
+	s2 := startHub(t, o)
+	if after, _, _ := s2.StateDump(); !bytes.Equal(before, after) {
+		t.Fatal("state differs")
+	}
+	if n := counterValue(t, s2.dm.fallbacks.WithLabelValues("previous")) + counterValue(t, s2.dm.fallbacks.WithLabelValues("log")); n != 0 {
+		t.Fatalf("%v fallbacks", n)
+	}
+}
