@@ -114,9 +114,9 @@ func (s *Server) writeCheckpoint(pos uint64, state []byte, encErr error) error {
 	err := encErr
 	if err == nil {
 		var ck *checkpoint
-		if ck, err = s.st.writeCheckpoint(s.lastCkpt, pos, state, s.opts.Now().UnixNano()); err == nil {
+		if ck, err = s.st.writeCheckpoint(pos, state, s.opts.Now().UnixNano()); err == nil {
 			s.lastCkpt = ck
-			s.ckptPos.Store(pos)
+			s.ckptPos.Store(s.st.oldestRetainedPos())
 			s.m.checkpoints.WithLabelValues("ok").Inc()
 			s.log.Debug("checkpoint written", "position", pos, "bytes", len(state))
 			return nil
@@ -164,8 +164,8 @@ func (s *Server) every(d time.Duration, fn func()) {
 // retainBatch bounds the deletions of one retention transaction.
 const retainBatch = 10000
 
-// Retain deletes log entries older than RetentionMaxAge that the last
-// checkpoint covers, and their device log index keys, then lets Badger
+// Retain deletes log entries older than RetentionMaxAge that both
+// retained checkpoints cover (so recovery can fall back to the older), and their device log index keys, then lets Badger
 // reclaim value log space. It returns how many entries it deleted.
 func (s *Server) Retain() (int, error) {
 	cutoff := s.opts.Now().Add(-s.opts.RetentionMaxAge).UnixNano()

@@ -174,6 +174,14 @@ type Options struct {
 	// RetentionInterval is the time between retention passes. Default 5m;
 	// at least 1s.
 	RetentionInterval time.Duration
+	// RecoverDamaged starts the hub when log entries cannot be read (a
+	// truncated value log, flipped bytes): it starts from what is
+	// readable and records the loss (gaps with reason store_damaged, a
+	// metric, a log line). Default false: the hub stops and says which
+	// positions, server times and devices the damage covers. A damaged
+	// checkpoint needs no setting: the hub falls back to the previous one
+	// or to a replay of the whole log when the log still holds it.
+	RecoverDamaged bool
 	// ShutdownTimeout bounds Run's shutdown (final writes, checkpoint,
 	// closing the store) once ctx ends or the log fails; past it Run
 	// returns an error without waiting further. What was acknowledged is

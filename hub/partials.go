@@ -370,3 +370,22 @@ func dropGenerations(db *badger.DB, drop func(gen uint64) bool) (int, error) {
 	}
 	return deleted, nil
 }
+
+// maxPartialGeneration returns the largest generation of any stored
+// partial (found is false when there are none).
+func maxPartialGeneration(db *badger.DB) (gen uint64, found bool, err error) {
+	err = db.View(func(txn *badger.Txn) error {
+		for _, prefix := range []byte{prefixPartials, prefixTiers} {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefix}, Reverse: true})
+			it.Seek([]byte{prefix, 0xff})
+			if it.Valid() {
+				if g, _, _, _, ok := parsePartialKey(it.Item().Key()); ok {
+					gen, found = max(gen, g), true
+				}
+			}
+			it.Close()
+		}
+		return nil
+	})
+	return gen, found, err
+}

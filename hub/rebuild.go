@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -24,6 +23,13 @@ type RebuildResult struct {
 	Generation uint64
 	// Took is the wall time of the rebuild.
 	Took time.Duration
+	// FromLog says no stored checkpoint was usable (each was damaged):
+	// the registry and the engine were rebuilt from the whole log, and
+	// Position is the newest entry's.
+	FromLog bool
+	// DamagedPositions counts log positions that could not be read and
+	// were skipped with the loss recorded (Options.RecoverDamaged).
+	DamagedPositions uint64
 }
 
 // Rebuild recomputes the event-time engine's state from the stored log
@@ -40,7 +46,12 @@ type RebuildResult struct {
 // gives exactly the state live ingest produced, as long as retention has
 // not deleted log entries the aggregates still cover (see FirstEntry).
 // Without a checkpoint there is nothing to replace: the stored partials are
-// deleted and the next start recomputes everything from the log.
+// deleted and the next start recomputes everything from the log. A
+// damaged checkpoint is passed over for the one before it; when none is
+// usable the registry and the engine are rebuilt from the whole log and
+// written as a new checkpoint at its end. Unreadable log entries stop the
+// rebuild with a *LogDamageError unless opts.RecoverDamaged, which skips
+// them and records the loss as the hub does at start.
 func Rebuild(ctx context.Context, opts Options) (*RebuildResult, error) {
 	start := time.Now()
 	opts.EnsureDefaults()
@@ -76,34 +87,69 @@ func rebuildInto(ctx context.Context, st *store, agg *aggregates, opts Options) 
 		return nil, err
 	}
 	res.FirstEntry = first
-	ck, state, err := st.loadCheckpoint()
+	records, err := st.loadDamageRecords()
+	if err != nil {
+		return nil, err
+	}
+	all, err := st.loadCheckpoints()
 	if err != nil {
 		return nil, fmt.Errorf("load checkpoint from %s: %w", st.dir, err)
 	}
-	if ck == nil {
+	var ck *checkpoint
+	var doc stateDoc
+	for _, sc := range all {
+		if sc.err == nil {
+			if err := json.Unmarshal(sc.state, &doc); err != nil {
+				sc.err = fmt.Errorf("%w: state: %v", ErrCheckpointDamaged, err)
+			}
+		}
+		if sc.err == nil {
+			ck = sc.ck
+			break
+		}
+		opts.Logger.Error("checkpoint damaged; using the one before it, else the whole log", "dir", st.dir, "key", sc.key, "err", sc.err)
+	}
+	if ck == nil && len(all) == 0 {
 		if _, err := dropGenerations(st.db, func(uint64) bool { return true }); err != nil {
 			return nil, fmt.Errorf("delete stored partials: %w", err)
 		}
 		return res, nil
 	}
-	var doc stateDoc
-	if err := json.Unmarshal(state, &doc); err != nil {
-		return nil, fmt.Errorf("%w: checkpoint state: %v", ErrCorrupt, err)
+	gen, found, err := maxPartialGeneration(st.db)
+	if err != nil {
+		return nil, err
 	}
-	gen := uint64(1)
-	if old, ok := doc.Consumers[AggregateConsumerName]; ok {
-		g, _, err := splitAggSnapshot(old)
-		if err != nil {
-			return nil, err
+	if !found {
+		gen = 0
+	}
+	if ck != nil {
+		if old, ok := doc.Consumers[AggregateConsumerName]; ok {
+			g, _, err := splitAggSnapshot(old)
+			if err != nil {
+				return nil, err
+			}
+			gen = max(gen, g)
 		}
-		gen = g + 1
 	}
+	gen++
 	if _, err := dropGenerations(st.db, func(g uint64) bool { return g == gen }); err != nil {
 		return nil, fmt.Errorf("delete partials of an unfinished rebuild: %w", err)
 	}
 	agg.store.setGeneration(gen)
-	if err := replayInto(ctx, st, agg, ck.Pos, opts, res); err != nil {
+	reg := newRegistry()
+	var pos uint64
+	if ck != nil {
+		pos = ck.Pos
+	}
+	app, err := replayInto(ctx, st, agg, reg, ck == nil, pos, records, opts, res)
+	if err != nil {
 		return nil, err
+	}
+	if ck == nil {
+		res.FromLog, pos = true, app.lastSeq
+		if doc.Registry, err = reg.snapshot(); err != nil {
+			return nil, err
+		}
 	}
 	snap, err := agg.Snapshot()
 	if err != nil {
@@ -117,26 +163,37 @@ func rebuildInto(ctx context.Context, st *store, agg *aggregates, opts Options) 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := st.writeCheckpoint(ck, ck.Pos, newState, opts.Now().UnixNano()); err != nil {
-		return nil, err
+	// Written twice, so both retained checkpoints use the new generation
+	// of partials (the old one is deleted below).
+	st.retainedCheckpoints()
+	for i := 0; i < 2; i++ {
+		if _, err := st.writeCheckpoint(pos, newState, opts.Now().UnixNano()); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := dropGenerations(st.db, func(g uint64) bool { return g != gen }); err != nil {
 		opts.Logger.Warn("deleting the old generation's partials failed; they only take space", "err", err)
 	}
-	res.Position, res.Generation = ck.Pos, gen
+	res.Position, res.Generation = pos, gen
 	return res, nil
 }
 
-// replayInto applies the log entries up to pos to the engine alone.
-func replayInto(ctx context.Context, st *store, agg *aggregates, pos uint64, opts Options, res *RebuildResult) error {
-	app := newApplier(newRegistry(), []Consumer{agg}, nil, opts.Limits)
+// replayInto applies the log entries up to pos (the whole log when full)
+// to the engine and, when full, to reg. Damage stops it unless
+// opts.RecoverDamaged, which records the loss.
+func replayInto(ctx context.Context, st *store, agg *aggregates, reg *registry, full bool, pos uint64, records []damageRecord, opts Options, res *RebuildResult) (*applier, error) {
+	known := lossesOf(records)
+	app := newApplier(reg, []Consumer{agg}, nil, opts.Limits)
 	app.onPanic = func(name string, r any) {
 		opts.Logger.Error("recovered panic in consumer", "consumer", name, "panic", r)
 	}
-	err := st.replay(0, func(e *walEntry) error {
-		if e.seq > pos {
-			return errStopScan
-		}
+	upTo := pos
+	if full {
+		upTo = 0
+	} else if pos == 0 {
+		return app, nil
+	}
+	dmg, err := st.replayChecked(0, upTo, !full, &known.positions, func(e *walEntry) error {
 		if res.Entries++; res.Entries%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -145,9 +202,46 @@ func replayInto(ctx context.Context, st *store, agg *aggregates, pos uint64, opt
 		}
 		return app.applyEntry(e, nil)
 	})
-	if err != nil && !errors.Is(err, errStopScan) {
-		return fmt.Errorf("replay log of %s: %w", st.dir, err)
+	if err != nil {
+		return nil, fmt.Errorf("replay log of %s: %w", st.dir, err)
+	}
+	if !full {
+		// The entries after the checkpoint are the next start's replay:
+		// damage there is reported now, with the same choices.
+		after, err := st.replayChecked(pos, 0, false, &known.positions, func(*walEntry) error { return nil })
+		if err != nil {
+			return nil, fmt.Errorf("read log of %s: %w", st.dir, err)
+		}
+		dmg.merge(after)
 	}
 	res.Events = app.events
-	return nil
+	if !dmg.any() {
+		if full {
+			applyLosses(reg, records)
+		}
+		return app, nil
+	}
+	devices := st.devicesAt(&dmg.positions)
+	if !opts.RecoverDamaged {
+		return nil, dmg.err(st.dir, devices)
+	}
+	var lost []lostStream
+	if full {
+		dedup, err := st.loadDedup()
+		if err != nil {
+			return nil, err
+		}
+		lost = lostSince(reg, dedup, known)
+	}
+	rec := newDamageRecord(opts.Now().UnixNano(), dmg, devices, lost)
+	if err := st.writeDamageRecord(rec, dmg.unreadable); err != nil {
+		return nil, err
+	}
+	if full {
+		applyLosses(reg, append(records, *rec))
+	}
+	res.DamagedPositions = dmg.positions.Count()
+	opts.Logger.Error("hub store damaged: rebuilt without the unreadable log entries (recover-damaged); the loss is recorded",
+		"dir", st.dir, "positions", formatRanges(&dmg.positions), "devices", devices, "streams", len(lost))
+	return app, nil
 }

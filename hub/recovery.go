@@ -3,8 +3,8 @@ package hub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -40,10 +40,10 @@ func (s *Server) stateBytes() ([]byte, error) {
 func (s *Server) restoreState(b []byte) error {
 	var doc stateDoc
 	if err := json.Unmarshal(b, &doc); err != nil {
-		return fmt.Errorf("%w: checkpoint state: %v", ErrCorrupt, err)
+		return fmt.Errorf("%w: state: %v", ErrCheckpointDamaged, err)
 	}
 	if err := s.reg.restore(doc.Registry); err != nil {
-		return fmt.Errorf("%w: checkpoint registry: %v", ErrCorrupt, err)
+		return fmt.Errorf("%w: registry: %v", ErrCheckpointDamaged, err)
 	}
 	for _, c := range s.opts.Consumers {
 		snap, ok := doc.Consumers[c.Name()]
@@ -58,28 +58,34 @@ func (s *Server) restoreState(b []byte) error {
 	return nil
 }
 
-// recoverState loads the dedup state and the last checkpoint, replays the
-// log after it and sets up the committer.
+// recoverState loads the dedup state and the newest usable checkpoint,
+// replays the log after it and sets up the committer. A damaged
+// checkpoint is passed over for the one before it, or for a replay of the
+// whole log (checkpoint.go); damage to the log stops the start unless
+// Options.RecoverDamaged (damage.go).
 func (s *Server) recoverState(ctx context.Context) error {
 	start := time.Now()
 	dedup, err := s.st.loadDedup()
 	if err != nil {
 		return fmt.Errorf("load applied ranges from %s: %w", s.st.dir, err)
 	}
-	ck, state, err := s.st.loadCheckpoint()
+	records, err := s.st.loadDamageRecords()
 	if err != nil {
-		return fmt.Errorf("load checkpoint from %s: %w", s.st.dir, err)
+		return err
 	}
-	if ck != nil {
-		if err := s.restoreState(state); err != nil {
+	known := lossesOf(records)
+	fellBack, full, err := s.restoreCheckpoint()
+	if err != nil {
+		return err
+	}
+	if full {
+		if err := s.freshPartialGeneration(); err != nil {
 			return err
 		}
-		s.app.lastSeq, s.lastCkpt = ck.Pos, ck
-		s.ckptPos.Store(ck.Pos)
 	}
 	from := s.app.lastSeq
 	replayed := 0
-	err = s.st.replay(from, func(e *walEntry) error {
+	dmg, err := s.st.replayChecked(from, 0, false, &known.positions, func(e *walEntry) error {
 		if replayed++; replayed%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -88,18 +94,147 @@ func (s *Server) recoverState(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replay log of %s: %w", s.st.dir, err)
 	}
+	lost := lostSince(s.reg, dedup, known)
+	if dmg.any() {
+		if records, err = s.recordDamage(dmg, lost, records); err != nil {
+			return err
+		}
+	} else if len(lost) > 0 {
+		s.log.Error("recovered state disagrees with the stored applied ranges; dedup follows the stored ranges",
+			"streams", len(lost), "first_device", lost[0].Device, "first_stream", lost[0].Stream, "missing", formatRanges(&lost[0].Lost))
+	}
+	applyLosses(s.reg, records)
+	known = lossesOf(records)
+	s.dm.lostEvents.Set(float64(known.events))
 	last, err := s.st.lastWALSeq()
 	if err != nil {
 		return err
 	}
 	s.com = &committer{in: make(chan *pending, s.opts.QueueLen), toAck: make(chan []*pending, 4),
-		toApply: make(chan []*pending, applyQueueGroups), st: s.st, streams: dedup, nextSeq: max(last, s.app.lastSeq) + 1,
+		toApply: make(chan []*pending, applyQueueGroups), st: s.st, streams: dedup, nextSeq: max(last, s.app.lastSeq, known.positions.Max()) + 1,
 		estimator: s.opts.ClockEstimator, opts: &s.opts, m: s.m}
 	s.com.committed.Store(s.com.nextSeq - 1)
-	s.checkRecovered(dedup)
+	if fellBack || full || dmg.any() {
+		// Replace the damaged checkpoint (or record the loss in one) now,
+		// so the next start does not go through this again.
+		if err := s.forceCheckpoint(); err != nil {
+			return fmt.Errorf("checkpoint after recovering %s: %w", s.st.dir, err)
+		}
+		if full && s.agg != nil {
+			gen := s.agg.store.generation()
+			if _, err := dropGenerations(s.st.db, func(g uint64) bool { return g != gen }); err != nil {
+				s.log.Warn("deleting partials of the damaged checkpoint's generation failed; they only take space", "err", err)
+			}
+		}
+	}
 	s.log.Info("hub state recovered", "checkpoint_position", from, "replayed_entries", replayed,
 		"streams", len(dedup), "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// restoreCheckpoint restores the newest usable checkpoint. A damaged one
+// is logged, counted and passed over; fellBack says one was. full says
+// checkpoints were stored but none is usable, so the whole log must be
+// replayed.
+func (s *Server) restoreCheckpoint() (fellBack, full bool, err error) {
+	all, err := s.st.loadCheckpoints()
+	if err != nil {
+		return false, false, fmt.Errorf("load checkpoint from %s: %w", s.st.dir, err)
+	}
+	var chosen, older *checkpoint
+	for _, sc := range all {
+		if chosen != nil {
+			if sc.err == nil {
+				older = sc.ck
+			} else {
+				s.log.Warn("the checkpoint before the newest is damaged; the next checkpoint replaces it", "dir", s.st.dir, "key", sc.key, "err", sc.err)
+			}
+			break
+		}
+		if sc.err == nil {
+			if sc.err = s.restoreState(sc.state); sc.err == nil {
+				chosen = sc.ck
+				continue
+			}
+			if !errors.Is(sc.err, ErrCheckpointDamaged) {
+				return false, false, sc.err
+			}
+		}
+		fellBack = true
+		pos := "unknown"
+		if sc.ck != nil {
+			pos = fmt.Sprint(sc.ck.Pos)
+		}
+		s.log.Error("checkpoint damaged; recovering from the one before it, else by replaying the whole log",
+			"dir", s.st.dir, "key", sc.key, "position", pos, "err", sc.err)
+	}
+	if chosen == nil {
+		if fellBack {
+			s.dm.fallbacks.WithLabelValues("log").Inc()
+			s.log.Error("no usable checkpoint: replaying the whole log", "dir", s.st.dir)
+		}
+		return fellBack, fellBack, nil
+	}
+	if fellBack {
+		s.dm.fallbacks.WithLabelValues("previous").Inc()
+		s.log.Warn("recovering from the previous checkpoint", "dir", s.st.dir, "position", chosen.Pos)
+	}
+	s.st.retainedCheckpoints(chosen, older)
+	s.app.lastSeq, s.lastCkpt = chosen.Pos, chosen
+	s.ckptPos.Store(s.st.oldestRetainedPos())
+	return fellBack, false, nil
+}
+
+// freshPartialGeneration points the engine at a partial generation no
+// stored partial uses, so a replay of the whole log never reads partials
+// a damaged checkpoint's lineage evicted.
+func (s *Server) freshPartialGeneration() error {
+	if s.agg == nil {
+		return nil
+	}
+	gen, found, err := maxPartialGeneration(s.st.db)
+	if err != nil {
+		return err
+	}
+	if found {
+		s.agg.store.setGeneration(gen + 1)
+	}
+	return nil
+}
+
+// recordDamage handles damage a replay found: without RecoverDamaged it
+// is the error that stops the start; with it, the loss is recorded (see
+// damage.go), counted and logged, and the records returned include it.
+func (s *Server) recordDamage(dmg *logDamage, lost []lostStream, records []damageRecord) ([]damageRecord, error) {
+	devices := s.st.devicesAt(&dmg.positions)
+	derr := dmg.err(s.st.dir, devices)
+	if !s.opts.RecoverDamaged {
+		return nil, derr
+	}
+	rec := newDamageRecord(s.opts.Now().UnixNano(), dmg, devices, lost)
+	if err := s.st.writeDamageRecord(rec, dmg.unreadable); err != nil {
+		return nil, err
+	}
+	var events uint64
+	for _, l := range lost {
+		events += l.Lost.Count()
+	}
+	s.dm.damaged.Add(float64(dmg.positions.Count()))
+	s.log.Error("hub store damaged: started without the unreadable log entries (recover-damaged); the loss is recorded as gaps with reason "+GapReasonStoreDamaged,
+		"dir", s.st.dir, "positions", formatRanges(&dmg.positions), "entries", dmg.positions.Count(),
+		"from_server_time", derr.FromServerTime, "to_server_time", derr.ToServerTime, "devices", devices,
+		"streams", len(lost), "lost_events", events)
+	return append(records, *rec), nil
+}
+
+// forceCheckpoint writes a checkpoint of the applied state even at the
+// position of the last one. Only recovery calls it, before the pipeline
+// runs.
+func (s *Server) forceCheckpoint() error {
+	s.ckptMu.Lock()
+	defer s.ckptMu.Unlock()
+	state, err := s.stateBytes()
+	return s.writeCheckpoint(s.app.lastSeq, state, err)
 }
 
 // replayEntry applies one logged entry during recovery.
@@ -113,28 +248,6 @@ func (s *Server) replayEntry(e *walEntry) error {
 	}
 	observe(s.opts.ClockEstimator, e.device, v.sendTimeNs, e.serverTimeNs)
 	return s.app.applyEntry(e, v)
-}
-
-// checkRecovered compares the durable applied ranges with those the
-// registry rebuilt; they differ only if the store was tampered with or the
-// checkpoint is from another log.
-func (s *Server) checkRecovered(dedup map[streamKey]*dedupState) {
-	s.reg.mu.RLock()
-	defer s.reg.mu.RUnlock()
-	for k, d := range dedup {
-		var got RangeSet
-		if dev := s.reg.devices[k.device]; dev != nil && dev.Streams[k.id.String()] != nil {
-			si := dev.Streams[k.id.String()]
-			got = si.Applied.Clone()
-			for _, r := range si.Refused.Ranges() {
-				got.Add(r.First, r.Last)
-			}
-		}
-		if !slices.Equal(got.Ranges(), d.applied.Ranges()) {
-			s.log.Error("recovered state disagrees with the stored applied ranges; dedup follows the stored ranges",
-				"device", k.device, "stream", k.id.String(), "stored", d.applied.Count(), "rebuilt", got.Count())
-		}
-	}
 }
 
 // StateDump returns the applied state as a checkpoint stores it

@@ -41,7 +41,8 @@ type Server struct {
 	applierReqs chan applierReq
 	ckptMu      sync.Mutex    // one checkpoint at a time; guards lastCkpt
 	lastCkpt    *checkpoint   // the last checkpoint written (or recovered)
-	ckptPos     atomic.Uint64 // log position covered by the last checkpoint
+	ckptPos     atomic.Uint64 // log position covered by the older retained checkpoint
+	dm          *damageMetrics
 	ready       atomic.Bool
 	recovered   atomic.Bool // the state is recovered: queries may run
 	started     bool
@@ -92,6 +93,9 @@ func New(opts Options) (*Server, error) {
 	s.m = m
 	if s.queries, err = newQueryGate(&s.opts, opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register query metrics: %w", err)
+	}
+	if s.dm, err = newDamageMetrics(opts.Registerer); err != nil {
+		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
 	if err := opts.Registerer.Register(newFleetCollector(s.reg, s.opts.Now)); err != nil {
 		return nil, fmt.Errorf("register fleet metrics: %w", err)

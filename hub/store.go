@@ -2,13 +2,14 @@ package hub
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 
 	"edgeflow/wire"
 )
@@ -23,6 +24,9 @@ type store struct {
 	// deviceLogSince is the server time from which on the device log
 	// index is complete (see devicelog.go); set by the hub at start.
 	deviceLogSince int64
+	// ckpts are the retained usable checkpoints, newest first (see
+	// checkpoint.go); the checkpoint writer's lock guards them.
+	ckpts []*checkpoint
 }
 
 // openStore opens (or creates) the Badger directory under dataDir.
@@ -33,10 +37,15 @@ func openStore(dataDir string, sync bool, log *slog.Logger) (*store, error) {
 		WithSyncWrites(false). // one explicit Sync per group instead
 		WithDetectConflicts(false).
 		WithValueThreshold(1 << 10). // batch payloads live in the value log
-		WithNumVersionsToKeep(1)
+		WithNumVersionsToKeep(1).
+		// Badger returns a value it cannot read as empty (and logs why);
+		// with checksums checked, a damaged value is empty rather than
+		// wrong, and the hub's own checks report it.
+		WithVerifyValueChecksum(true).
+		WithChecksumVerificationMode(options.OnBlockRead)
 	db, err := badger.Open(opts)
 	if err != nil {
-		return nil, fmt.Errorf("open hub store %s: %w (another hubd may hold it; move the directory away to start empty)", dir, err)
+		return nil, classifyOpenError(dir, err)
 	}
 	return &store{db: db, dir: dir, sync: sync, log: log}, nil
 }
@@ -159,112 +168,6 @@ func (s *store) replay(from uint64, fn func(*walEntry) error) error {
 	})
 }
 
-// checkpoint is the pointer record under keyCheckpoint: the log position
-// the state covers and where its chunks are.
-type checkpoint struct {
-	Pos        uint64 `json:"pos"`
-	Generation uint64 `json:"generation"`
-	Chunks     int    `json:"chunks"`
-	Bytes      int    `json:"bytes"`
-	TimeNs     int64  `json:"time_ns"`
-}
-
-// chunkSize bounds one checkpoint chunk (one Badger value), well under
-// Badger's transaction limit.
-const chunkSize = 1 << 20
-
-// chunkKey is k<generation:8><index:4>.
-func chunkKey(gen uint64, i int) []byte {
-	k := make([]byte, 13)
-	k[0] = prefixCheckpoint
-	binary.BigEndian.PutUint64(k[1:], gen)
-	binary.BigEndian.PutUint32(k[9:], uint32(i))
-	return k
-}
-
-// loadCheckpoint returns the last checkpoint and its state (nil, nil: none).
-func (s *store) loadCheckpoint() (*checkpoint, []byte, error) {
-	var ck *checkpoint
-	var state []byte
-	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get([]byte(keyCheckpoint))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		ck = new(checkpoint)
-		if err := item.Value(func(v []byte) error { return json.Unmarshal(v, ck) }); err != nil {
-			return fmt.Errorf("%w: checkpoint pointer: %v", ErrCorrupt, err)
-		}
-		state, err = readChunks(txn, ck)
-		return err
-	})
-	return ck, state, err
-}
-
-// readChunks concatenates a checkpoint's chunks.
-func readChunks(txn *badger.Txn, ck *checkpoint) ([]byte, error) {
-	state := make([]byte, 0, ck.Bytes)
-	for i := 0; i < ck.Chunks; i++ {
-		item, err := txn.Get(chunkKey(ck.Generation, i))
-		if err != nil {
-			return nil, fmt.Errorf("%w: checkpoint %d chunk %d: %v", ErrCorrupt, ck.Generation, i, err)
-		}
-		if err := item.Value(func(v []byte) error { state = append(state, v...); return nil }); err != nil {
-			return nil, fmt.Errorf("read checkpoint %d chunk %d: %w", ck.Generation, i, err)
-		}
-	}
-	return state, nil
-}
-
-// writeCheckpoint stores state as the checkpoint at log position pos: the
-// chunks of a new generation first, then (once they are durable) the
-// pointer, then it deletes the previous generation.
-func (s *store) writeCheckpoint(prev *checkpoint, pos uint64, state []byte, nowNs int64) (*checkpoint, error) {
-	ck := &checkpoint{Pos: pos, Bytes: len(state), TimeNs: nowNs}
-	if prev != nil {
-		ck.Generation = prev.Generation + 1
-	}
-	wb := s.db.NewWriteBatch()
-	for off := 0; off < len(state) || ck.Chunks == 0; off += chunkSize {
-		end := min(off+chunkSize, len(state))
-		if err := wb.Set(chunkKey(ck.Generation, ck.Chunks), state[off:end]); err != nil {
-			wb.Cancel()
-			return nil, err
-		}
-		ck.Chunks++
-	}
-	if err := wb.Flush(); err != nil {
-		return nil, fmt.Errorf("write checkpoint chunks: %w", err)
-	}
-	ptr, _ := json.Marshal(ck)
-	if err := s.db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(keyCheckpoint), ptr) }); err != nil {
-		return nil, fmt.Errorf("write checkpoint pointer: %w", err)
-	}
-	if err := s.db.Sync(); err != nil {
-		return nil, fmt.Errorf("sync checkpoint: %w", err)
-	}
-	if prev != nil {
-		s.deleteChunks(prev)
-	}
-	return ck, nil
-}
-
-// deleteChunks removes an old checkpoint generation; failures only leak space.
-func (s *store) deleteChunks(ck *checkpoint) {
-	wb := s.db.NewWriteBatch()
-	for i := 0; i < ck.Chunks; i++ {
-		if err := wb.Delete(chunkKey(ck.Generation, i)); err != nil {
-			break
-		}
-	}
-	if err := wb.Flush(); err != nil {
-		s.log.Warn("delete old checkpoint", "generation", ck.Generation, "err", err)
-	}
-}
-
 // deleteKeys deletes keys in one write batch.
 func deleteKeys(db *badger.DB, keys [][]byte) error {
 	wb := db.NewWriteBatch()
@@ -277,13 +180,35 @@ func deleteKeys(db *badger.DB, keys [][]byte) error {
 	return wb.Flush()
 }
 
-// badgerLogger sends Badger's logs to slog; its info chatter goes to debug.
+// badgerLogger sends Badger's logs to slog; its info chatter goes to
+// debug. A value Badger cannot read it logs as an error with a dump of the
+// key's versions (a line per version) and returns as empty; the hub
+// detects that itself and reports the damage once with what it means, so
+// those lines go to debug too.
 type badgerLogger struct{ l *slog.Logger }
 
-func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error("badger: " + trim(fmt.Sprintf(f, a...))) }
+func (b badgerLogger) Errorf(f string, a ...any) {
+	msg := "badger: " + trim(fmt.Sprintf(f, a...))
+	if isReadFailureDump(f) {
+		b.l.Debug(msg)
+		return
+	}
+	b.l.Error(msg)
+}
 func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn("badger: " + trim(fmt.Sprintf(f, a...))) }
 func (b badgerLogger) Infof(f string, a ...any)    { b.l.Debug("badger: " + trim(fmt.Sprintf(f, a...))) }
 func (b badgerLogger) Debugf(f string, a ...any)   { b.l.Debug("badger: " + trim(fmt.Sprintf(f, a...))) }
+
+// isReadFailureDump reports whether a Badger error format is one of those
+// it logs for a value it cannot read (Item.Value, valueLog.Read).
+func isReadFailureDump(format string) bool {
+	for _, p := range []string{"Unable to read: Key:", "Key: %v, Version : %v", "Invalid read: vp"} {
+		if strings.HasPrefix(format, p) {
+			return true
+		}
+	}
+	return false
+}
 
 func trim(s string) string {
 	for len(s) > 0 && s[len(s)-1] == '\n' {

@@ -39,8 +39,8 @@ const (
 )
 
 // ErrCorrupt is wrapped by errors about stored data the hub cannot read.
-// The message names the key; the operator can restore the data directory
-// from a backup or move it away to start empty.
+// The message names the key; see ErrStoreDamaged and ErrLogDamaged for
+// what the operator can do.
 var ErrCorrupt = errors.New("hub: corrupt store")
 
 // hubEstimate is the hub's own clock estimate of a device when a batch was

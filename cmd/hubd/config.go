@@ -65,6 +65,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("pprof-addr", "", "serve Go runtime profiles (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (empty: off)")
 	fs.Int("gomaxprocs", 0, "Go Ps (threads running Go code) of hubd: 0 picks the runtime's choice, raised to 4 on a machine with fewer CPUs and no CPU limit (below 4 Go's garbage collector has no dedicated mark worker and its marks delay acks)")
 	fs.Int("gc-percent", defaultGCPercent, "Go garbage collector target (GOGC) of hubd: 200 collects half as often as Go's 100 for a heap up to three times its live data; 0 keeps Go's default (GOGC in the environment is kept unless this is set)")
+	fs.Bool("recover-damaged", false, "start (or rebuild) from what is readable when log entries of the store cannot be read, recording the loss as gaps with reason store_damaged (default: stop and say which entries)")
 	fs.Bool("demo", false, "also run a simulated fleet of 20 devices against this hub (data in a temporary directory unless data-dir is set)")
 	addSecurityFlags(fs)
 	return fs
@@ -174,6 +175,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 		errs = append(errs, fmt.Errorf("config key %q: %q is not debug, info, warn or error", "log-level", v.GetString("log-level")))
 	}
 	c.demo = v.GetBool("demo")
+	o.RecoverDamaged = v.GetBool("recover-damaged")
 	if c.gomaxprocs = v.GetInt("gomaxprocs"); c.gomaxprocs < 0 || c.gomaxprocs > 1024 {
 		errs = append(errs, fmt.Errorf("config key %q: %d is not 0 (auto) or 1..1024", "gomaxprocs", c.gomaxprocs))
 	}

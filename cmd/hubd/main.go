@@ -95,6 +95,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	go reloadOnHUP(ctx, hup, srv, logger)
 	if err := srv.Run(ctx); err != nil {
 		logger.Error("hubd failed", "err", err)
+		if errors.Is(err, hub.ErrCorrupt) || errors.Is(err, hub.ErrStoreLocked) {
+			fmt.Fprintf(stderr, "hubd: %v\n", err) // the store's state and the choices, readable on their own
+		}
 		return 1
 	}
 	return 0
@@ -122,7 +125,8 @@ func runRebuild(cfg *config, logger *slog.Logger, stderr io.Writer) int {
 		return 1
 	}
 	logger.Info("aggregates rebuilt from the log", "checkpoint_position", res.Position, "first_log_entry", res.FirstEntry,
-		"entries", res.Entries, "batches", res.Batches, "events", res.Events, "generation", res.Generation, "took", res.Took)
+		"entries", res.Entries, "batches", res.Batches, "events", res.Events, "generation", res.Generation, "took", res.Took,
+		"from_whole_log", res.FromLog, "damaged_positions", res.DamagedPositions)
 	if res.FirstEntry > 1 {
 		logger.Warn("log entries before first_log_entry were deleted by retention; their events are not in the rebuilt aggregates")
 	}
