@@ -184,6 +184,8 @@ var optionKeys = map[string]string{
 	"MaxEventsPerSecond": "max-events-per-second", "EventsBurst": "events-burst",
 	"HTTPTLSCertFile": "http-tls-cert", "HTTPReadToken": "http-read-token",
 	"MQTTCAFile": "mqtt-ca-file", "MQTTCertFile": "mqtt-cert-file",
+	"MQTTMaxRetainedBytes": "mqtt-max-retained-bytes", "MQTTAuthThrottle.ClientFailures": "mqtt-auth-client-failures",
+	"MQTTAuthThrottle.SourceFailures": "mqtt-auth-source-failures",
 }
 
 // explainOptionsError rewrites "invalid hub options: Field: ..." to name
