@@ -97,10 +97,11 @@ type brokerMetrics struct {
 	conns       prometheus.GaugeFunc
 	handedOff   prometheus.CounterFunc // device messages handed to the hub (handoff)
 	routed      prometheus.CounterFunc // device messages routed through the topic index
-	retained    *prometheus.CounterVec // retained messages not kept, by why (retainGuard)
-	bcrypt      *prometheus.CounterVec // bcrypt comparisons run, by result
-	cacheHits   prometheus.Counter     // passwords verified from the cache, without bcrypt
-	tracked     [2]prometheus.GaugeFunc // client ids and sources the throttle remembers
+
+	retained  *prometheus.CounterVec  // retained messages not kept, by why (retainGuard)
+	bcrypt    *prometheus.CounterVec  // bcrypt comparisons run, by result
+	cacheHits prometheus.Counter      // passwords verified from the cache, without bcrypt
+	tracked   [2]prometheus.GaugeFunc // client ids and sources the throttle remembers
 }
 
 // Why a connection was refused.
