@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,11 @@ import (
 // and .../time/resp. A client without credentials is refused when
 // DenyAnonymous is set, and otherwise accepted without restrictions (set
 // DenyAnonymous in production). The hub's own inline client is exempt.
+//
+// In every mode, only the hub publishes on a device's ack and time
+// response topics (a client's will may not name them either), only a
+// device's status is retained, within MaxRetainedBytes (retainGuard), and
+// failed password checks are throttled (Throttle).
 type BrokerSecurity struct {
 	// Credentials verify usernames and passwords. Nil: a client that sends
 	// a username is refused.
@@ -41,6 +47,11 @@ type BrokerSecurity struct {
 	// verified device; a reconnect with the same client id takes over its
 	// old session and is always allowed. 0: unlimited.
 	MaxConnsPerDevice int
+	// MaxRetainedBytes bounds the payload of a retained message (a
+	// device's status). 0: DefaultMaxRetainedBytes.
+	MaxRetainedBytes int
+	// Throttle slows down clients that fail the password check.
+	Throttle AuthThrottle
 }
 
 // enabled reports whether clients are verified (the connection bound
@@ -86,6 +97,11 @@ type brokerMetrics struct {
 	conns       prometheus.GaugeFunc
 	handedOff   prometheus.CounterFunc // device messages handed to the hub (handoff)
 	routed      prometheus.CounterFunc // device messages routed through the topic index
+
+	retained  *prometheus.CounterVec  // retained messages not kept, by why (retainGuard)
+	bcrypt    *prometheus.CounterVec  // bcrypt comparisons run, by result
+	cacheHits prometheus.Counter      // passwords verified from the cache, without bcrypt
+	tracked   [2]prometheus.GaugeFunc // client ids and sources the throttle remembers
 }
 
 // Why a connection was refused.
@@ -96,9 +112,11 @@ const (
 	refusedTooMany        = "too_many_connections"
 	refusedClientID       = "client_id_in_use"
 	refusedWill           = "will_not_allowed"
+	refusedThrottled      = "throttled" // too many failed checks from this client id or source
+	refusedBusy           = "auth_busy" // the queue of password checks is full
 )
 
-func newBrokerMetrics(reg prometheus.Registerer, conns func() float64, direct *handoff) (*brokerMetrics, error) {
+func newBrokerMetrics(reg prometheus.Registerer, conns func() float64, direct *handoff, thr *authThrottle) (*brokerMetrics, error) {
 	f := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub_broker", Name: name, Help: help}
 	}
@@ -118,16 +136,35 @@ func newBrokerMetrics(reg prometheus.Registerer, conns func() float64, direct *h
 			Help: "Open connections of verified devices."}, conns),
 		handedOff: deviceMessages("handed_off", &direct.handed),
 		routed:    deviceMessages("routed", &direct.routed),
+		retained: prometheus.NewCounterVec(f("retained_refused_total", "Retained publishes and last wills the embedded broker did not retain "+
+			"(delivered as plain messages), by why: not_status_topic or too_large (mqtt-max-retained-bytes)."), []string{"why"}),
+		bcrypt: prometheus.NewCounterVec(f("bcrypt_checks_total", "Password checks that ran a bcrypt comparison, by result. "+
+			"CONNECTs refused by the throttle (refused_connections_total{why=\"throttled\"}) run none."), []string{"result"}),
+		cacheHits: prometheus.NewCounter(f("password_cache_hits_total", "Passwords verified as the last one that verified for their device, without bcrypt.")),
 	}
-	for _, w := range []string{refusedBadCredentials, refusedNoCredentials, refusedBadIdentity, refusedTooMany, refusedClientID, refusedWill} {
+	for i, table := range []string{"client", "source"} {
+		m.tracked[i] = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub_broker", Name: "auth_throttle_tracked",
+			Help:        "Client ids (per source) and sources whose failed password checks the embedded broker remembers (a bounded table each).",
+			ConstLabels: prometheus.Labels{"table": table}}, func() float64 {
+			c, s := thr.tracked()
+			return float64([2]int{c, s}[i])
+		})
+	}
+	for _, w := range []string{refusedBadCredentials, refusedNoCredentials, refusedBadIdentity, refusedTooMany, refusedClientID, refusedWill,
+		refusedThrottled, refusedBusy} {
 		m.refused.WithLabelValues(w)
 	}
+	m.retained.WithLabelValues(retainNotStatus)
+	m.retained.WithLabelValues(retainTooLarge)
+	m.bcrypt.WithLabelValues("ok")
+	m.bcrypt.WithLabelValues("failed")
 	m.denied.WithLabelValues("publish")
 	m.denied.WithLabelValues("subscribe")
 	m.disconnects.WithLabelValues("packet_too_large")
 	m.disconnects.WithLabelValues("not_authorized")
 	m.disconnects.WithLabelValues(disconnectRevoked)
-	for _, c := range []prometheus.Collector{m.refused, m.denied, m.disconnects, m.dropped, m.conns, m.handedOff, m.routed} {
+	for _, c := range []prometheus.Collector{m.refused, m.denied, m.disconnects, m.dropped, m.conns, m.handedOff, m.routed,
+		m.retained, m.bcrypt, m.cacheHits, m.tracked[0], m.tracked[1]} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -141,6 +178,9 @@ type deviceAuth struct {
 	sec BrokerSecurity
 	srv *mqtt.Server
 	m   *brokerMetrics // nil: not counted
+	thr *authThrottle
+	rl  *brokerLog // refused connections
+	rlP *brokerLog // refused publishes on hub-only topics
 
 	mu    sync.Mutex
 	ids   map[*mqtt.Client]string   // verified identity of each connected client
@@ -153,8 +193,9 @@ type deviceAuth struct {
 	revokedPend map[*mqtt.Client]bool
 }
 
-func newDeviceAuth(sec BrokerSecurity, m *brokerMetrics) *deviceAuth {
-	return &deviceAuth{sec: sec, m: m, ids: map[*mqtt.Client]string{}, conns: map[string]map[string]int{},
+func newDeviceAuth(sec BrokerSecurity, m *brokerMetrics, log *slog.Logger) *deviceAuth {
+	thr := newAuthThrottle(sec.Throttle)
+	return &deviceAuth{sec: sec, m: m, thr: thr, rl: newBrokerLog(log, thr.o.Now), rlP: newBrokerLog(log, thr.o.Now), ids: map[*mqtt.Client]string{}, conns: map[string]map[string]int{},
 		pend: map[*mqtt.Client]string{}, revokedPend: map[*mqtt.Client]bool{}}
 }
 
@@ -167,8 +208,12 @@ func (a *deviceAuth) Provides(b byte) bool {
 }
 
 // OnConnectAuthenticate verifies the client's certificate or password,
-// its will topic, its client id and its device's connection count.
+// its will topic, its client id and its device's connection count. In
+// every mode, a will on a topic only the hub publishes to is refused.
 func (a *deviceAuth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	if pk.Connect.WillFlag && hubOnlyTopic(pk.Connect.WillTopic) {
+		return a.refuse(cl, refusedWill)
+	}
 	if !a.sec.enabled() {
 		return true
 	}
@@ -177,9 +222,7 @@ func (a *deviceAuth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) b
 		why = a.admit(cl, pk, id)
 	}
 	if why != "" {
-		a.count("refused", why)
-		a.Log.Warn("broker refused a connection", "why", why, "client", cl.ID, "remote", cl.Net.Remote)
-		return false
+		return a.refuse(cl, why)
 	}
 	if id != "" {
 		cl.Properties.Username = []byte(id)
@@ -188,6 +231,18 @@ func (a *deviceAuth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) b
 		a.mu.Unlock()
 	}
 	return true
+}
+
+// refuse counts and logs (at most once a second) a refused connection;
+// it returns false, OnConnectAuthenticate's answer.
+func (a *deviceAuth) refuse(cl *mqtt.Client, why string) bool {
+	a.count("refused", why)
+	client := cl.ID
+	if len(client) > 128 {
+		client = client[:128] + "..."
+	}
+	a.rl.warn("broker refused a connection", "why", why, "client", client, "remote", cl.Net.Remote)
+	return false
 }
 
 // identify returns the client's verified identity ("" for an anonymous
@@ -209,10 +264,56 @@ func (a *deviceAuth) identify(cl *mqtt.Client, pk packets.Packet) (id, why strin
 		}
 		return "", ""
 	}
-	if a.sec.Credentials == nil || wire.ValidateDeviceID(user) != nil || !a.sec.Credentials.Verify(user, pk.Connect.Password) {
-		return "", refusedBadCredentials
+	if why := a.checkPassword(cl, user, pk.Connect.Password); why != "" {
+		return "", why
 	}
 	return user, ""
+}
+
+// checkPassword verifies user's password under the throttle: a client id
+// or source with too many recent failures is refused without a check, a
+// password that verified last time needs no bcrypt, and the comparisons
+// that run are bounded at once (AuthThrottle).
+func (a *deviceAuth) checkPassword(cl *mqtt.Client, user string, password []byte) string {
+	k := keysOf(cl.Net.Remote, cl.ID)
+	if a.thr.blocked(k) {
+		return refusedThrottled
+	}
+	creds := a.sec.Credentials
+	if creds == nil || wire.ValidateDeviceID(user) != nil {
+		a.thr.failed(k)
+		return refusedBadCredentials
+	}
+	if creds.cached(user, password) {
+		if a.m != nil {
+			a.m.cacheHits.Inc()
+		}
+		a.thr.succeeded(k)
+		return ""
+	}
+	if err := a.thr.acquire(); err != nil {
+		return refusedBusy
+	}
+	if cl.Closed() { // gave up while it waited: spend nothing on it
+		a.thr.release()
+		return refusedBadCredentials
+	}
+	ok := creds.compare(user, password)
+	a.thr.release()
+	result := "ok"
+	if ok {
+		a.thr.succeeded(k)
+	} else {
+		result = "failed"
+		a.thr.failed(k)
+	}
+	if a.m != nil {
+		a.m.bcrypt.WithLabelValues(result).Inc()
+	}
+	if !ok {
+		return refusedBadCredentials
+	}
+	return ""
 }
 
 // peerCN is the CN of the client's verified TLS certificate.
@@ -327,8 +428,18 @@ func (a *deviceAuth) OnDisconnect(cl *mqtt.Client, err error, _ bool) {
 	}
 }
 
-// OnACLCheck allows a verified device its own topics only.
+// OnACLCheck allows a verified device its own topics only, and no client
+// (anonymous ones included) a publish on a topic only the hub publishes
+// to (the hub's inline client is not checked).
 func (a *deviceAuth) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	if write && hubOnlyTopic(topic) {
+		a.count("denied", "publish")
+		if len(topic) > 128 {
+			topic = topic[:128] + "..."
+		}
+		a.rlP.warn("broker refused a publish on a topic only the hub publishes to", "topic", topic, "client", cl.ID, "remote", cl.Net.Remote)
+		return false
+	}
 	id, ok := a.identity(cl)
 	if !ok {
 		return true // anonymous (allowed) or security off

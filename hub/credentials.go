@@ -88,9 +88,24 @@ func (c *Credentials) Len() int {
 
 // Verify reports whether password is device's.
 func (c *Credentials) Verify(device string, password []byte) bool {
+	return c.cached(device, password) || c.compare(device, password)
+}
+
+// cached reports whether password is the last one that verified for
+// device, which costs a SHA-256 rather than a bcrypt comparison.
+func (c *Credentials) cached(device string, password []byte) bool {
+	c.mu.Lock()
+	last, ok := c.ok[device]
+	c.mu.Unlock()
+	sum := sha256.Sum256(password)
+	return ok && subtle.ConstantTimeCompare(last[:], sum[:]) == 1
+}
+
+// compare checks password against device's bcrypt hash, and remembers it
+// when it verifies. An unknown device costs a comparison too.
+func (c *Credentials) compare(device string, password []byte) bool {
 	c.mu.Lock()
 	hash, ok := c.hashes[device]
-	last, cached := c.ok[device]
 	c.mu.Unlock()
 	if !ok {
 		// Spend the same time as a wrong password, so probing for device
@@ -98,13 +113,10 @@ func (c *Credentials) Verify(device string, password []byte) bool {
 		_ = bcrypt.CompareHashAndPassword(dummyHash(), password)
 		return false
 	}
-	sum := sha256.Sum256(password)
-	if cached && subtle.ConstantTimeCompare(last[:], sum[:]) == 1 {
-		return true
-	}
 	if bcrypt.CompareHashAndPassword(hash, password) != nil {
 		return false
 	}
+	sum := sha256.Sum256(password)
 	c.mu.Lock()
 	if bytes.Equal(c.hashes[device], hash) { // not replaced meanwhile
 		c.ok[device] = sum

@@ -78,18 +78,25 @@ func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 		Capabilities: caps,
 		Logger:       slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}).With("component", "broker"),
 	})
-	auth := newDeviceAuth(o.Security, nil)
+	blog := o.Logger.With("component", "broker")
+	auth := newDeviceAuth(o.Security, nil, blog)
 	auth.srv = srv
 	e := &embeddedBroker{srv: srv, log: o.Logger, auth: auth}
 	e.direct = newHandoff(e)
+	retain := &retainGuard{maxBytes: o.Security.MaxRetainedBytes, log: newBrokerLog(blog, auth.thr.o.Now)}
+	if retain.maxBytes <= 0 {
+		retain.maxBytes = DefaultMaxRetainedBytes
+	}
 	if o.Registerer != nil {
-		m, err := newBrokerMetrics(o.Registerer, auth.connections, e.direct)
+		m, err := newBrokerMetrics(o.Registerer, auth.connections, e.direct, auth.thr)
 		if err != nil {
 			return nil, fmt.Errorf("embedded broker metrics: %w", err)
 		}
-		auth.m = m
+		auth.m, retain.refused = m, m.retained
 	}
-	for _, h := range []mqtt.Hook{auth, e.direct} {
+	// Order matters: the retain guard takes the retain flag off before the
+	// handoff looks at it (it routes retained messages).
+	for _, h := range []mqtt.Hook{auth, retain, e.direct} {
 		if err := srv.AddHook(h, nil); err != nil {
 			return nil, fmt.Errorf("embedded broker: %w", err)
 		}

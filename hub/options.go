@@ -79,6 +79,14 @@ type Options struct {
 	// device on the embedded broker. Default 4 (an agent uses 2); -1: no
 	// bound.
 	MQTTMaxConnsPerDevice int
+	// MQTTMaxRetainedBytes bounds a retained message's payload on the
+	// embedded broker, where only a device's status is retained; a retained
+	// publish or will beyond it, or on another topic, is delivered as a
+	// plain message and not kept. Default DefaultMaxRetainedBytes (4 KiB).
+	MQTTMaxRetainedBytes int
+	// MQTTAuthThrottle slows down clients and sources that fail the
+	// embedded broker's password check; zero fields take its defaults.
+	MQTTAuthThrottle AuthThrottle
 	// MaxEventsPerSecond is each device's sustained event rate; a batch
 	// that arrives while the device's token bucket is in debt is not
 	// applied and answered RETRY_LATER (reason rate_limited, with the time
@@ -279,6 +287,7 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.TickInterval, time.Second)
 	setDefault(&o.StreamHeartbeat, 15*time.Second)
 	setDefault(&o.MQTTMaxConnsPerDevice, 4)
+	setDefault(&o.MQTTMaxRetainedBytes, DefaultMaxRetainedBytes)
 	setDefault(&o.MQTTClientQueue, defaultClientQueue)
 	setDefault(&o.HTTPReadTimeout, 30*time.Second)
 	setDefault(&o.HTTPWriteTimeout, 2*time.Minute)
@@ -290,6 +299,10 @@ func (o *Options) EnsureDefaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.MQTTAuthThrottle.Now == nil {
+		o.MQTTAuthThrottle.Now = o.Now
+	}
+	o.MQTTAuthThrottle.EnsureDefaults()
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -466,17 +479,23 @@ func (o *Options) validateSecurity(bad func(field, format string, args ...any) e
 		return bad("MQTTClientQueue", "%d: want 1..%d", o.MQTTClientQueue, maxClientQueue)
 	case o.MQTTMaxConnsPerDevice < -1:
 		return bad("MQTTMaxConnsPerDevice", "%d: want -1 (no bound) or positive", o.MQTTMaxConnsPerDevice)
+	case o.MQTTMaxRetainedBytes < 1 || o.MQTTMaxRetainedBytes > maxMaxRetainedBytes:
+		return bad("MQTTMaxRetainedBytes", "%d: want 1..%d", o.MQTTMaxRetainedBytes, maxMaxRetainedBytes)
 	case o.MaxEventsPerSecond < 0 || math.IsNaN(o.MaxEventsPerSecond) || math.IsInf(o.MaxEventsPerSecond, 0):
 		return bad("MaxEventsPerSecond", "%v: want a finite rate >= 0", o.MaxEventsPerSecond)
 	case o.EventsBurst < 0 || math.IsNaN(o.EventsBurst) || math.IsInf(o.EventsBurst, 0):
 		return bad("EventsBurst", "%v: want a finite size >= 0", o.EventsBurst)
+	}
+	if err := o.MQTTAuthThrottle.Validate(); err != nil {
+		return fmt.Errorf("%w: MQTTAuthThrottle.%w", ErrInvalidOptions, err)
 	}
 	return o.validateHTTPSecurity(bad)
 }
 
 // brokerSecurity loads the embedded broker's credentials and TLS files.
 func (o *Options) brokerSecurity() (BrokerSecurity, error) {
-	sec := BrokerSecurity{DenyAnonymous: o.MQTTDenyAnonymous, MaxConnsPerDevice: max(o.MQTTMaxConnsPerDevice, 0)}
+	sec := BrokerSecurity{DenyAnonymous: o.MQTTDenyAnonymous, MaxConnsPerDevice: max(o.MQTTMaxConnsPerDevice, 0),
+		MaxRetainedBytes: o.MQTTMaxRetainedBytes, Throttle: o.MQTTAuthThrottle}
 	if o.MQTTAuthFile != "" {
 		c, err := LoadCredentials(o.MQTTAuthFile)
 		if err != nil {

@@ -181,8 +181,11 @@ func (u *Uplink) clientOptions() *mqtt.ClientOptions {
 // onMessage is paho's handler for the ack topic (and the default handler,
 // which gets acks a kept session delivers before Subscribe returns). It
 // must stay tiny (paho #208, #453): it hands the payload to the send loop.
+// The hub never retains an ack, so a retained one (a stale or forged
+// message a broker kept) is dropped: it could free batches the hub never
+// applied.
 func (u *Uplink) onMessage(_ mqtt.Client, m mqtt.Message) {
-	if m.Topic() != u.ackTopic {
+	if m.Topic() != u.ackTopic || m.Retained() {
 		return
 	}
 	select {

@@ -211,6 +211,8 @@ var optionKeys = map[string]string{
 	"HTTPTLSCertFile": "http-tls-cert", "HTTPReadToken": "http-read-token",
 	"MQTTCAFile": "mqtt-ca-file", "MQTTCertFile": "mqtt-cert-file",
 	"HTTPMaxQueries": "http-max-queries", "HTTPQueryWait": "http-query-wait", "HTTPQueryTimeout": "http-query-timeout",
+	"MQTTMaxRetainedBytes": "mqtt-max-retained-bytes", "MQTTAuthThrottle.ClientFailures": "mqtt-auth-client-failures",
+	"MQTTAuthThrottle.SourceFailures": "mqtt-auth-source-failures",
 }
 
 // explainOptionsError rewrites "invalid hub options: Field: ..." to name

@@ -33,6 +33,9 @@ func addSecurityFlags(fs *pflag.FlagSet) {
 	fs.String("mqtt-tls-client-ca", "", "embedded broker: CA certificates (PEM) of device certificates; CN = device id")
 	fs.Bool("mqtt-allow-anonymous", true, "embedded broker: accept clients without credentials, unrestricted (production: false)")
 	fs.Int("mqtt-max-conns-per-device", 4, "embedded broker: open connections per verified device (-1: no bound)")
+	fs.Int("mqtt-max-retained-bytes", hub.DefaultMaxRetainedBytes, "embedded broker: largest retained message (only a device's status is retained; others are delivered unretained)")
+	fs.Int("mqtt-auth-client-failures", 3, "embedded broker: failed password checks a client id may make from one source before it is refused for a doubling backoff (up to 1m)")
+	fs.Int("mqtt-auth-source-failures", 20, "embedded broker: failed password checks one source address may make, whatever the client ids, before it is refused for a doubling backoff (raise for fleets behind one NAT)")
 	fs.Float64("max-events-per-second", 0, "per-device sustained event rate; batches beyond it are answered retry-later (rate_limited) and resent by the agent (0: no limit)")
 	fs.Float64("events-burst", 0, "per-device burst in events (0: one second of max-events-per-second)")
 	fs.String("http-tls-cert", "", "HTTP API TLS certificate (PEM); with http-tls-key the API is HTTPS")
@@ -59,6 +62,14 @@ func securityFromViper(v *viper.Viper, o *hub.Options) error {
 		errs = append(errs, fmt.Errorf("config key %q: %q is not -1 or a positive integer", "mqtt-max-conns-per-device", v.GetString("mqtt-max-conns-per-device")))
 	} else {
 		o.MQTTMaxConnsPerDevice = n
+	}
+	for key, dst := range map[string]*int{"mqtt-max-retained-bytes": &o.MQTTMaxRetainedBytes,
+		"mqtt-auth-client-failures": &o.MQTTAuthThrottle.ClientFailures, "mqtt-auth-source-failures": &o.MQTTAuthThrottle.SourceFailures} {
+		if n, err := cast.ToIntE(v.Get(key)); err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("config key %q: %q is not a positive integer", key, v.GetString(key)))
+		} else {
+			*dst = n
+		}
 	}
 	for key, dst := range map[string]*float64{"max-events-per-second": &o.MaxEventsPerSecond, "events-burst": &o.EventsBurst} {
 		f, err := cast.ToFloat64E(v.Get(key))

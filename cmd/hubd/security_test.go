@@ -54,6 +54,10 @@ func TestSecurityConfig(t *testing.T) {
 	if o.HTTPReadToken != "a-token-from-a-file-123" || !o.MQTTDenyAnonymous || o.MaxEventsPerSecond != 500 || o.MQTTMaxConnsPerDevice != 4 {
 		t.Fatalf("got token %v deny %v rate %v conns %v", o.HTTPReadToken != "", o.MQTTDenyAnonymous, o.MaxEventsPerSecond, o.MQTTMaxConnsPerDevice)
 	}
+	if o.MQTTMaxRetainedBytes != hub.DefaultMaxRetainedBytes || o.MQTTAuthThrottle.ClientFailures != 3 || o.MQTTAuthThrottle.SourceFailures != 20 {
+		t.Fatalf("got retained bytes %d, auth failures per client %d, per source %d", o.MQTTMaxRetainedBytes,
+			o.MQTTAuthThrottle.ClientFailures, o.MQTTAuthThrottle.SourceFailures)
+	}
 	for _, c := range []struct {
 		args []string
 		key  string
@@ -64,6 +68,10 @@ func TestSecurityConfig(t *testing.T) {
 		{[]string{"--http-read-token", "xyzzy"}, "http-read-token"},
 		{[]string{"--max-events-per-second", "-1"}, "max-events-per-second"},
 		{[]string{"--mqtt-auth-file", filepath.Join(dir, "missing")}, "mqtt-auth-file"},
+		{[]string{"--mqtt-max-retained-bytes", "0"}, "mqtt-max-retained-bytes"},
+		{[]string{"--mqtt-max-retained-bytes", "2000000"}, "mqtt-max-retained-bytes"},
+		{[]string{"--mqtt-auth-client-failures", "0"}, "mqtt-auth-client-failures"},
+		{[]string{"--mqtt-auth-source-failures", "2000000"}, "mqtt-auth-source-failures"},
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			var stderr bytes.Buffer

@@ -1,0 +1,118 @@
+package hub
+
+import (
+	"bytes"
+	"net"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
+)
+
+func TestRetainRules(t *testing.T) {
+	for _, c := range []struct {
+		topic string
+		size  int
+		why   string
+	}{
+		{wire.StatusTopic("dev-1"), 100, ""},
+		{wire.StatusTopic("dev-1"), DefaultMaxRetainedBytes, ""},
+		{wire.StatusTopic("dev-1"), 0, ""}, // clears the retained status
+		{wire.StatusTopic("dev-1"), DefaultMaxRetainedBytes + 1, retainTooLarge},
+		{wire.BatchTopic("dev-1"), 10, retainNotStatus},
+		{wire.AckTopic("dev-1"), 10, retainNotStatus},
+		{"edge/v1/dev-1/status/x", 10, retainNotStatus},
+		{"edge/v1/bad id/status", 10, retainNotStatus},
+		{"any/topic", 10, retainNotStatus},
+	} {
+		if why := retainRefusal(c.topic, c.size, DefaultMaxRetainedBytes); why != c.why {
+			t.Errorf("%s (%d bytes): %q, want %q", c.topic, c.size, why, c.why)
+		}
+	}
+	for topic, want := range map[string]bool{
+		wire.AckTopic("dev-1"): true, wire.TimeRespTopic("dev-1"): true, "edge/v1/anything at all/ack": true,
+		wire.BatchTopic("dev-1"): false, wire.StatusTopic("dev-1"): false, wire.TimeReqTopic("dev-1"): false,
+		"edge/v1/a/b/ack": false, "edge/v2/dev-1/ack": false, "ack": false,
+	} {
+		if got := hubOnlyTopic(topic); got != want {
+			t.Errorf("hubOnlyTopic(%q) = %v", topic, got)
+		}
+	}
+}
+
+// TestBrokerHubOnlyTopicsAnonymous: on the open broker (no security
+// configured), no client may publish an ack or a time response, nor leave
+// a will on those topics; a retained will beyond the size bound is
+// delivered but not retained.
+func TestBrokerHubOnlyTopicsAnonymous(t *testing.T) {
+	s := startHub(t, testOptions(t, t.TempDir()))
+	url := "tcp://" + s.BrokerAddr()
+	m := brokerMetricsOf(s)
+
+	if _, err := mqttClient(t, url, "will-on-ack", "", "", nil, wire.AckTopic("dev-b")); err == nil {
+		t.Fatal("a will on another device's ack topic was accepted")
+	}
+	if n := counterValue(t, m.refused.WithLabelValues(refusedWill)); n != 1 {
+		t.Fatalf("will_not_allowed refusals %v, want 1", n)
+	}
+
+	c, err := mqttClient(t, url, "forger", "", "", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, _ := wire.EncodeTimeResponse(&wirepb.TimeResponse{RequestId: 1})
+	c.Publish(wire.TimeRespTopic("dev-b"), 1, false, resp).WaitTimeout(time.Second) // refused: MQTT 3.1.1 closes the connection
+	waitFor(t, func() bool { return counterValue(t, m.denied.WithLabelValues("publish")) == 1 })
+
+	// A client leaves with a retained 5 KiB will on a device's status:
+	// the will goes out, but is not kept.
+	conn, err := net.Dial("tcp", s.BrokerAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 4,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), ClientIdentifier: "big-will", Clean: true, Keepalive: 30,
+			WillFlag: true, WillRetain: true, WillTopic: wire.StatusTopic("dev-w"), WillPayload: make([]byte, 5<<10)}}
+	if err := pk.ConnectEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	connack := make([]byte, 4)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(connack); err != nil || connack[0]>>4 != packets.Connack || connack[3] != 0 {
+		t.Fatalf("CONNACK % x: %v", connack, err)
+	}
+	conn.Close() // no DISCONNECT: the broker sends the will
+	waitFor(t, func() bool { return counterValue(t, m.retained.WithLabelValues(retainTooLarge)) == 1 })
+
+	// A fresh subscriber gets dev-ok's small status, and nothing for dev-w.
+	ok, _ := wire.EncodeStatus(&wirepb.Status{DeviceId: "dev-ok", Online: true})
+	c, err = mqttClient(t, url, "dev-ok", "", "", nil, "") // the forger was disconnected
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Publish(wire.StatusTopic("dev-ok"), 1, true, ok).WaitTimeout(5 * time.Second)
+	sub, err := mqttClient(t, url, "fresh", "", "", nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 4)
+	for _, f := range []string{wire.StatusTopic("dev-w"), wire.StatusTopic("dev-ok")} {
+		sub.Subscribe(f, 1, func(_ paho.Client, msg paho.Message) { got <- msg.Topic() }).WaitTimeout(5 * time.Second)
+	}
+	select {
+	case topic := <-got:
+		if topic != wire.StatusTopic("dev-ok") {
+			t.Fatalf("a fresh subscriber got a retained %s", topic)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("dev-ok's retained status never came")
+	}
+}
