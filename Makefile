@@ -13,7 +13,7 @@ test:
 
 # Benchmarks: by default one iteration of every benchmark, a quick check
 # that they all run; for figures narrow and lengthen them, e.g.
-# `make bench PKG=./hub BENCH=Ingest BENCHTIME=3000x` (the README names the
+# `make bench PKG=./hub BENCH=Ingest BENCHTIME=3000x` (the docs name the
 # command behind each figure).
 PKG ?= ./...
 BENCH ?= .
@@ -38,7 +38,7 @@ cross:
 qemu-smoke:
 	scripts/qemu-smoke.sh
 
-# RSS of an agent holding 1,000,000 buffered events (README "Edge agent").
+# RSS of an agent holding 1,000,000 buffered events (docs/AGENT.md, "Footprint").
 footprint:
 	scripts/footprint.sh
 

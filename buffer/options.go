@@ -36,7 +36,7 @@ const (
 // Profile picks Badger's memory settings.
 type Profile string
 
-// Profiles, chosen by measurement (see the README's RSS table).
+// Profiles, chosen by measurement (see docs/BUFFER.md's RSS table).
 const (
 	// ProfileDefault suits a Raspberry Pi-class device (1 GiB RAM or more).
 	ProfileDefault Profile = "default"

@@ -52,7 +52,7 @@ func (a accuracy) quantile(q float64) time.Duration {
 
 func (a accuracy) containment() float64 { return float64(a.contained) / float64(len(a.errs)) }
 
-// TestAccuracyFigure reports the README's figure: offset error p50/p99 and
+// TestAccuracyFigure reports docs/CLOCK.md's figure: offset error p50/p99 and
 // how often the uncertainty holds the true offset, over 500 rounds (about
 // 9 hours of virtual time). Reproduce with
 //

@@ -8,7 +8,7 @@ Waits for a process of each NAME (its comm) to appear, samples every
 cores: each process's CPU time (user and system), and the whole machine's
 system and idle time (summed over its CPUs). At the end it prints the mean
 over the samples from --skip seconds after the start, for --span seconds
-(all if 0). The README's fleet figures used it alongside scripts/fleet-run.sh:
+(all if 0). The fleet figures (docs/FLEETSIM.md) used it alongside scripts/fleet-run.sh:
 
     scripts/cpu-share.py --skip 30 --span 60 hubd fleetsim > cpu.txt &
     scripts/fleet-run.sh configs/fleetsim-steady.yaml \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One measured fleet run, as the README's fleet figures were taken: builds
+# One measured fleet run, as the fleet figures in docs/FLEETSIM.md were taken: builds
 # hubd and fleetsim, starts hubd (embedded broker, fresh data directory,
 # free loopback ports), runs fleetsim against it with the given scenario
 # and flags plus --verify, and stops hubd. The report goes to stdout;
