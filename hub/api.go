@@ -183,20 +183,33 @@ type LateResponse struct {
 	Total uint64 `json:"total"`
 }
 
+// HeldEventJSON is what the late log and the quarantine both say of an
+// event they hold out of the windows: where it came from, what it said,
+// and when its batch arrived.
+type HeldEventJSON struct {
+	Offset  uint64            `json:"offset"`
+	Device  string            `json:"device"`
+	Stream  string            `json:"stream"`
+	Seq     uint64            `json:"seq"`
+	Metric  string            `json:"metric"`
+	Tags    map[string]string `json:"tags,omitempty"`
+	Value   float64           `json:"value"`
+	Time    string            `json:"time"`
+	TimeMs  int64             `json:"time_ms"`
+	Arrived string            `json:"arrived"`
+}
+
+// heldEvent fills a HeldEventJSON.
+func heldEvent(off uint64, device string, stream aggregate.StreamID, seq uint64, metric string, tags []aggregate.Tag, value float64, t, arrived time.Time) HeldEventJSON {
+	return HeldEventJSON{Offset: off, Device: device, Stream: streamHex(stream), Seq: seq, Metric: metric, Tags: tagMap(tags),
+		Value: value, Time: rfc3339(t), TimeMs: t.UnixMilli(), Arrived: rfc3339(arrived)}
+}
+
 // LateEventJSON is one event that arrived beyond late_horizon.
 type LateEventJSON struct {
-	Offset      uint64            `json:"offset"`
-	Device      string            `json:"device"`
-	Stream      string            `json:"stream"`
-	Seq         uint64            `json:"seq"`
-	Metric      string            `json:"metric"`
-	Tags        map[string]string `json:"tags,omitempty"`
-	Value       float64           `json:"value"`
-	Time        string            `json:"time"`
-	TimeMs      int64             `json:"time_ms"`
-	Arrived     string            `json:"arrived"`
-	Watermark   string            `json:"watermark"`
-	WatermarkMs int64             `json:"watermark_ms"`
+	HeldEventJSON
+	Watermark   string `json:"watermark"`
+	WatermarkMs int64  `json:"watermark_ms"`
 }
 
 // maxLateLimit caps one /v1/late answer.
@@ -233,9 +246,9 @@ func (s *Server) serveLate(w http.ResponseWriter, r *http.Request) {
 	}
 	out := LateResponse{Events: make([]LateEventJSON, 0, len(evs)), Next: nxt, Total: next}
 	for _, e := range evs {
-		out.Events = append(out.Events, LateEventJSON{Offset: e.Offset, Device: e.Device, Stream: streamHex(e.Stream),
-			Seq: e.Seq, Metric: e.Metric, Tags: tagMap(e.Tags), Value: e.Value, Time: rfc3339(e.Time), TimeMs: e.Time.UnixMilli(),
-			Arrived: rfc3339(e.Arrived), Watermark: rfc3339(e.Watermark), WatermarkMs: e.Watermark.UnixMilli()})
+		out.Events = append(out.Events, LateEventJSON{
+			HeldEventJSON: heldEvent(e.Offset, e.Device, e.Stream, e.Seq, e.Metric, e.Tags, e.Value, e.Time, e.Arrived),
+			Watermark:     rfc3339(e.Watermark), WatermarkMs: e.Watermark.UnixMilli()})
 	}
 	writeData(w, out)
 }

@@ -25,19 +25,10 @@ type QuarantineResponse struct {
 
 // QuarantinedEventJSON is one held event.
 type QuarantinedEventJSON struct {
-	Offset        uint64            `json:"offset"`
-	Device        string            `json:"device"`
-	Stream        string            `json:"stream"`
-	Seq           uint64            `json:"seq"`
-	Metric        string            `json:"metric"`
-	Tags          map[string]string `json:"tags,omitempty"`
-	Value         float64           `json:"value"`
-	Time          string            `json:"time"`
-	TimeMs        int64             `json:"time_ms"`
-	UncertaintyMs int64             `json:"uncertainty_ms"`
-	Arrived       string            `json:"arrived"`
-	EntersAt      string            `json:"enters_at"`
-	Reason        string            `json:"reason"`
+	HeldEventJSON
+	UncertaintyMs int64  `json:"uncertainty_ms"`
+	EntersAt      string `json:"enters_at"`
+	Reason        string `json:"reason"`
 }
 
 // maxQuarantineLimit caps one /v1/quarantine answer.
@@ -67,9 +58,9 @@ func (s *Server) serveQuarantine(w http.ResponseWriter, r *http.Request) {
 	out := QuarantineResponse{Events: make([]QuarantinedEventJSON, 0, len(evs)), Next: next, Held: st.QuarantineHeld,
 		Quarantined: st.Quarantined, HeldForPartials: st.HeldForPartials, Released: st.QuarantineReleased, Dropped: st.QuarantineDropped}
 	for _, e := range evs {
-		out.Events = append(out.Events, QuarantinedEventJSON{Offset: e.Offset, Device: e.Device, Stream: streamHex(e.Stream),
-			Seq: e.Seq, Metric: e.Metric, Tags: tagMap(e.Tags), Value: e.Value, Time: rfc3339(e.Time), TimeMs: e.Time.UnixMilli(),
-			UncertaintyMs: e.Uncertainty.Milliseconds(), Arrived: rfc3339(e.Arrived), EntersAt: rfc3339(e.EntersAt), Reason: e.Reason})
+		out.Events = append(out.Events, QuarantinedEventJSON{
+			HeldEventJSON: heldEvent(e.Offset, e.Device, e.Stream, e.Seq, e.Metric, e.Tags, e.Value, e.Time, e.Arrived),
+			UncertaintyMs: e.Uncertainty.Milliseconds(), EntersAt: rfc3339(e.EntersAt), Reason: e.Reason})
 	}
 	writeData(w, out)
 }

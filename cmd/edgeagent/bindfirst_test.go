@@ -1,6 +1,7 @@
 package main
 
 import (
+	"edgeflow/internal/testproc"
 	"errors"
 	"net"
 	"os"
@@ -23,7 +24,7 @@ func TestBinaryBindsBeforeOpeningBuffer(t *testing.T) {
 	}
 	defer taken.Close()
 	data := filepath.Join(t.TempDir(), "data")
-	code, out := runAgentToExit(t, bin, agentArgs(data, "--listen", taken.Addr().String()), nil, 20*time.Second)
+	code, out := testproc.RunToExit(t, bin, agentArgs(data, "--listen", taken.Addr().String()), nil, 20*time.Second)
 	if code == 0 || !strings.Contains(out, "address already in use") || !strings.Contains(out, `config key "listen"`) {
 		t.Errorf("exit %d, want non-zero with the bind error; output:\n%s", code, out)
 	}

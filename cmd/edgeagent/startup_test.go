@@ -1,38 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"context"
+	"edgeflow/internal/testproc"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
-
-// runAgentToExit runs the agent binary until it exits and returns its
-// exit code and output; one still running after within (an agent that
-// started instead of refusing) is killed and fails the test.
-func runAgentToExit(t *testing.T, bin string, args, env []string, within time.Duration) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("edgeagent %q still running after %v (it started instead of refusing); output:\n%s", args, within, out.String())
-	}
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatal(err)
-	}
-	return cmd.ProcessState.ExitCode(), out.String()
-}
 
 // agentArgs are the arguments of an agent that needs nothing outside the
 // test: loopback ports picked by the kernel, no NTP, no time requests.
@@ -77,7 +53,7 @@ func TestBinaryRefusesUnitlessDurations(t *testing.T) {
 					args = slicesWithout(args, "--data-dir", data)
 				}
 			}
-			code, out := runAgentToExit(t, bin, args, c.env, 20*time.Second)
+			code, out := testproc.RunToExit(t, bin, args, c.env, 20*time.Second)
 			if code == 0 || !strings.Contains(out, c.want) {
 				t.Errorf("exit %d, want non-zero with %q; output:\n%s", code, c.want, out)
 			}

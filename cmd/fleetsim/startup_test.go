@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"os"
-	"os/exec"
+	"edgeflow/internal/testproc"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,10 +17,7 @@ func TestBinaryRefusesUnitlessDurations(t *testing.T) {
 		t.Skip("builds and runs fleetsim")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "fleetsim")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build fleetsim: %v\n%s", err, out)
-	}
+	bin := testproc.Build(t, ".", "fleetsim")
 	scenario := filepath.Join(dir, "s.yaml")
 	writeFile(t, scenario, "devices: 1\nduration: 30\nclasses:\n  - name: a\n    link:\n      latency: 20\n")
 	cases := []struct {
@@ -41,24 +34,14 @@ func TestBinaryRefusesUnitlessDurations(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
 			args := append([]string{"--devices", "1", "--mqtt-url", "tcp://127.0.0.1:1", "--hub", "", "--data-dir", t.TempDir()}, c.args...)
-			cmd := exec.CommandContext(ctx, bin, args...)
-			cmd.Env = append(os.Environ(), c.env...)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			if ctx.Err() != nil {
-				t.Fatalf("fleetsim %q still running after 20s (it started instead of refusing):\n%s", args, out.String())
-			}
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
-				t.Errorf("exit %v, want 2; output:\n%s", err, out.String())
+			code, out := testproc.RunToExit(t, bin, args, c.env, 20*time.Second)
+			if code != 2 {
+				t.Errorf("exit %d, want 2; output:\n%s", code, out)
 			}
 			for _, w := range c.want {
-				if !strings.Contains(out.String(), w) {
-					t.Errorf("output lacks %q:\n%s", w, out.String())
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
 				}
 			}
 		})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"edgeflow/internal/testproc"
 	"errors"
 	"net"
 	"os"
@@ -18,7 +19,7 @@ func TestBinaryBindsBeforeOpeningStore(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs hubd")
 	}
-	bin := buildHubdBinary(t)
+	bin := testproc.Build(t, ".", "hubd")
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +31,7 @@ func TestBinaryBindsBeforeOpeningStore(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			data := filepath.Join(t.TempDir(), "data")
-			code, out := runToExit(t, bin, []string{"--data-dir", data, "--http-addr", c.httpAddr, "--mqtt-listen", c.mqttAddr, "--log-level", "warn"}, nil, 20*time.Second)
+			code, out := testproc.RunToExit(t, bin, []string{"--data-dir", data, "--http-addr", c.httpAddr, "--mqtt-listen", c.mqttAddr, "--log-level", "warn"}, nil, 20*time.Second)
 			if code == 0 || !strings.Contains(out, "address already in use") || !strings.Contains(out, taken.Addr().String()) {
 				t.Errorf("exit %d, want non-zero with the bind error naming %s; output:\n%s", code, taken.Addr(), out)
 			}

@@ -1,48 +1,14 @@
 package main
 
 import (
-	"bytes"
-	"context"
+	"edgeflow/internal/testproc"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
-
-// buildHubdBinary builds cmd/hubd into a directory of the test's.
-func buildHubdBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "hubd")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build hubd: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// runToExit runs bin until it exits and returns its exit code and output;
-// a process still running after within (a hub that started instead of
-// refusing) is killed and fails the test.
-func runToExit(t *testing.T, bin string, args, env []string, within time.Duration) (int, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("%s %q still running after %v (it started instead of refusing); output:\n%s", filepath.Base(bin), args, within, out.String())
-	}
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatal(err)
-	}
-	return cmd.ProcessState.ExitCode(), out.String()
-}
 
 // TestBinaryRefusesBadDurationsAndTypes runs hubd with settings it must
 // refuse before it opens anything: durations without a unit (from the
@@ -54,7 +20,7 @@ func TestBinaryRefusesBadDurationsAndTypes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs hubd")
 	}
-	bin := buildHubdBinary(t)
+	bin := testproc.Build(t, ".", "hubd")
 	cases := []struct {
 		name, yaml string
 		env, args  []string
@@ -96,7 +62,7 @@ func TestBinaryRefusesBadDurationsAndTypes(t *testing.T) {
 			} else {
 				args = append(args, "--data-dir", data)
 			}
-			code, out := runToExit(t, bin, args, c.env, 20*time.Second)
+			code, out := testproc.RunToExit(t, bin, args, c.env, 20*time.Second)
 			if code != 2 {
 				t.Errorf("exit %d, want 2; output:\n%s", code, out)
 			}
