@@ -16,6 +16,7 @@ import (
 
 	"edgeflow/buffer"
 	"edgeflow/hub"
+	"edgeflow/hub/ranges"
 	"edgeflow/uplink"
 	"edgeflow/wire/wirepb"
 )
@@ -101,7 +102,7 @@ func TestRateLimitedDeviceLosesNothing(t *testing.T) {
 	}
 	s := d.Streams[0]
 	applied := s.Applied.Ranges()
-	if s.Events != n || len(applied) != 1 || applied[0] != (hub.SeqRange{First: 1, Last: n}) || s.GapEvents != 0 {
+	if s.Events != n || len(applied) != 1 || applied[0] != (ranges.SeqRange{First: 1, Last: n}) || s.GapEvents != 0 {
 		t.Fatalf("stream: events %d applied %v gap events %d, want %d in [1, %d] and no gap", s.Events, applied, s.GapEvents, n, n)
 	}
 	body := getBody(t, "http://"+h.HTTPAddr()+"/metrics")

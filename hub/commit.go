@@ -9,6 +9,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -352,13 +353,13 @@ func ackRefused(v *batchView) []*wirepb.Gap {
 // freshRefused returns the parts of a batch's refused runs that lie in
 // fresh (what the entry applies): the entry records them, so a replay
 // skips exactly the events the live apply skipped.
-func freshRefused(v *batchView, fresh []SeqRange) []refusedRange {
+func freshRefused(v *batchView, fresh []ranges.SeqRange) []refusedRange {
 	var out []refusedRange
 	for _, r := range v.refused {
 		lo, hi := v.firstSeq+uint64(r.lo), v.firstSeq+uint64(r.hi)
 		for _, f := range fresh {
 			if a, b := max(lo, f.First), min(hi, f.Last); a <= b {
-				out = append(out, refusedRange{SeqRange{a, b}, r.fault})
+				out = append(out, refusedRange{ranges.SeqRange{First: a, Last: b}, r.fault})
 			}
 		}
 	}

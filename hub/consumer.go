@@ -3,6 +3,7 @@ package hub
 import (
 	"time"
 
+	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -35,7 +36,7 @@ type AppliedBatch struct {
 	Device string
 	Stream wire.StreamID
 	// Ranges are the sequence ranges applied, ascending; Events follow them.
-	Ranges []SeqRange
+	Ranges []ranges.SeqRange
 	// ServerTime is the hub's clock when the batch arrived.
 	ServerTime time.Time
 	// SendTimeNs is the device's clock when it sent the batch, Unix ns.

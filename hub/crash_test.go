@@ -15,6 +15,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/hub/ranges"
 	"edgeflow/internal/testbroker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -179,11 +180,11 @@ func verifyExactlyOnce(t *testing.T, dir string, agents []*crashAgent, total uin
 	s, cc := startCountingHub(t, dir)
 	for _, a := range agents {
 		info, ok := s.Device(a.id)
-		if !ok || len(info.Streams) != 1 || !slices.Equal(info.Streams[0].Applied.Ranges(), []SeqRange{{1, total}}) {
+		if !ok || len(info.Streams) != 1 || !slices.Equal(info.Streams[0].Applied.Ranges(), []ranges.SeqRange{{First: 1, Last: total}}) {
 			t.Fatalf("%s: registry %+v", a.id, info.Streams)
 		}
 		c := cc.Streams[a.id+"/"+a.stream.String()]
-		if c == nil || c.Events != total || c.Twice != 0 || !slices.Equal(c.Seen.Ranges(), []SeqRange{{1, total}}) {
+		if c == nil || c.Events != total || c.Twice != 0 || !slices.Equal(c.Seen.Ranges(), []ranges.SeqRange{{First: 1, Last: total}}) {
 			t.Fatalf("%s: consumer %+v, want %d events once each", a.id, c, total)
 		}
 	}

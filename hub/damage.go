@@ -10,6 +10,8 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"edgeflow/hub/ranges"
 )
 
 // Damage to the log. A replay checks that the positions it reads follow
@@ -36,7 +38,7 @@ const GapReasonStoreDamaged = "store_damaged"
 type damageRecord struct {
 	TimeNs int64 `json:"time_ns"`
 	// Positions are the log positions lost.
-	Positions RangeSet `json:"positions"`
+	Positions ranges.RangeSet `json:"positions"`
 	// FromServerNs and ToServerNs bound their server times (0: unknown).
 	FromServerNs int64 `json:"from_server_ns,omitempty"`
 	ToServerNs   int64 `json:"to_server_ns,omitempty"`
@@ -49,14 +51,14 @@ type damageRecord struct {
 
 // lostStream is what one stream lost.
 type lostStream struct {
-	Device string   `json:"device"`
-	Stream string   `json:"stream"`
-	Lost   RangeSet `json:"lost"`
+	Device string          `json:"device"`
+	Stream string          `json:"stream"`
+	Lost   ranges.RangeSet `json:"lost"`
 }
 
 // logDamage collects what a replay could not read.
 type logDamage struct {
-	positions    RangeSet
+	positions    ranges.RangeSet
 	fromNs, toNs int64
 	unreadable   [][]byte // keys of entries that exist but cannot be read
 	why          string
@@ -66,7 +68,7 @@ type logDamage struct {
 func (d *logDamage) any() bool { return d.positions.Len() > 0 }
 
 // add records positions first..last as damaged, minus those in known.
-func (d *logDamage) add(first, last uint64, fromNs, toNs int64, why string, known *RangeSet) bool {
+func (d *logDamage) add(first, last uint64, fromNs, toNs int64, why string, known *ranges.RangeSet) bool {
 	added := false
 	for _, r := range known.Missing(nil, first, last) {
 		d.positions.Add(r.First, r.Last)
@@ -90,7 +92,7 @@ func (d *logDamage) add(first, last uint64, fromNs, toNs int64, why string, know
 // merge adds o's damage to d's.
 func (d *logDamage) merge(o *logDamage) {
 	for _, r := range o.positions.Ranges() {
-		d.add(r.First, r.Last, o.fromNs, o.toNs, o.why, &RangeSet{})
+		d.add(r.First, r.Last, o.fromNs, o.toNs, o.why, &ranges.RangeSet{})
 	}
 	d.unreadable = append(d.unreadable, o.unreadable...)
 }
@@ -110,7 +112,7 @@ func (d *logDamage) err(dir string, devices []string) *LogDamageError {
 // errors included) and positions missing between from+1 (or the first
 // entry, when startGapOK) and the newest entry. Positions in known are
 // losses already recorded, not damage. Other errors stop it.
-func (s *store) replayChecked(from, upTo uint64, startGapOK bool, known *RangeSet, fn func(*walEntry) error) (*logDamage, error) {
+func (s *store) replayChecked(from, upTo uint64, startGapOK bool, known *ranges.RangeSet, fn func(*walEntry) error) (*logDamage, error) {
 	last, lastNs, err := s.lastWALEntry()
 	if err != nil {
 		return nil, err
@@ -182,7 +184,7 @@ const maxDamageDevices = 50
 // devicesAt returns the devices whose device log index names an entry at
 // one of positions (sorted, at most maxDamageDevices). The index has no
 // keys for ticks and status entries.
-func (s *store) devicesAt(positions *RangeSet) []string {
+func (s *store) devicesAt(positions *ranges.RangeSet) []string {
 	seen := map[string]bool{}
 	_ = s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixDeviceLog}})
@@ -249,14 +251,14 @@ func (s *store) writeDamageRecord(r *damageRecord, unreadable [][]byte) error {
 
 // knownLosses are the recorded losses by position and by stream.
 type knownLosses struct {
-	positions RangeSet
-	streams   map[string]*RangeSet // device + "/" + stream
+	positions ranges.RangeSet
+	streams   map[string]*ranges.RangeSet // device + "/" + stream
 	events    uint64
 }
 
 // lossesOf indexes records.
 func lossesOf(records []damageRecord) *knownLosses {
-	k := &knownLosses{streams: map[string]*RangeSet{}}
+	k := &knownLosses{streams: map[string]*ranges.RangeSet{}}
 	for _, r := range records {
 		for _, p := range r.Positions.Ranges() {
 			k.positions.Add(p.First, p.Last)
@@ -264,7 +266,7 @@ func lossesOf(records []damageRecord) *knownLosses {
 		for _, st := range r.Streams {
 			rs := k.streams[st.Device+"/"+st.Stream]
 			if rs == nil {
-				rs = &RangeSet{}
+				rs = &ranges.RangeSet{}
 				k.streams[st.Device+"/"+st.Stream] = rs
 			}
 			for _, l := range st.Lost.Ranges() {
@@ -277,7 +279,7 @@ func lossesOf(records []damageRecord) *knownLosses {
 
 // recordLoss adds lost sequence numbers to a stream's gaps with reason
 // GapReasonStoreDamaged; adding them again changes nothing.
-func (r *registry) recordLoss(device, stream string, lost *RangeSet) {
+func (r *registry) recordLoss(device, stream string, lost *ranges.RangeSet) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d := r.device(device)
@@ -304,7 +306,7 @@ func lostSince(reg *registry, dedup map[streamKey]*dedupState, known *knownLosse
 	defer reg.mu.RUnlock()
 	var out []lostStream
 	for k, d := range dedup {
-		var got RangeSet
+		var got ranges.RangeSet
 		if dev := reg.devices[k.device]; dev != nil && dev.Streams[k.id.String()] != nil {
 			si := dev.Streams[k.id.String()]
 			got = si.Applied.Clone()
@@ -318,7 +320,7 @@ func lostSince(reg *registry, dedup map[streamKey]*dedupState, known *knownLosse
 				got.Add(r.First, r.Last)
 			}
 		}
-		var lost RangeSet
+		var lost ranges.RangeSet
 		for _, r := range d.applied.Ranges() {
 			for _, m := range got.Missing(nil, r.First, r.Last) {
 				lost.Add(m.First, m.Last)

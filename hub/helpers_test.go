@@ -12,6 +12,9 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/hub/clockest"
+	"edgeflow/hub/ranges"
+	"edgeflow/hub/timeservice"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -185,12 +188,12 @@ type countingConsumer struct {
 }
 
 type countState struct {
-	Events  uint64   `json:"events"`
-	Seen    RangeSet `json:"seen"`
-	Twice   uint64   `json:"twice"`
-	Sum     float64  `json:"sum"`
-	Hub     uint64   `json:"hub_estimated"`
-	Batches uint64   `json:"batches"`
+	Events  uint64          `json:"events"`
+	Seen    ranges.RangeSet `json:"seen"`
+	Twice   uint64          `json:"twice"`
+	Sum     float64         `json:"sum"`
+	Hub     uint64          `json:"hub_estimated"`
+	Batches uint64          `json:"batches"`
 }
 
 func newCountingConsumer() *countingConsumer {
@@ -234,3 +237,9 @@ func (c *countingConsumer) Restore(b []byte) error {
 	c.Streams = map[string]*countState{}
 	return json.Unmarshal(b, c)
 }
+
+// The hub's default parts satisfy the interfaces Options takes.
+var (
+	_ ClockEstimator     = (*clockest.DeviceClocks)(nil)
+	_ TimeRequestHandler = (*timeservice.TimeService)(nil)
+)

@@ -10,6 +10,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/hub/ranges"
 	"edgeflow/internal/testbroker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -98,10 +99,10 @@ func checkDeviceAPI(t *testing.T, s *Server, id string, stream wire.StreamID) {
 		t.Fatalf("streams: %+v", info.Streams)
 	}
 	st := info.Streams[0]
-	if !slices.Equal(st.Applied.Ranges(), []SeqRange{{1, 170}}) || st.Events != 170 {
+	if !slices.Equal(st.Applied.Ranges(), []ranges.SeqRange{{First: 1, Last: 170}}) || st.Events != 170 {
 		t.Fatalf("applied %v (%d events), want [1,170]", st.Applied.Ranges(), st.Events)
 	}
-	if !slices.Equal(st.Gaps.Ranges(), []SeqRange{{200, 209}}) || st.GapReasons["max_bytes"] != 10 {
+	if !slices.Equal(st.Gaps.Ranges(), []ranges.SeqRange{{First: 200, Last: 209}}) || st.GapReasons["max_bytes"] != 10 {
 		t.Fatalf("gaps %v %v", st.Gaps.Ranges(), st.GapReasons)
 	}
 	if info.Clock.Method != "NTP" || info.Clock.Source != "agent" || info.Backlog.Events != 10 {

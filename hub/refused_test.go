@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -77,7 +78,7 @@ func TestRefusedEventsApplyTheRest(t *testing.T) {
 	waitApplied(t, s1)
 	info, _ := s1.Device(d.id)
 	st := info.Streams[0]
-	wantRefused := []SeqRange{{14, 15}, {18, 18}, {21, 21}, {23, 23}}
+	wantRefused := []ranges.SeqRange{{First: 14, Last: 15}, {First: 18, Last: 18}, {First: 21, Last: 21}, {First: 23, Last: 23}}
 	if st.Events != 35 || !slices.Equal(st.Refused.Ranges(), wantRefused) || st.RefusedEvents != 5 ||
 		!slices.Equal(st.Gaps.Ranges(), wantRefused) || st.GapEvents != 5 ||
 		fmt.Sprint(st.GapReasons) != "map[refused:bad_method:1 refused:bad_metric:1 refused:bad_time:1 refused:bad_value:2]" {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -47,40 +48,15 @@ type clockState struct {
 
 // streamInfo is one stream of a device.
 type streamInfo struct {
-	Applied RangeSet `json:"applied"`
+	Applied ranges.RangeSet `json:"applied"`
 	// Refused are the sequence numbers whose events the hub refused one
 	// by one; they are also in Gaps. Applied and Refused together are the
 	// stream's dedup ranges.
-	Refused      RangeSet          `json:"refused,omitzero"`
-	Gaps         RangeSet          `json:"gaps"`
+	Refused      ranges.RangeSet   `json:"refused,omitzero"`
+	Gaps         ranges.RangeSet   `json:"gaps"`
 	GapReasons   map[string]uint64 `json:"gap_reasons,omitempty"`
 	Batches      uint64            `json:"batches"`
 	LastServerNs int64             `json:"last_server_ns"`
-}
-
-// MarshalJSON writes the ranges as [[first,last],...].
-func (s RangeSet) MarshalJSON() ([]byte, error) {
-	out := make([][2]uint64, len(s.r))
-	for i, r := range s.r {
-		out[i] = [2]uint64{r.First, r.Last}
-	}
-	return json.Marshal(out)
-}
-
-// UnmarshalJSON reads what MarshalJSON wrote.
-func (s *RangeSet) UnmarshalJSON(b []byte) error {
-	var in [][2]uint64
-	if err := json.Unmarshal(b, &in); err != nil {
-		return err
-	}
-	*s = RangeSet{}
-	for _, r := range in {
-		if r[0] == 0 || r[0] > r[1] {
-			return fmt.Errorf("range [%d, %d] is empty or starts at 0", r[0], r[1])
-		}
-		s.Add(r[0], r[1])
-	}
-	return nil
 }
 
 func newRegistry() *registry { return &registry{devices: map[string]*deviceState{}} }
@@ -224,17 +200,17 @@ type ClockInfo struct {
 // StreamInfo describes one stream of a device.
 type StreamInfo struct {
 	StreamID   string            `json:"stream_id"`
-	Applied    RangeSet          `json:"applied"`
+	Applied    ranges.RangeSet   `json:"applied"`
 	Events     uint64            `json:"events"`
 	Batches    uint64            `json:"batches"`
-	Gaps       RangeSet          `json:"gaps"`
+	Gaps       ranges.RangeSet   `json:"gaps"`
 	GapEvents  uint64            `json:"gap_events"`
 	GapReasons map[string]uint64 `json:"gap_reasons,omitempty"`
 	// Refused are the sequence numbers whose events the hub refused one by
 	// one (also in Gaps, with reason "refused:<class>").
-	Refused       RangeSet  `json:"refused"`
-	RefusedEvents uint64    `json:"refused_events"`
-	LastSeen      time.Time `json:"last_seen"`
+	Refused       ranges.RangeSet `json:"refused"`
+	RefusedEvents uint64          `json:"refused_events"`
+	LastSeen      time.Time       `json:"last_seen"`
 }
 
 // info returns the API view of one device. Callers hold mu.

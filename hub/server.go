@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"edgeflow/hub/clockest"
+	"edgeflow/hub/timeservice"
 	"edgeflow/internal/lograte"
 )
 
@@ -119,14 +121,14 @@ func New(opts Options) (*Server, error) {
 // service (TimeService, answering through Publish) unless opts set them.
 func (s *Server) defaultParts() error {
 	if s.opts.ClockEstimator == nil {
-		dc, err := NewDeviceClocks(DeviceClocksOptions{})
+		dc, err := clockest.NewDeviceClocks(clockest.DeviceClocksOptions{})
 		if err != nil {
 			return err
 		}
 		s.opts.ClockEstimator = dc
 	}
 	if s.opts.TimeService == nil {
-		ts, err := NewTimeService(s.opts.Now, s.Publish, s.log)
+		ts, err := timeservice.NewTimeService(s.opts.Now, s.Publish, s.log)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 
+	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 )
 
@@ -71,7 +72,7 @@ type streamKey struct {
 // (durable in the ranges key) and the highest sequence number it has heard
 // of, including gaps.
 type dedupState struct {
-	applied RangeSet
+	applied ranges.RangeSet
 	horizon uint64
 }
 
@@ -93,7 +94,7 @@ func (s *store) loadDedup() (map[streamKey]*dedupState, error) {
 				return err
 			}
 			err = it.Item().Value(func(v []byte) error {
-				rs, rest, err := decodeRangeSet(v)
+				rs, rest, err := ranges.DecodeRangeSet(v)
 				if err != nil {
 					return err
 				}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"edgeflow/hub/ranges"
 )
 
 // Sentinel errors about the hub's Badger directory that callers (hubd)
@@ -71,7 +73,7 @@ type LogDamageError struct {
 	Dir string
 	// Positions are the damaged log positions (unreadable or missing
 	// entries), as ranges.
-	Positions RangeSet
+	Positions ranges.RangeSet
 	// FromServerTime and ToServerTime bound the damaged entries' server
 	// times (zero when unknown).
 	FromServerTime, ToServerTime time.Time
@@ -103,7 +105,7 @@ func (e *LogDamageError) Error() string {
 func (e *LogDamageError) Unwrap() []error { return []error{ErrLogDamaged, ErrCorrupt} }
 
 // formatRanges writes ranges as "3-7, 9"; past a dozen it says how many more.
-func formatRanges(s *RangeSet) string {
+func formatRanges(s *ranges.RangeSet) string {
 	var parts []string
 	for i, r := range s.Ranges() {
 		if i == 12 {

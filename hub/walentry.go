@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 )
 
@@ -61,7 +62,7 @@ type walEntry struct {
 	stream       wire.StreamID
 	firstSeq     uint64
 	count        uint64
-	fresh        []SeqRange // the sequence ranges this entry applies (refused ones included)
+	fresh        []ranges.SeqRange // the sequence ranges this entry applies (refused ones included)
 	// refused are the parts of fresh whose events the hub refused one by
 	// one (ascending): done for dedup, recorded as gaps, never applied.
 	refused []refusedRange
@@ -72,7 +73,7 @@ type walEntry struct {
 // refusedRange is a run of sequence numbers of an entry whose events the
 // hub refused, and why.
 type refusedRange struct {
-	SeqRange
+	ranges.SeqRange
 	fault wire.Fault
 }
 
@@ -87,11 +88,11 @@ func (e *walEntry) refusedAt(seq uint64) bool {
 }
 
 // appliedRanges is fresh without the refused ranges: the events applied.
-func (e *walEntry) appliedRanges() []SeqRange {
+func (e *walEntry) appliedRanges() []ranges.SeqRange {
 	if len(e.refused) == 0 {
 		return e.fresh
 	}
-	var out []SeqRange
+	var out []ranges.SeqRange
 	for _, f := range e.fresh {
 		next := f.First
 		for _, r := range e.refused {
@@ -99,12 +100,12 @@ func (e *walEntry) appliedRanges() []SeqRange {
 				continue
 			}
 			if r.First > next {
-				out = append(out, SeqRange{next, r.First - 1})
+				out = append(out, ranges.SeqRange{First: next, Last: r.First - 1})
 			}
 			next = r.Last + 1
 		}
 		if next <= f.Last && next >= f.First {
-			out = append(out, SeqRange{next, f.Last})
+			out = append(out, ranges.SeqRange{First: next, Last: f.Last})
 		}
 	}
 	return out
@@ -255,7 +256,7 @@ func decodeWALEntry(seq uint64, v []byte) (*walEntry, error) {
 	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		first := r.uvarint()
-		e.fresh = append(e.fresh, SeqRange{first, first + r.uvarint()})
+		e.fresh = append(e.fresh, ranges.SeqRange{First: first, Last: first + r.uvarint()})
 	}
 	if flag := r.bytes(1); r.err == nil && flag[0] == 1 {
 		e.est = hubEstimate{ok: true, offsetNs: r.varint(), uncertaintyNs: r.varint()}
@@ -270,7 +271,7 @@ func decodeWALEntry(seq uint64, v []byte) (*walEntry, error) {
 			last := first + r.uvarint()
 			f := r.bytes(1)
 			if r.err == nil {
-				e.refused = append(e.refused, refusedRange{SeqRange{first, last}, wire.Fault(f[0])})
+				e.refused = append(e.refused, refusedRange{ranges.SeqRange{First: first, Last: last}, wire.Fault(f[0])})
 			}
 		}
 	}

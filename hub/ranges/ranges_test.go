@@ -1,4 +1,4 @@
-package hub
+package ranges
 
 import (
 	"math/rand/v2"
@@ -76,7 +76,7 @@ func TestRangeSetModel(t *testing.T) {
 				t.Fatalf("Count %d, want %d", s.Count(), len(model))
 			}
 		}
-		dec, rest, err := decodeRangeSet(s.AppendBinary(nil))
+		dec, rest, err := DecodeRangeSet(s.AppendBinary(nil))
 		if err != nil || len(rest) != 0 || !slices.Equal(dec.Ranges(), s.Ranges()) {
 			t.Fatalf("round trip: %v %v vs %v", err, dec.Ranges(), s.Ranges())
 		}

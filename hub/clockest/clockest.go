@@ -1,4 +1,4 @@
-package hub
+package clockest
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package hub
+package clockest
 
 import (
 	"fmt"
@@ -144,7 +144,6 @@ func TestDeviceClocksBounded(t *testing.T) {
 	if _, _, ok := c.Estimate("d24"); ok || c.Len() != 9 {
 		t.Error("Forget did not forget")
 	}
-	var _ ClockEstimator = c
 }
 
 func TestDeviceClocksOptionsValidate(t *testing.T) {

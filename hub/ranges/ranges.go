@@ -1,7 +1,8 @@
-package hub
+package ranges
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -125,8 +126,8 @@ func (s *RangeSet) AppendBinary(b []byte) []byte {
 // errRangeSet reports a corrupt range set encoding.
 var errRangeSet = errors.New("corrupt range set")
 
-// decodeRangeSet parses what AppendBinary wrote and returns the rest of b.
-func decodeRangeSet(b []byte) (RangeSet, []byte, error) {
+// DecodeRangeSet parses what AppendBinary wrote and returns the rest of b.
+func DecodeRangeSet(b []byte) (RangeSet, []byte, error) {
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)) {
 		return RangeSet{}, nil, fmt.Errorf("%w: bad count", errRangeSet)
@@ -152,4 +153,29 @@ func decodeRangeSet(b []byte) (RangeSet, []byte, error) {
 		prev = first + l
 	}
 	return s, b, nil
+}
+
+// MarshalJSON writes the ranges as [[first,last],...].
+func (s RangeSet) MarshalJSON() ([]byte, error) {
+	out := make([][2]uint64, len(s.r))
+	for i, r := range s.r {
+		out[i] = [2]uint64{r.First, r.Last}
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (s *RangeSet) UnmarshalJSON(b []byte) error {
+	var in [][2]uint64
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*s = RangeSet{}
+	for _, r := range in {
+		if r[0] == 0 || r[0] > r[1] {
+			return fmt.Errorf("range [%d, %d] is empty or starts at 0", r[0], r[1])
+		}
+		s.Add(r[0], r[1])
+	}
+	return nil
 }

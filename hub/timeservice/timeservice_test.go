@@ -1,4 +1,4 @@
-package hub
+package timeservice
 
 import (
 	"context"
@@ -97,7 +97,6 @@ func TestTimeServiceRespond(t *testing.T) {
 		t.Errorf("publish failure: %v", err)
 	}
 	svc.HandleRequest(wire.TimeReqTopic("dev-1"), req) // logs, does not panic
-	var _ TimeRequestHandler = svc
 	if _, err := NewTimeService(nil, nil, nil); err == nil {
 		t.Error("nil publish accepted")
 	}
