@@ -108,10 +108,10 @@ func New(st Stream, o Options) (*Uplink, error) {
 	if r, ok := st.(readableStream); ok {
 		u.readable = r.Readable()
 	}
-	if o.TLS.enabled() {
-		c, err := o.TLS.config()
+	if o.TLS.Enabled() {
+		c, err := o.TLS.Config()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("uplink: %w", err)
 		}
 		u.tlsConf = c
 	}
