@@ -185,32 +185,32 @@ func (c *colEncoder) event(b []byte) bool {
 		}
 		return 0
 	}
-	metric = str(1<<3 | 2)
-	if len(b)-pos >= 9 && b[pos] == 2<<3|1 {
+	metric = str(FieldEventMetric<<3 | 2)
+	if len(b)-pos >= 9 && b[pos] == FieldEventValue<<3|1 {
 		value = binary.LittleEndian.Uint64(b[pos+1:])
-		seen |= 1 << 2
+		seen |= 1 << FieldEventValue
 		pos += 9
 	}
-	if pos < len(b) && b[pos] == 3<<3|2 {
+	if pos < len(b) && b[pos] == FieldEventTags<<3|2 {
 		tagLo = pos
-		for str(3<<3|2) != nil { // a match is never nil, empty or not
+		for str(FieldEventTags<<3|2) != nil { // a match is never nil, empty or not
 		}
 		tagHi = pos
 	}
-	tm, mono = num(4<<3), num(5<<3)
-	boot = str(6<<3 | 2)
-	off, unc, method = num(7<<3), num(8<<3), num(9<<3)
+	tm, mono = num(FieldEventDeviceTime<<3), num(FieldEventMono<<3)
+	boot = str(FieldEventBootID<<3 | 2)
+	off, unc, method = num(FieldEventOffset<<3), num(FieldEventUncertainty<<3), num(FieldEventMethod<<3)
 	for pos < len(b) {
 		t := b[pos]
 		num := t >> 3
-		if t >= 0x80 || num == 0 || num > 9 || (num != 3 && seen&(1<<num) != 0) {
+		if t >= 0x80 || num == 0 || num > FieldEventLast || (num != FieldEventTags && seen&(1<<num) != 0) {
 			return false
 		}
 		seen |= 1 << num
 		start := pos
 		pos++
 		switch t {
-		case 1<<3 | 2, 3<<3 | 2, 6<<3 | 2:
+		case FieldEventMetric<<3 | 2, FieldEventTags<<3 | 2, FieldEventBootID<<3 | 2:
 			l, m := uvarintAt(b, pos)
 			if m <= 0 || l > uint64(len(b)-pos-m) {
 				return false
@@ -219,11 +219,11 @@ func (c *colEncoder) event(b []byte) bool {
 			v := b[pos : pos+int(l) : pos+int(l)]
 			pos += int(l)
 			switch num {
-			case 1:
+			case FieldEventMetric:
 				metric = v
-			case 6:
+			case FieldEventBootID:
 				boot = v
-			case 3:
+			case FieldEventTags:
 				if tagLo < 0 {
 					tagLo = start
 				} else if tagHi != start {
@@ -231,28 +231,28 @@ func (c *colEncoder) event(b []byte) bool {
 				}
 				tagHi = pos
 			}
-		case 2<<3 | 1:
+		case FieldEventValue<<3 | 1:
 			if len(b)-pos < 8 {
 				return false
 			}
 			value = binary.LittleEndian.Uint64(b[pos:])
 			pos += 8
-		case 4 << 3, 5 << 3, 7 << 3, 8 << 3, 9 << 3:
+		case FieldEventDeviceTime << 3, FieldEventMono << 3, FieldEventOffset << 3, FieldEventUncertainty << 3, FieldEventMethod << 3:
 			v, m := uvarintAt(b, pos)
 			if m <= 0 {
 				return false
 			}
 			pos += m
 			switch num {
-			case 4:
+			case FieldEventDeviceTime:
 				tm = v
-			case 5:
+			case FieldEventMono:
 				mono = v
-			case 7:
+			case FieldEventOffset:
 				off = v
-			case 8:
+			case FieldEventUncertainty:
 				unc = v
-			case 9:
+			case FieldEventMethod:
 				method = v
 			}
 		default:
@@ -418,7 +418,7 @@ func appendColumns(dst, body []byte) (out []byte, ok bool) {
 	defer colEncoders.Put(c)
 	c.reset()
 	for b := body; len(b) > 0; {
-		if b[0] == fieldBatchEvents<<3|2 { // the common case, inline
+		if b[0] == FieldBatchEvents<<3|2 { // the common case, inline
 			if l, m := uvarintAt(b, 1); m > 0 && l <= uint64(len(b)-1-m) {
 				if !c.event(b[1+m : 1+m+int(l)]) {
 					return dst, false
@@ -435,7 +435,7 @@ func appendColumns(dst, body []byte) (out []byte, ok bool) {
 		if m < 0 {
 			return dst, false
 		}
-		if num == fieldBatchEvents {
+		if num == FieldBatchEvents {
 			ev, k := protowire.ConsumeBytes(b[n:])
 			if typ != protowire.BytesType || k < 0 || !c.event(ev) {
 				return dst, false
@@ -702,7 +702,7 @@ func (c *Columns) Decode(body []byte, lim Limits) error {
 	c.Header = r.bytes(r.count("header length"), "header")
 	if r.err == nil {
 		err := scanFields(c.Header, func(num protowire.Number, _ protowire.Type, _ []byte) error {
-			if num == fieldBatchEvents {
+			if num == FieldBatchEvents {
 				return fmt.Errorf("%w: columnar batch header holds events", ErrMalformed)
 			}
 			return nil
@@ -903,11 +903,11 @@ func (c *Columns) AppendProto(dst []byte) []byte {
 // values left out.
 func (c *Columns) AppendEventProto(ev []byte, i int) []byte {
 	if s := c.Strings[c.Metric[i]]; len(s) > 0 {
-		ev = protowire.AppendTag(ev, 1, protowire.BytesType)
+		ev = protowire.AppendTag(ev, FieldEventMetric, protowire.BytesType)
 		ev = protowire.AppendBytes(ev, s)
 	}
 	if bits := math.Float64bits(c.Value[i]); bits != 0 {
-		ev = protowire.AppendTag(ev, 2, protowire.Fixed64Type)
+		ev = protowire.AppendTag(ev, FieldEventValue, protowire.Fixed64Type)
 		ev = protowire.AppendFixed64(ev, bits)
 	}
 	ts := c.TagSet[i]
@@ -920,26 +920,26 @@ func (c *Columns) AppendEventProto(ev []byte, i int) []byte {
 		if len(v) > 0 {
 			size += 1 + protowire.SizeBytes(len(v))
 		}
-		ev = protowire.AppendTag(ev, 3, protowire.BytesType)
+		ev = protowire.AppendTag(ev, FieldEventTags, protowire.BytesType)
 		ev = protowire.AppendVarint(ev, uint64(size))
 		if len(k) > 0 {
-			ev = protowire.AppendTag(ev, 1, protowire.BytesType)
+			ev = protowire.AppendTag(ev, FieldTagKey, protowire.BytesType)
 			ev = protowire.AppendBytes(ev, k)
 		}
 		if len(v) > 0 {
-			ev = protowire.AppendTag(ev, 2, protowire.BytesType)
+			ev = protowire.AppendTag(ev, FieldTagValue, protowire.BytesType)
 			ev = protowire.AppendBytes(ev, v)
 		}
 	}
-	ev = appendVarintField(ev, 4, uint64(c.Time[i]))
-	ev = appendVarintField(ev, 5, uint64(c.Mono[i]))
+	ev = appendVarintField(ev, FieldEventDeviceTime, uint64(c.Time[i]))
+	ev = appendVarintField(ev, FieldEventMono, uint64(c.Mono[i]))
 	if s := c.Strings[c.Boot[i]]; len(s) > 0 {
-		ev = protowire.AppendTag(ev, 6, protowire.BytesType)
+		ev = protowire.AppendTag(ev, FieldEventBootID, protowire.BytesType)
 		ev = protowire.AppendBytes(ev, s)
 	}
-	ev = appendVarintField(ev, 7, uint64(c.Offset[i]))
-	ev = appendVarintField(ev, 8, uint64(c.Uncertainty[i]))
-	ev = appendVarintField(ev, 9, c.Method[i])
+	ev = appendVarintField(ev, FieldEventOffset, uint64(c.Offset[i]))
+	ev = appendVarintField(ev, FieldEventUncertainty, uint64(c.Uncertainty[i]))
+	ev = appendVarintField(ev, FieldEventMethod, c.Method[i])
 	return ev
 }
 
