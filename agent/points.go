@@ -14,9 +14,6 @@ import (
 	"edgeflow/wire/wirepb"
 )
 
-// ErrBadEvent wraps every reason an ingested event is refused.
-var ErrBadEvent = errors.New("agent: bad event")
-
 // faultError is a refusal for one of the wire's faults (wire.Fault), so
 // ingest counts it by the hub's reason.
 type faultError struct {

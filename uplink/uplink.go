@@ -29,9 +29,6 @@ type Stream interface {
 	Stats() buffer.Stats
 }
 
-// ErrAlreadyRunning is returned by a second call of Run.
-var ErrAlreadyRunning = errors.New("uplink: Run called twice")
-
 // Uplink uploads one buffer stream of one device over one MQTT connection.
 // Create it with New, start it with Run; Notify and Status are safe to call
 // from any goroutine.

@@ -2,7 +2,6 @@ package wire
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -94,16 +93,6 @@ func (k MsgKind) String() string {
 	}
 	return fmt.Sprintf("kind(%d)", byte(k))
 }
-
-// Errors that callers branch on; every decode error wraps one of them.
-var (
-	// ErrMalformed means the payload is not a valid frame or message.
-	ErrMalformed = errors.New("wire: malformed payload")
-	// ErrTooLarge means a size or count exceeds Limits.
-	ErrTooLarge = errors.New("wire: payload exceeds limit")
-	// ErrVersion means the frame has a schema version this build does not know.
-	ErrVersion = errors.New("wire: unsupported schema version")
-)
 
 // Limits bound what a decoder accepts. Zero fields take DefaultLimits' values.
 type Limits struct {

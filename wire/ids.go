@@ -29,9 +29,6 @@ func (id StreamID) String() string { return hex.EncodeToString(id[:]) }
 // IsZero reports whether id was never set.
 func (id StreamID) IsZero() bool { return id == StreamID{} }
 
-// ErrBadStreamID is returned for a stream id that is not 16 bytes or 32 hex digits.
-var ErrBadStreamID = errors.New("wire: stream id must be 16 bytes")
-
 // StreamIDFromBytes converts the 16 bytes carried in a message.
 func StreamIDFromBytes(b []byte) (StreamID, error) {
 	var id StreamID

@@ -1,0 +1,16 @@
+package wire
+
+import "errors"
+
+// Errors that callers branch on; every decode error wraps one of them.
+var (
+	// ErrMalformed means the payload is not a valid frame or message.
+	ErrMalformed = errors.New("wire: malformed payload")
+	// ErrTooLarge means a size or count exceeds Limits.
+	ErrTooLarge = errors.New("wire: payload exceeds limit")
+	// ErrVersion means the frame has a schema version this build does not know.
+	ErrVersion = errors.New("wire: unsupported schema version")
+)
+
+// ErrBadStreamID is returned for a stream id that is not 16 bytes or 32 hex digits.
+var ErrBadStreamID = errors.New("wire: stream id must be 16 bytes")
