@@ -17,17 +17,6 @@ type linkModel struct {
 	hubUp           func() bool // the hub accepts connections now; nil: always
 }
 
-// linkDialer returns an uplink Dial function that puts a device's link
-// model between its uplink and the broker: a one-way delay of latency plus
-// up to jitter on every chunk in each direction (order kept, as TCP keeps
-// it), and, for silent outages, a link that stops carrying bytes without
-// closing, so the agent finds out only through its keep-alive. up says
-// whether the link is up now. While it is down a dial waits a second (the
-// SYN goes nowhere) and fails.
-func linkDialer(latency, jitter time.Duration, silent bool, up func() bool, seed uint64) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return newSockets(linkModel{latency: latency, jitter: jitter, silent: silent, linkUp: up}, seed, nil).dial
-}
-
 // sockets are the broker connections one uplink opens through its
 // device's link model (its dial is the uplink's Options.Dial). The
 // simulator cuts them as a dead hub or a crashed process would: closed

@@ -11,6 +11,3 @@ var (
 	// ErrVersion means the frame has a schema version this build does not know.
 	ErrVersion = errors.New("wire: unsupported schema version")
 )
-
-// ErrBadStreamID is returned for a stream id that is not 16 bytes or 32 hex digits.
-var ErrBadStreamID = errors.New("wire: stream id must be 16 bytes")
