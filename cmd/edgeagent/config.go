@@ -179,6 +179,37 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 	o.NTPServers = p.list("ntp-servers")
 	o.TimeHub, o.TrustDeviceClock = p.boolean("time-hub"), p.boolean("trust-device-clock")
 
+	bufferKeys(p, o)
+	httpKeys(p, o)
+	uplinkKeys(p, &o.Uplink)
+	o.DrainTimeout = p.dur("drain-timeout", true)
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = agent.NoDrain
+	}
+	c.logLevel = p.LogLevel("log-level")
+	c.memoryLimit = memoryLimit(p, o.Buffer.Profile, getenv)
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	if err := validate(*o); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// validate runs the agent's own option checks on a copy of o (main sets
+// the logger and registry before agent.New), naming the config key.
+func validate(o agent.Options) error {
+	o.Registerer, o.Gatherer = prometheus.NewRegistry(), nil
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return explain(err)
+	}
+	return nil
+}
+
+// bufferKeys reads the durable buffer's keys.
+func bufferKeys(p *parser, o *agent.Options) {
 	o.Buffer.Durability = buffer.Durability(p.oneOf("durability", "sync", "interval", "none"))
 	o.Buffer.SyncInterval = p.dur("sync-interval", false)
 	o.Buffer.Profile = buffer.Profile(p.oneOf("profile", "default", "low-memory"))
@@ -205,30 +236,22 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 			o.Buffer.DiskReserve = -1
 		}
 	}
-	o.MaxBodyBytes = p.size("max-body-bytes")
-	o.HTTPToken = p.v.GetString("http-token")
-	if f := p.str("http-token-file"); f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			p.fail("http-token-file", "%v", err)
-		}
-		o.HTTPToken = strings.TrimRight(string(b), "\r\n")
-	}
-	o.HTTPTLSCertFile, o.HTTPTLSKeyFile = p.str("http-tls-cert"), p.str("http-tls-key")
+}
 
-	u := &o.Uplink
+// httpKeys reads the local HTTP API's keys.
+func httpKeys(p *parser, o *agent.Options) {
+	o.MaxBodyBytes = p.size("max-body-bytes")
+	o.HTTPToken = p.secret("http-token")
+	o.HTTPTLSCertFile, o.HTTPTLSKeyFile = p.str("http-tls-cert"), p.str("http-tls-key")
+}
+
+// uplinkKeys reads the broker connection's and the batches' keys.
+func uplinkKeys(p *parser, u *uplink.Options) {
 	u.Brokers = p.list("mqtt-url")
 	if len(u.Brokers) == 0 {
 		p.fail("mqtt-url", "at least one broker URL is required, e.g. tcp://hub:1883")
 	}
-	u.Username, u.Password = p.str("mqtt-username"), p.v.GetString("mqtt-password")
-	if f := p.str("mqtt-password-file"); f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			p.fail("mqtt-password-file", "%v", err)
-		}
-		u.Password = strings.TrimRight(string(b), "\r\n")
-	}
+	u.Username, u.Password = p.str("mqtt-username"), p.secret("mqtt-password")
 	u.Brokers, u.Username, u.Password = p.liftUserinfo(u.Brokers, u.Username, u.Password)
 	u.TLS = uplink.TLSOptions{CAFile: p.File("tls-ca-file"), CertFile: p.File("tls-cert-file"),
 		KeyFile: p.File("tls-key-file"), ServerName: p.str("tls-server-name")}
@@ -239,22 +262,20 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 	if u.Linger == 0 {
 		u.Linger = uplink.NoLinger
 	}
-	o.DrainTimeout = p.dur("drain-timeout", true)
-	if o.DrainTimeout == 0 {
-		o.DrainTimeout = agent.NoDrain
+}
+
+// secret reads key, or the first line of the file key-file names when it
+// is set (the file wins, so a secret need not be in the environment).
+func (p *parser) secret(key string) string {
+	f := p.str(key + "-file")
+	if f == "" {
+		return p.v.GetString(key)
 	}
-	c.logLevel = p.LogLevel("log-level")
-	c.memoryLimit = memoryLimit(p, o.Buffer.Profile, getenv)
-	if err := p.Err(); err != nil {
-		return nil, err
+	b, err := os.ReadFile(f)
+	if err != nil {
+		p.fail(key+"-file", "%v", err)
 	}
-	check := *o // a copy: main sets the logger and registry before agent.New
-	check.Registerer, check.Gatherer = prometheus.NewRegistry(), nil
-	check.EnsureDefaults()
-	if err := check.Validate(); err != nil {
-		return nil, explain(err)
-	}
-	return c, nil
+	return strings.TrimRight(string(b), "\r\n")
 }
 
 // memoryLimit resolves memory-limit: explicit size, "off", or the
