@@ -18,9 +18,6 @@ import (
 	"edgeflow/wire/wirepb"
 )
 
-// ErrAlreadyRun is returned by a second call of Run.
-var ErrAlreadyRun = errors.New("agent: Run called twice")
-
 // Agent is one device's edge agent. New opens the buffer and binds the
 // listeners; Run serves until its context ends and then shuts down in the
 // order the package documentation gives.

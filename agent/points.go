@@ -14,9 +14,6 @@ import (
 	"edgeflow/wire/wirepb"
 )
 
-// ErrBadEvent wraps every reason an ingested event is refused.
-var ErrBadEvent = errors.New("agent: bad event")
-
 // faultError is a refusal for one of the wire's faults (wire.Fault), so
 // ingest counts it by the hub's reason.
 type faultError struct {
@@ -80,7 +77,7 @@ func checkPoint(p *point) error {
 			}
 		}
 	}
-	if p.hasTS && (p.ts.Year() < 1971 || p.ts.Year() > 2200) {
+	if p.hasTS && !wire.DeviceTimeOK(p.ts) {
 		return refuse(wire.FaultTime, "ts %s is outside 1971..2200", p.ts.UTC().Format(time.RFC3339))
 	}
 	return nil
@@ -159,9 +156,10 @@ func refusal(p *point, ev *wirepb.Event, f wire.Fault) error {
 		if p.hasTS {
 			what = "ts " + p.ts.UTC().Format(time.RFC3339Nano)
 		}
-		return refuse(f, "ts: %s corrected by the agent's clock (%s, offset %v) is %s, outside the [2000-01-01, 2200-01-01) the hub takes for trusted times",
+		return refuse(f, "ts: %s corrected by the agent's clock (%s, offset %v) is %s, outside the [%s, %s) the hub takes for trusted times",
 			what, ev.Method, time.Duration(ev.OffsetNs),
-			time.Unix(0, ev.DeviceTimeNs).Add(time.Duration(ev.OffsetNs)).UTC().Format(time.RFC3339))
+			time.Unix(0, ev.DeviceTimeNs).Add(time.Duration(ev.OffsetNs)).UTC().Format(time.RFC3339),
+			time.Unix(0, wire.MinEventTimeNs).UTC().Format(time.DateOnly), time.Unix(0, wire.MaxEventTimeNs).UTC().Format(time.DateOnly))
 	}
 	return refuse(f, "%s: the hub refuses it (%s)", f.Field(), f.Reason())
 }

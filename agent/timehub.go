@@ -1,16 +1,15 @@
 package agent
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"math/rand/v2"
-	"os"
+	"slices"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 
 	"edgeflow/clocksync"
+	"edgeflow/internal/tlsconf"
 	"edgeflow/uplink"
 )
 
@@ -46,9 +45,9 @@ func newTimeConn(o *Options) (*timeConn, error) {
 		co.SetPassword(uo.Password)
 	}
 	if tlsEnabled(uo) {
-		c, err := tlsConfig(uo.TLS)
+		c, err := uo.TLS.Config()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("agent: %w", err)
 		}
 		co.SetTLSConfig(c)
 	}
@@ -74,41 +73,5 @@ func (tc *timeConn) close() { tc.cli.Disconnect(250) }
 // tlsEnabled mirrors the uplink's rule: TLS when any TLS option is set or a
 // broker URL has a TLS scheme.
 func tlsEnabled(uo *uplink.Options) bool {
-	t := uo.TLS
-	if t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "" {
-		return true
-	}
-	for _, b := range uo.Brokers {
-		for _, s := range []string{"ssl://", "tls://", "mqtts://", "wss://"} {
-			if len(b) >= len(s) && b[:len(s)] == s {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// tlsConfig builds the time connection's TLS configuration from the same
-// files as the uplink's.
-func tlsConfig(t uplink.TLSOptions) (*tls.Config, error) {
-	c := &tls.Config{ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("agent: tls ca file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("agent: tls ca file %s holds no PEM certificate", t.CAFile)
-		}
-		c.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("agent: tls client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
+	return uo.TLS.Enabled() || slices.ContainsFunc(uo.Brokers, tlsconf.Scheme)
 }

@@ -43,8 +43,6 @@ type compactBin struct {
 
 func newCompactStore(maxBins int) *compactStore { return &compactStore{maxBins: maxBins} }
 
-var errEmptyStore = errors.New("the store is empty")
-
 func (s *compactStore) Add(index int) { s.AddWithCount(index, 1) }
 
 func (s *compactStore) AddBin(bin store.Bin) { s.AddWithCount(bin.Index(), bin.Count()) }

@@ -40,6 +40,9 @@ var (
 	ErrIncompatibleSnapshot = errors.New("aggregate: incompatible snapshot")
 )
 
+// errEmptyStore: a quantile asked of a sketch store that holds no value.
+var errEmptyStore = errors.New("aggregate: the sketch store is empty")
+
 // ParamError is a bad query parameter: Param is its name as the HTTP API
 // spells it (metric, window, size, slide, gap, from, to, group_by, aggs).
 type ParamError struct {

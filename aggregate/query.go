@@ -14,7 +14,9 @@ type Query struct {
 	Metric string
 	// Window is the window; ignored when WindowName is set.
 	Window WindowSpec
-	// WindowName selects a configured window instead of Window.
+	// WindowName selects a window by name instead of Window: a configured
+	// window's name, or else a bare duration ("10s", "1m"), which is a
+	// tumbling window of that size (see Engine.resolveWindow).
 	WindowName string
 	// From and To bound window starts: windows with From <= Start < To.
 	// Sessions: sessions starting in [From, To), scanned up to
@@ -90,11 +92,11 @@ func (e *Engine) plan(q Query) (*queryPlan, error) {
 		return nil, paramErr("metric", "is required")
 	}
 	if q.WindowName != "" {
-		i := slices.IndexFunc(e.windows, func(w configured) bool { return w.name == q.WindowName })
-		if i < 0 {
-			return nil, paramErr("window", "no configured window %q", q.WindowName)
+		spec, err := e.resolveWindow(q.WindowName)
+		if err != nil {
+			return nil, err
 		}
-		p.spec = e.windows[i].spec
+		p.spec = spec
 	}
 	if err := p.spec.validate(e.opt.Resolution); err != nil {
 		return nil, err

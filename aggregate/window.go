@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -129,4 +130,25 @@ func (w WindowSpec) validate(res time.Duration) error {
 		return multiple("gap", w.Gap)
 	}
 	return paramErr("window", "unknown kind %v", w.Kind)
+}
+
+// resolveWindow turns a window name into its spec: a configured window's,
+// or else, for a bare duration such as "10s" or "1m" (how Grafana and
+// InfluxDB users write a window), a tumbling window of that size. A
+// configured name wins over the duration it spells. The error names the
+// window parameter: an unknown name, or a duration that is not a positive
+// multiple of the resolution.
+func (e *Engine) resolveWindow(name string) (WindowSpec, error) {
+	if i := slices.IndexFunc(e.windows, func(w configured) bool { return w.name == name }); i >= 0 {
+		return e.windows[i].spec, nil
+	}
+	d, err := time.ParseDuration(name)
+	if err != nil {
+		return WindowSpec{}, paramErr("window", "no configured window %q (give a configured name, kind:size such as tumbling:1m, or a duration such as 1m for a tumbling window)", name)
+	}
+	spec := WindowSpec{Kind: Tumbling, Size: d}
+	if err := spec.validate(e.opt.Resolution); err != nil {
+		return WindowSpec{}, paramErr("window", "%q is a tumbling window of %v, not a positive multiple of the resolution %v", name, d, e.opt.Resolution)
+	}
+	return spec, nil
 }

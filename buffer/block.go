@@ -2,7 +2,6 @@ package buffer
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"sync"
@@ -11,10 +10,6 @@ import (
 
 	"edgeflow/wire"
 )
-
-// ErrCorrupt classifies damaged data found in the store. Errors wrapping it
-// name the directory, the stream and what the operator can do.
-var ErrCorrupt = errors.New("buffer: corrupt data")
 
 // Block versions. Readers accept both; writers pick per block.
 const (

@@ -141,6 +141,24 @@ func (s *Store) commitLoop() {
 	}
 }
 
+// change is what one commit does to one stream: its metadata as the
+// group's ops leave it, staged in the write batch and published to the
+// stream once the batch is durable.
+type change struct {
+	st           *Stream
+	m            meta
+	head0, next0 uint64 // positions before this commit
+	bytes        int64
+	acked, drops uint64
+	added        []tailBlock // blocks written, for the tail cache
+	reset        bool        // a block may have left from the middle
+	// front is the first block an ack or drop in this commit found
+	// at or after the head it left (its front.head): the stream's
+	// oldest append time, if no later op moved the head again and no
+	// block left from the middle (the pass may have seen that one).
+	front frontBlock
+}
+
 // commit writes a group of ops as one Badger write batch. Metadata changes
 // are set before the deletes they justify, so a crash in between leaves
 // only garbage below a stream's head, never a silent hole.
@@ -150,75 +168,7 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 	wb := s.db.NewWriteBatch()
 	defer wb.Cancel()
 	nowMs := s.opts.Now().UnixMilli()
-	type change struct {
-		st           *Stream
-		m            meta
-		head0, next0 uint64 // positions before this commit
-		bytes        int64
-		acked, drops uint64
-		added        []tailBlock // blocks written, for the tail cache
-		reset        bool        // a block may have left from the middle
-		// front is the first block an ack or drop in this commit found
-		// at or after the head it left (its front.head): the stream's
-		// oldest append time, if no later op moved the head again and no
-		// block left from the middle (the pass may have seen that one).
-		front frontBlock
-	}
-	changes := map[*Stream]*change{}
-	get := func(st *Stream) *change {
-		c, ok := changes[st]
-		if !ok {
-			st.mu.Lock()
-			c = &change{st: st, m: st.m, head0: st.m.head, next0: st.m.next, bytes: st.bytes}
-			c.m.gaps = append([]Gap(nil), st.m.gaps...)
-			st.mu.Unlock()
-			changes[st] = c
-		}
-		return c
-	}
-	var err error
-	for _, o := range group {
-		if o.kind == opReclaim {
-			continue // after the group, on the committer
-		}
-		c := get(o.st)
-		switch o.kind {
-		case opAppend:
-			need, reason := c.bytes+o.size-o.st.opts.MaxBytes, ReasonMaxBytes
-			if o.diskDrop && o.size > need {
-				need, reason = o.size, ReasonDiskFull
-			}
-			if o.st.opts.Full == DropOldest && need > 0 {
-				var n uint64
-				n, err = s.dropOldest(wb, o.st, &c.m, &c.bytes, need, reason, &c.front)
-				c.drops += n
-			}
-			if err == nil {
-				o.res, err = s.writeBlocks(wb, o.st, &c.m, &c.bytes, o.recs, nowMs, &c.added)
-			}
-		case opAck:
-			var n uint64
-			n, err = s.ackThrough(wb, o.st, &c.m, &c.bytes, o.upTo, &c.front)
-			c.acked += n
-		case opDropBlock:
-			// A block leaves from the middle: the key index no longer
-			// lists the stream's blocks, for this group's later ops too.
-			o.st.mu.Lock()
-			o.st.resetKeys()
-			o.st.mu.Unlock()
-			var n uint64
-			n, err = s.dropBlock(wb, o.st, &c.m, &c.bytes, o.upTo, o.reason)
-			c.drops += n
-			c.reset = true
-		case opExpire:
-			var n uint64
-			n, err = s.dropWhile(wb, o.st, &c.m, &c.bytes, ReasonMaxAge, func(b blockInfo) bool { return b.appendMs < o.cutoffMs }, &c.front)
-			c.drops += n
-		}
-		if err != nil {
-			break
-		}
-	}
+	changes, err := s.stage(wb, group, nowMs)
 	if err == nil {
 		err = wb.Flush()
 	}
@@ -226,81 +176,157 @@ func (s *Store) commit(group []*op, unsynced map[*Stream]uint64) {
 		err = s.sync()
 	}
 	if err != nil {
-		err = fmt.Errorf("buffer %s: commit: %w", s.dir, err)
-		s.opts.Logger.Error("buffer: commit failed", "err", err)
-		// Part of the batch may have been applied: Badger and the cached
-		// blocks could disagree from here on, so reads go to Badger.
-		s.tail.disable()
-		for _, c := range changes {
-			c.st.mu.Lock()
-			s.updateTail(c.st, c.m.head, true, nil)
-			c.st.resetKeys()
-			c.st.mu.Unlock()
-		}
-		for _, o := range group {
-			o.err = err
-			if o.kind == opAppend {
-				o.st.mu.Lock()
-				o.st.pending -= o.size
-				o.st.mu.Unlock()
-			}
-		}
+		s.commitFailed(group, changes, fmt.Errorf("buffer %s: commit: %w", s.dir, err))
 		return
 	}
 	for _, c := range changes {
-		st := c.st
-		oldest := int64(-1) // unchanged
-		switch {
-		case c.m.next == c.m.head:
-			oldest = 0
-		case c.m.head != c.head0:
-			var ok bool
-			if c.front.found && c.front.head == c.m.head && !c.reset {
-				// Seen by the delete's own pass: no second Badger seek,
-				// which would copy the two blocks it lands on.
-				oldest = c.front.appendMs
-			} else if oldest, ok = st.oldestCached(c.m.head, c.added); !ok {
-				oldest = st.oldestMs(c.m.head)
-			}
-		case c.next0 == c.head0:
-			oldest = nowMs // first blocks of an empty stream
-		}
-		st.mu.Lock()
-		freed := c.bytes < st.bytes
-		st.m, st.bytes = c.m, c.bytes
-		// With the new head, in the same critical section, so no reader
-		// sees blocks that are gone or misses blocks that are written.
-		s.updateTail(st, c.m.head, c.reset, c.added)
-		if c.reset {
-			// Again now that the drop is in Badger: a read that took its
-			// generation after the reset at the op but its snapshot before
-			// this commit may have seen the dropped block.
-			st.resetKeys()
-		} else {
-			st.trimKeys(c.m.head)
-		}
-		if s.opts.Durability == DurabilityInterval {
-			unsynced[st] = c.m.next
-		} else if c.m.next > st.readable {
-			st.readable = c.m.next
-			st.signalMore()
-		}
-		if oldest >= 0 {
-			st.oldest = oldest
-		}
-		for _, o := range group {
-			if o.st == st && o.kind == opAppend {
-				st.pending -= o.size
-				st.appended.Add(o.res.Len())
-			}
-		}
-		if freed {
-			st.freed()
-		}
-		st.mu.Unlock()
-		st.acked.Add(c.acked)
-		st.dropped.Add(c.drops)
+		s.publish(c, group, unsynced, nowMs)
 	}
+}
+
+// stage applies the group's ops, in order, to the write batch and to one
+// change per stream they touch; it stops at the first error.
+func (s *Store) stage(wb *badger.WriteBatch, group []*op, nowMs int64) (map[*Stream]*change, error) {
+	changes := map[*Stream]*change{}
+	for _, o := range group {
+		if o.kind == opReclaim {
+			continue // after the group, on the committer
+		}
+		c, ok := changes[o.st]
+		if !ok {
+			o.st.mu.Lock()
+			c = &change{st: o.st, m: o.st.m, head0: o.st.m.head, next0: o.st.m.next, bytes: o.st.bytes}
+			c.m.gaps = append([]Gap(nil), o.st.m.gaps...)
+			o.st.mu.Unlock()
+			changes[o.st] = c
+		}
+		if err := s.stageOp(wb, o, c, nowMs); err != nil {
+			return changes, err
+		}
+	}
+	return changes, nil
+}
+
+// stageOp applies one append, ack, block drop or expiry to wb and c.
+func (s *Store) stageOp(wb *badger.WriteBatch, o *op, c *change, nowMs int64) error {
+	var n uint64
+	var err error
+	switch o.kind {
+	case opAppend:
+		need, reason := c.bytes+o.size-o.st.opts.MaxBytes, ReasonMaxBytes
+		if o.diskDrop && o.size > need {
+			need, reason = o.size, ReasonDiskFull
+		}
+		if o.st.opts.Full == DropOldest && need > 0 {
+			n, err = s.dropOldest(wb, o.st, &c.m, &c.bytes, need, reason, &c.front)
+			c.drops += n
+		}
+		if err == nil {
+			o.res, err = s.writeBlocks(wb, o.st, &c.m, &c.bytes, o.recs, nowMs, &c.added)
+		}
+	case opAck:
+		n, err = s.ackThrough(wb, o.st, &c.m, &c.bytes, o.upTo, &c.front)
+		c.acked += n
+	case opDropBlock:
+		// A block leaves from the middle: the key index no longer
+		// lists the stream's blocks, for this group's later ops too.
+		o.st.mu.Lock()
+		o.st.resetKeys()
+		o.st.mu.Unlock()
+		n, err = s.dropBlock(wb, o.st, &c.m, &c.bytes, o.upTo, o.reason)
+		c.drops += n
+		c.reset = true
+	case opExpire:
+		n, err = s.dropWhile(wb, o.st, &c.m, &c.bytes, ReasonMaxAge, func(b blockInfo) bool { return b.appendMs < o.cutoffMs }, &c.front)
+		c.drops += n
+	}
+	return err
+}
+
+// commitFailed gives every op of the group err. Part of the batch may have
+// been applied: Badger and the cached blocks could disagree from here on,
+// so reads go to Badger.
+func (s *Store) commitFailed(group []*op, changes map[*Stream]*change, err error) {
+	s.opts.Logger.Error("buffer: commit failed", "err", err)
+	s.tail.disable()
+	for _, c := range changes {
+		c.st.mu.Lock()
+		s.updateTail(c.st, c.m.head, true, nil)
+		c.st.resetKeys()
+		c.st.mu.Unlock()
+	}
+	for _, o := range group {
+		o.err = err
+		if o.kind == opAppend {
+			o.st.mu.Lock()
+			o.st.pending -= o.size
+			o.st.mu.Unlock()
+		}
+	}
+}
+
+// oldest is the stream's oldest append time once c is committed: -1 when
+// it is unchanged, 0 when the stream is empty.
+func (c *change) oldest(nowMs int64) int64 {
+	switch {
+	case c.m.next == c.m.head:
+		return 0
+	case c.m.head != c.head0:
+		if c.front.found && c.front.head == c.m.head && !c.reset {
+			// Seen by the delete's own pass: no second Badger seek,
+			// which would copy the two blocks it lands on.
+			return c.front.appendMs
+		}
+		if oldest, ok := c.st.oldestCached(c.m.head, c.added); ok {
+			return oldest
+		}
+		return c.st.oldestMs(c.m.head)
+	case c.next0 == c.head0:
+		return nowMs // first blocks of an empty stream
+	}
+	return -1
+}
+
+// publish makes a committed change the stream's state: its metadata, tail
+// cache, key index, readable position and counters.
+func (s *Store) publish(c *change, group []*op, unsynced map[*Stream]uint64, nowMs int64) {
+	st := c.st
+	oldest := c.oldest(nowMs)
+	st.mu.Lock()
+	freed := c.bytes < st.bytes
+	st.m, st.bytes = c.m, c.bytes
+	// With the new head, in the same critical section, so no reader
+	// sees blocks that are gone or misses blocks that are written.
+	s.updateTail(st, c.m.head, c.reset, c.added)
+	if c.reset {
+		// Again now that the drop is in Badger: a read that took its
+		// generation after the reset at the op but its snapshot before
+		// this commit may have seen the dropped block.
+		st.resetKeys()
+	} else {
+		st.trimKeys(c.m.head)
+	}
+	if s.opts.Durability == DurabilityInterval {
+		unsynced[st] = c.m.next
+	} else if c.m.next > st.readable {
+		st.readable = c.m.next
+		st.signalMore()
+	}
+	if oldest >= 0 {
+		st.oldest = oldest
+	}
+	for _, o := range group {
+		if o.st == st && o.kind == opAppend {
+			st.pending -= o.size
+			st.appended.Add(o.res.Len())
+		}
+	}
+	if freed {
+		st.freed()
+	}
+	st.mu.Unlock()
+	st.acked.Add(c.acked)
+	st.dropped.Add(c.drops)
 }
 
 // writeBlocks assigns sequence numbers to recs and writes them as blocks of

@@ -2,7 +2,6 @@ package buffer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,12 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 )
-
-// ErrDiskFull is what an append refused because the store's filesystem is
-// short of space wraps (with ErrFull: callers that treat a full stream as
-// "try again later" need not know the difference), and what Open wraps when
-// the filesystem has too little space to open the store at all.
-var ErrDiskFull = errors.New("buffer: filesystem short of space")
 
 // DiskFullError is the error of an append the disk guard refused: the
 // filesystem holding the store has less than the reserve free. It wraps

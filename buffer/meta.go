@@ -21,7 +21,6 @@ const (
 	ReasonMaxBytes = "max_bytes"
 	ReasonMaxAge   = "max_age"
 	ReasonCorrupt  = "corrupt"
-	ReasonRejected = "rejected"
 	// ReasonDiskFull: dropped to keep the filesystem's reserve free
 	// (DropOldest with Options.DiskReserve).
 	ReasonDiskFull = "disk_full"

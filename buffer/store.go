@@ -16,19 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Errors callers branch on.
-var (
-	// ErrFull is returned by Append on a Reject stream at its bound.
-	ErrFull = errors.New("buffer: stream is full")
-	// ErrTooLarge is returned by Append for records that could never fit:
-	// more than the stream's MaxBytes, or one record over MaxBlockBytes.
-	ErrTooLarge = errors.New("buffer: append larger than the stream's bound")
-	// ErrClosed is returned after Close.
-	ErrClosed = errors.New("buffer: store is closed")
-	// ErrLocked means another process has the directory open.
-	ErrLocked = errors.New("buffer: directory is in use by another process")
-)
-
 // Store is one Badger directory holding many streams.
 type Store struct {
 	dir  string

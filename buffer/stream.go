@@ -121,8 +121,6 @@ func (st *Stream) removeGarbage() error {
 	return wb.Flush()
 }
 
-var errNew = errors.New("new stream")
-
 func (s *Store) createStream(st *Stream) error {
 	st.num = s.nextNum
 	s.nextNum++

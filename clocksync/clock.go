@@ -2,7 +2,6 @@ package clocksync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -11,18 +10,6 @@ import (
 	"time"
 
 	"edgeflow/wire/wirepb"
-)
-
-// Errors a round can end with; callers of Poll may branch on them.
-var (
-	// ErrNoSource means no NTP server nor the hub gave a valid sample.
-	ErrNoSource = errors.New("clocksync: no time source answered")
-	// ErrNoMajority means the sources disagreed and no majority of them
-	// (nor the current fit) could say which were right.
-	ErrNoMajority = errors.New("clocksync: time sources disagree")
-	// ErrSuspect means the round disagreed with the fitted clock; it is
-	// held back until Options.StepConfirm rounds confirm a source step.
-	ErrSuspect = errors.New("clocksync: round inconsistent with the estimate")
 )
 
 // Estimate is what a Clock knows about the device clock at one moment.

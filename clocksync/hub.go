@@ -2,7 +2,6 @@ package clocksync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -19,14 +18,6 @@ type HubExchanger interface {
 	// its arrival as the transport allows.
 	Exchange(ctx context.Context, req *wirepb.TimeRequest) (resp *wirepb.TimeResponse, t4 time.Time, err error)
 }
-
-// ErrBadTimeResponse means the hub's answer does not fit the request: a
-// different id or t1, t3 before t2, or t4 before t1.
-var ErrBadTimeResponse = errors.New("clocksync: inconsistent hub time response")
-
-// errStepDuring means the wall clock stepped during an exchange, so its
-// wall timestamps cannot be placed on the monotonic timeline.
-var errStepDuring = errors.New("clocksync: wall clock stepped during the exchange")
 
 // hubSource is the Source of samples from the hub.
 const hubSource = "hub"

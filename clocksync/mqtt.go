@@ -14,9 +14,6 @@ import (
 	"edgeflow/wire/wirepb"
 )
 
-// ErrNotConnected means the MQTT client has no open connection.
-var ErrNotConnected = errors.New("clocksync: MQTT client not connected")
-
 // maxPendingExchanges bounds the requests awaiting an answer, so a hub that
 // never answers cannot make Exchange callers pile up memory.
 const maxPendingExchanges = 16

@@ -12,9 +12,6 @@ import (
 	"edgeflow/wire/wirepb"
 )
 
-// ErrTooFar means a sample's round-trip delay exceeded Options.MaxDelay.
-var ErrTooFar = errors.New("clocksync: round-trip delay too long")
-
 // server is the polling state of one NTP server. Guarded by Clock.mu.
 type server struct {
 	addr      string
@@ -59,8 +56,6 @@ func (c *Clock) queryServers(ctx context.Context) []sample {
 	}
 	return out
 }
-
-var errHeld = errors.New("server held off")
 
 // noteFailure counts a failed query and backs off a server that sent a
 // kiss of death (RFC 5905 section 7.4).

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
@@ -130,9 +131,6 @@ func setCorrection(ev *wirepb.Event, cr Correction) {
 	ev.Method = cr.Method
 }
 
-// eventMethodField is wirepb.Event's method field number.
-const eventMethodField = 9
-
 // StoredMethod reads an encoded wirepb.Event's time method without
 // decoding the rest (proto3 omits the default, UNTRUSTED), so a retimer
 // skips the events that need no repair (nearly all once the clock is
@@ -144,7 +142,7 @@ func StoredMethod(rec []byte) (m wirepb.TimeMethod, ok bool) {
 			return 0, false
 		}
 		rec = rec[n:]
-		if num == eventMethodField && typ == protowire.VarintType {
+		if num == wire.FieldEventMethod && typ == protowire.VarintType {
 			v, n := protowire.ConsumeVarint(rec)
 			if n < 0 {
 				return 0, false

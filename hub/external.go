@@ -2,12 +2,10 @@ package hub
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +15,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"edgeflow/internal/mqttdial"
+	"edgeflow/internal/tlsconf"
 )
 
 // ExternalOptions configure the connection to an external broker.
@@ -55,30 +54,15 @@ type ExternalTLS struct {
 }
 
 func (t ExternalTLS) enabled() bool {
-	return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != ""
+	return tlsconf.Files(t).Enabled()
 }
 
 // config builds the tls.Config, reading the files; errors name the file,
 // which holds no secret (a key file's content never appears).
 func (t ExternalTLS) config() (*tls.Config, error) {
-	c := &tls.Config{ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		b, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("broker tls ca file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(b) {
-			return nil, fmt.Errorf("broker tls ca file %s holds no PEM certificate", t.CAFile)
-		}
-		c.RootCAs = pool
-	}
-	if t.CertFile != "" || t.KeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("broker tls client certificate %s: %w", t.CertFile, err)
-		}
-		c.Certificates = []tls.Certificate{cert}
+	c, err := tlsconf.Files(t).Config()
+	if err != nil {
+		return nil, fmt.Errorf("broker %w", err)
 	}
 	return c, nil
 }

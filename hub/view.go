@@ -302,36 +302,36 @@ func parseBatchView(v *batchView, body []byte, lim wire.Limits) error {
 func (v *batchView) batchField(f field, lim wire.Limits) error {
 	var err error
 	switch f.num {
-	case 1:
+	case wire.FieldBatchDeviceID:
 		v.device, err = f.str("device id", lim.MaxStringBytes)
-	case 2:
+	case wire.FieldBatchStreamID:
 		err = f.expect(protowire.BytesType, "stream id")
 		v.streamID = f.b
-	case 3:
+	case wire.FieldBatchFirstSeq:
 		err = f.expect(protowire.VarintType, "first_seq")
 		v.firstSeq = f.v
-	case 4:
+	case wire.FieldBatchEvents:
 		if err = f.expect(protowire.BytesType, "event"); err == nil {
 			err = v.addEvent(f.b, lim)
 		}
-	case 5:
+	case wire.FieldBatchSendTime:
 		err = f.expect(protowire.VarintType, "send_time")
 		v.sendTimeNs = int64(f.v)
-	case 6:
+	case wire.FieldBatchGaps:
 		if err = f.expect(protowire.BytesType, "gap"); err == nil {
 			err = v.addGap(f.b, lim)
 		}
-	case 7:
+	case wire.FieldBatchBacklog:
 		if err = f.expect(protowire.BytesType, "backlog"); err == nil {
 			v.hasBacklog = true
 			err = parseBacklog(&v.backlog, f.b)
 		}
-	case 8:
+	case wire.FieldBatchClock:
 		if err = f.expect(protowire.BytesType, "clock"); err == nil {
 			v.hasClock = true
 			err = parseClock(&v.clock, f.b)
 		}
-	case 9:
+	case wire.FieldBatchRangeAcks:
 		err = f.expect(protowire.VarintType, "range_acks")
 		v.rangeAcks = f.v != 0
 	}
@@ -378,31 +378,31 @@ func (v *batchView) eventFieldFast(e *eventView, b []byte, lim wire.Limits) int 
 		return 0
 	}
 	switch t := b[0]; t {
-	case 2<<3 | 1: // value, fixed64
+	case wire.FieldEventValue<<3 | 1: // value, fixed64
 		if len(b) < 9 {
 			return 0
 		}
 		e.value = math.Float64frombits(binary.LittleEndian.Uint64(b[1:]))
 		return 9
-	case 4 << 3, 5 << 3, 7 << 3, 8 << 3, 9 << 3: // varints
+	case wire.FieldEventDeviceTime << 3, wire.FieldEventMono << 3, wire.FieldEventOffset << 3, wire.FieldEventUncertainty << 3, wire.FieldEventMethod << 3: // varints
 		x, m := uvarint(b[1:])
 		if m <= 0 {
 			return 0
 		}
 		switch t >> 3 {
-		case 4:
+		case wire.FieldEventDeviceTime:
 			e.deviceTimeNs = int64(x)
-		case 5:
+		case wire.FieldEventMono:
 			e.monoNs = int64(x)
-		case 7:
+		case wire.FieldEventOffset:
 			e.offsetNs = int64(x)
-		case 8:
+		case wire.FieldEventUncertainty:
 			e.uncertaintyNs = int64(x)
-		case 9:
+		case wire.FieldEventMethod:
 			e.method = wirepb.TimeMethod(int32(x))
 		}
 		return 1 + m
-	case 1<<3 | 2, 3<<3 | 2, 6<<3 | 2: // metric, tag, boot id
+	case wire.FieldEventMetric<<3 | 2, wire.FieldEventTags<<3 | 2, wire.FieldEventBootID<<3 | 2: // metric, tag, boot id
 		l := int(b[1])
 		if l >= 0x80 || l > len(b)-2 {
 			return 0
@@ -410,11 +410,11 @@ func (v *batchView) eventFieldFast(e *eventView, b []byte, lim wire.Limits) int 
 		val := b[2 : 2+l : 2+l]
 		var err error
 		switch t >> 3 {
-		case 1:
+		case wire.FieldEventMetric:
 			e.metric, err = v.eventStr(e, val, "metric name", wire.FaultMetric, lim)
-		case 3:
+		case wire.FieldEventTags:
 			err = v.addTag(e, val, lim)
-		case 6:
+		case wire.FieldEventBootID:
 			e.bootID, err = checkStr(val, "boot id", lim.MaxStringBytes)
 		}
 		if err != nil {
@@ -448,32 +448,32 @@ func uvarint(b []byte) (x uint64, m int) {
 func (v *batchView) eventField(e *eventView, f field, lim wire.Limits) error {
 	var err error
 	switch f.num {
-	case 1:
+	case wire.FieldEventMetric:
 		if err = f.expect(protowire.BytesType, "metric name"); err == nil {
 			e.metric, err = v.eventStr(e, f.b, "metric name", wire.FaultMetric, lim)
 		}
-	case 2:
+	case wire.FieldEventValue:
 		err = f.expect(protowire.Fixed64Type, "value")
 		e.value = math.Float64frombits(f.v)
-	case 3:
+	case wire.FieldEventTags:
 		if err = f.expect(protowire.BytesType, "tag"); err == nil {
 			err = v.addTag(e, f.b, lim)
 		}
-	case 4:
+	case wire.FieldEventDeviceTime:
 		err = f.expect(protowire.VarintType, "device_time")
 		e.deviceTimeNs = int64(f.v)
-	case 5:
+	case wire.FieldEventMono:
 		err = f.expect(protowire.VarintType, "mono")
 		e.monoNs = int64(f.v)
-	case 6:
+	case wire.FieldEventBootID:
 		e.bootID, err = f.str("boot id", lim.MaxStringBytes)
-	case 7:
+	case wire.FieldEventOffset:
 		err = f.expect(protowire.VarintType, "offset")
 		e.offsetNs = int64(f.v)
-	case 8:
+	case wire.FieldEventUncertainty:
 		err = f.expect(protowire.VarintType, "uncertainty")
 		e.uncertaintyNs = int64(f.v)
-	case 9:
+	case wire.FieldEventMethod:
 		err = f.expect(protowire.VarintType, "method")
 		e.method = wirepb.TimeMethod(int32(f.v))
 	}
@@ -488,13 +488,13 @@ func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
 	var t tagView
 	for len(b) > 0 {
 		// Fast path: key or value shorter than 128 bytes.
-		if len(b) >= 2 && (b[0] == 1<<3|2 || b[0] == 2<<3|2) && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
+		if len(b) >= 2 && (b[0] == wire.FieldTagKey<<3|2 || b[0] == wire.FieldTagValue<<3|2) && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
 			l := int(b[1])
 			val, err := v.eventStr(e, b[2:2+l:2+l], [...]string{"tag key", "tag value"}[b[0]>>3-1], wire.FaultTag, lim)
 			if err != nil {
 				return err
 			}
-			if b[0]>>3 == 1 {
+			if b[0]>>3 == wire.FieldTagKey {
 				t.key = val
 			} else {
 				t.value = val
@@ -508,10 +508,10 @@ func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
 		}
 		b = rest
 		switch f.num {
-		case 1, 2:
+		case wire.FieldTagKey, wire.FieldTagValue:
 			if err = f.expect(protowire.BytesType, "tag"); err == nil {
 				var val []byte
-				if val, err = v.eventStr(e, f.b, "tag key or value", wire.FaultTag, lim); f.num == 1 {
+				if val, err = v.eventStr(e, f.b, "tag key or value", wire.FaultTag, lim); f.num == wire.FieldTagKey {
 					t.key = val
 				} else {
 					t.value = val
@@ -548,13 +548,13 @@ func (v *batchView) addGap(b []byte, lim wire.Limits) error {
 	var g gapView
 	err := forFields(b, func(f field) (err error) {
 		switch f.num {
-		case 1:
+		case wire.FieldGapFirstSeq:
 			err = f.expect(protowire.VarintType, "gap first_seq")
 			g.first = f.v
-		case 2:
+		case wire.FieldGapLastSeq:
 			err = f.expect(protowire.VarintType, "gap last_seq")
 			g.last = f.v
-		case 3:
+		case wire.FieldGapReason:
 			g.reason, err = f.str("gap reason", lim.MaxStringBytes)
 		}
 		return err
@@ -570,13 +570,13 @@ func (v *batchView) addGap(b []byte, lim wire.Limits) error {
 func parseBacklog(bl *wirepb.Backlog, b []byte) error {
 	return forFields(b, func(f field) (err error) {
 		switch f.num {
-		case 1:
+		case wire.FieldBacklogEvents:
 			err = f.expect(protowire.VarintType, "backlog events")
 			bl.Events = f.v
-		case 2:
+		case wire.FieldBacklogBytes:
 			err = f.expect(protowire.VarintType, "backlog bytes")
 			bl.Bytes = f.v
-		case 3:
+		case wire.FieldBacklogOldest:
 			err = f.expect(protowire.VarintType, "backlog oldest")
 			bl.OldestNs = int64(f.v)
 		}
@@ -588,19 +588,19 @@ func parseBacklog(bl *wirepb.Backlog, b []byte) error {
 func parseClock(c *clockView, b []byte) error {
 	return forFields(b, func(f field) (err error) {
 		switch f.num {
-		case 1:
+		case wire.FieldClockOffset:
 			err = f.expect(protowire.VarintType, "clock offset")
 			c.offsetNs = int64(f.v)
-		case 2:
+		case wire.FieldClockUncertainty:
 			err = f.expect(protowire.VarintType, "clock uncertainty")
 			c.uncertaintyNs = int64(f.v)
-		case 3:
+		case wire.FieldClockDrift:
 			err = f.expect(protowire.Fixed64Type, "clock drift")
 			c.driftPPM = math.Float64frombits(f.v)
-		case 4:
+		case wire.FieldClockMethod:
 			err = f.expect(protowire.VarintType, "clock method")
 			c.method = wirepb.TimeMethod(int32(f.v))
-		case 5:
+		case wire.FieldClockSampledAt:
 			err = f.expect(protowire.VarintType, "clock sampled_at")
 			c.sampledAtNs = int64(f.v)
 		}

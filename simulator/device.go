@@ -316,62 +316,11 @@ func (d *device) uplinkGone() bool {
 // still waits for its first sync.
 func (d *device) produce() {
 	trueNow, mono, wall := d.clock.Read()
-	// Workers look at every device every Tick (20 ms), and a device has an
-	// event due about once a second: what follows (a clock correction, an
-	// encoding) is for the passes with one. Done on every pass, it was a
-	// third of the simulator's CPU at 5,000 devices.
-	if !d.anyDue(trueNow) {
+	if !d.mayCapture(trueNow) {
 		return
 	}
-	if nearBoundary(trueNow.UnixNano(), d.f.sc.Resolution, d.f.sc.BoundaryGuard) {
-		return
-	}
-	if !d.waitTill.IsZero() {
-		if trueNow.Before(d.waitTill) && (d.sync == nil || !d.sync.Estimate().Trusted()) {
-			for _, g := range d.gens {
-				g.skip(trueNow)
-			}
-			return
-		}
-		d.waitTill = time.Time{}
-	}
-	ev := wirepb.Event{DeviceTimeNs: wall.UnixNano(), MonoNs: int64(mono), BootId: d.bootID,
-		Method: wirepb.TimeMethod_TIME_METHOD_UNTRUSTED}
-	if d.sync != nil {
-		cr := d.sync.Correct(wall, mono, d.bootID)
-		ev.OffsetNs, ev.UncertaintyNs, ev.Method = int64(cr.Offset), int64(cr.Uncertainty), cr.Method
-	}
-	trusted := ev.Method != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED
-	// The hub windows the event at its stamped time. If that falls in
-	// another bucket than the true time, within the stamp's own
-	// uncertainty, either window is a right answer: the event is
-	// ambiguous. Outside the uncertainty it is counted at its true time,
-	// and the verifier reports the window the hub got wrong.
-	ambiguous := false
-	if trusted {
-		stamped, tn := ev.DeviceTimeNs+ev.OffsetNs, trueNow.UnixNano()
-		err := time.Duration(stamped - tn)
-		r := int64(d.f.sc.Resolution)
-		ambiguous = floorDiv(stamped, r) != floorDiv(tn, r) && err.Abs() <= time.Duration(ev.UncertaintyNs)
-	}
-	type pending struct {
-		metric string
-		v      float64
-	}
-	var evs []pending
-	var recs [][]byte
-	for _, g := range d.gens {
-		for range g.due(trueNow) {
-			ev.Metric, ev.Value = g.spec.Name, g.value(trueNow)
-			b, err := proto.Marshal(&ev)
-			if err != nil {
-				d.f.log.Error("simulator: encode event", "err", err)
-				continue
-			}
-			recs = append(recs, b)
-			evs = append(evs, pending{ev.Metric, ev.Value})
-		}
-	}
+	ev, trusted, ambiguous := d.stamp(trueNow, mono, wall)
+	evs, recs := d.encodeDue(ev, trueNow)
 	if len(recs) == 0 {
 		return
 	}
@@ -391,11 +340,92 @@ func (d *device) produce() {
 		d.f.stampErr.Observe(time.Duration(ev.DeviceTimeNs+ev.OffsetNs-trueNow.UnixNano()), uint64(len(recs)))
 	}
 	d.f.appended.Add(uint64(len(recs)))
+	d.recordTruth(r, evs, trueNow, trusted && !ambiguous)
+}
+
+// mayCapture reports whether events due at trueNow are captured on this
+// pass.
+func (d *device) mayCapture(trueNow time.Time) bool {
+	// Workers look at every device every Tick (20 ms), and a device has an
+	// event due about once a second: what follows (a clock correction, an
+	// encoding) is for the passes with one. Done on every pass, it was a
+	// third of the simulator's CPU at 5,000 devices.
+	if !d.anyDue(trueNow) {
+		return false
+	}
+	if nearBoundary(trueNow.UnixNano(), d.f.sc.Resolution, d.f.sc.BoundaryGuard) {
+		return false
+	}
+	if !d.waitTill.IsZero() {
+		if trueNow.Before(d.waitTill) && (d.sync == nil || !d.sync.Estimate().Trusted()) {
+			for _, g := range d.gens {
+				g.skip(trueNow)
+			}
+			return false
+		}
+		d.waitTill = time.Time{}
+	}
+	return true
+}
+
+// stamp builds the event's times as the agent stamps them, and says
+// whether the stamp is trusted and whether it is ambiguous: the hub
+// windows the event at its stamped time, and if that falls in another
+// bucket than the true time, within the stamp's own uncertainty, either
+// window is a right answer. Outside the uncertainty the event is counted
+// at its true time, and the verifier reports the window the hub got wrong.
+func (d *device) stamp(trueNow time.Time, mono time.Duration, wall time.Time) (ev *wirepb.Event, trusted, ambiguous bool) {
+	ev = &wirepb.Event{DeviceTimeNs: wall.UnixNano(), MonoNs: int64(mono), BootId: d.bootID,
+		Method: wirepb.TimeMethod_TIME_METHOD_UNTRUSTED}
+	if d.sync != nil {
+		cr := d.sync.Correct(wall, mono, d.bootID)
+		ev.OffsetNs, ev.UncertaintyNs, ev.Method = int64(cr.Offset), int64(cr.Uncertainty), cr.Method
+	}
+	trusted = ev.Method != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED
+	if trusted {
+		stamped, tn := ev.DeviceTimeNs+ev.OffsetNs, trueNow.UnixNano()
+		err := time.Duration(stamped - tn)
+		r := int64(d.f.sc.Resolution)
+		ambiguous = floorDiv(stamped, r) != floorDiv(tn, r) && err.Abs() <= time.Duration(ev.UncertaintyNs)
+	}
+	return ev, trusted, ambiguous
+}
+
+// pendingEvent is a captured event's metric and value, kept for the
+// ground truth until the append says its sequence number.
+type pendingEvent struct {
+	metric string
+	v      float64
+}
+
+// encodeDue encodes every due event of every generator with ev's times.
+func (d *device) encodeDue(ev *wirepb.Event, trueNow time.Time) ([]pendingEvent, [][]byte) {
+	var evs []pendingEvent
+	var recs [][]byte
+	for _, g := range d.gens {
+		for range g.due(trueNow) {
+			ev.Metric, ev.Value = g.spec.Name, g.value(trueNow)
+			b, err := proto.Marshal(ev)
+			if err != nil {
+				d.f.log.Error("simulator: encode event", "err", err)
+				continue
+			}
+			recs = append(recs, b)
+			evs = append(evs, pendingEvent{ev.Metric, ev.Value})
+		}
+	}
+	return evs, recs
+}
+
+// recordTruth adds the appended events r to the ground truth: at their
+// true time when countable, else as uncertain; and samples of their true
+// times for the verifier.
+func (d *device) recordTruth(r buffer.Range, evs []pendingEvent, trueNow time.Time, countable bool) {
 	d.truth.Appended = r.Last
 	res := d.f.sc.Resolution
 	for i, e := range evs {
 		seq := r.First + uint64(i)
-		if trusted && !ambiguous {
+		if countable {
 			d.truth.add(e.metric, trueNow.UnixNano(), e.v, res)
 			if i == len(evs)-1 {
 				k := BucketKey{e.metric, floorDiv(trueNow.UnixNano(), int64(res))}

@@ -2,33 +2,12 @@ package simulator
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
-
-// errLinkDown is what dialing a device's broker connection gives while its
-// simulated link is down.
-var errLinkDown = errors.New("simulator: link down")
-
-// errHubDown is what dialing the broker gives during a hub outage: the
-// connection refused at once, as by a host whose broker is not running.
-var errHubDown = fmt.Errorf("simulator: hub down: %w", syscall.ECONNREFUSED)
-
-// errCut is what reads and writes on a cut connection give: the peer gone,
-// as a dead hub or a network that dropped the connection shows it. Not
-// the error of a closed socket, which paho takes for its own disconnect
-// and ignores, waiting for a keep-alive to fail.
-var errCut = fmt.Errorf("simulator: connection cut: %w", syscall.ECONNRESET)
-
-// errAgentGone is what a crashed agent's last dial gives, once the uplink
-// that tried it has been stopped.
-var errAgentGone = errors.New("simulator: agent crashed")
 
 // linkModel is a device's network between its uplink and the broker.
 type linkModel struct {
@@ -36,17 +15,6 @@ type linkModel struct {
 	silent          bool
 	linkUp          func() bool // the device's link is up now
 	hubUp           func() bool // the hub accepts connections now; nil: always
-}
-
-// linkDialer returns an uplink Dial function that puts a device's link
-// model between its uplink and the broker: a one-way delay of latency plus
-// up to jitter on every chunk in each direction (order kept, as TCP keeps
-// it), and, for silent outages, a link that stops carrying bytes without
-// closing, so the agent finds out only through its keep-alive. up says
-// whether the link is up now. While it is down a dial waits a second (the
-// SYN goes nowhere) and fails.
-func linkDialer(latency, jitter time.Duration, silent bool, up func() bool, seed uint64) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return newSockets(linkModel{latency: latency, jitter: jitter, silent: silent, linkUp: up}, seed, nil).dial
 }
 
 // sockets are the broker connections one uplink opens through its

@@ -106,3 +106,14 @@ func TestLinkSilentOutage(t *testing.T) {
 		t.Fatalf("dial while down: %v", err)
 	}
 }
+
+// linkDialer returns an uplink Dial function that puts a device's link
+// model between its uplink and the broker: a one-way delay of latency plus
+// up to jitter on every chunk in each direction (order kept, as TCP keeps
+// it), and, for silent outages, a link that stops carrying bytes without
+// closing, so the agent finds out only through its keep-alive. up says
+// whether the link is up now. While it is down a dial waits a second (the
+// SYN goes nowhere) and fails.
+func linkDialer(latency, jitter time.Duration, silent bool, up func() bool, seed uint64) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return newSockets(linkModel{latency: latency, jitter: jitter, silent: silent, linkUp: up}, seed, nil).dial
+}

@@ -9,9 +9,6 @@ import (
 	"time"
 )
 
-// errNoLink is what a device's time sources return while its link is down.
-var errNoLink = errors.New("simulator: link down")
-
 // ntpEpochOffset is the seconds from 1900 to 1970.
 const ntpEpochOffset = 2208988800
 

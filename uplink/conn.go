@@ -2,7 +2,6 @@ package uplink
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -12,9 +11,6 @@ import (
 	"edgeflow/internal/mqttdial"
 	"edgeflow/wire"
 )
-
-// errTokenTimeout is returned when a paho token did not complete in time.
-var errTokenTimeout = errors.New("uplink: no answer from the broker in time")
 
 // wait waits for a paho token with a timeout. Paho tokens can hang forever
 // (paho #613), so no token is ever waited on without one.

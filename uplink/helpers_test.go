@@ -205,3 +205,13 @@ func dialTest(t testing.TB, url, id string, onConnect func(mqtt.Client)) mqtt.Cl
 
 // streamIDOf is a helper for building acks in tests.
 func streamIDOf(st *buffer.Stream) []byte { id := st.ID(); return id[:] }
+
+// readBatch reads the next batch from the buffer and encodes it, or
+// returns nil if there is none to send yet (readBatches for one batch).
+func (u *Uplink) readBatch(now time.Time) (*flight, error) {
+	fs, err := u.readBatches(now, 1)
+	if len(fs) == 0 {
+		return nil, err
+	}
+	return fs[0], err
+}

@@ -2,18 +2,16 @@ package uplink
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"edgeflow/internal/tlsconf"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -26,48 +24,11 @@ const (
 	maxWindowLimit      = 1024
 )
 
-// TLSOptions configure TLS to the broker. TLS is on when any field is set
-// or a broker URL uses the ssl://, tls:// or mqtts:// scheme.
-type TLSOptions struct {
-	// CAFile is a PEM bundle of the CAs that sign the broker's certificate.
-	// Default: the system roots.
-	CAFile string
-	// CertFile and KeyFile are the PEM client certificate and key for
-	// mutual TLS. Both or neither.
-	CertFile, KeyFile string
-	// ServerName overrides the name checked against the broker's
-	// certificate. Default: the host of the broker URL.
-	ServerName string
-}
-
-func (t TLSOptions) enabled() bool {
-	return t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != ""
-}
-
-// config builds the tls.Config; it reads the files, so a bad path fails at
-// New rather than at the first connection.
-func (t TLSOptions) config() (*tls.Config, error) {
-	c := &tls.Config{ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("uplink: tls ca file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("uplink: tls ca file %s holds no PEM certificate", t.CAFile)
-		}
-		c.RootCAs = pool
-	}
-	if t.CertFile != "" || t.KeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("uplink: tls client certificate: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
-}
+// TLSOptions configure TLS to the broker: the CA, client certificate and
+// server name. TLS is on when any field is set or a broker URL uses the
+// ssl://, tls://, mqtts:// or wss:// scheme. The agent's time connection
+// dials with the same options.
+type TLSOptions = tlsconf.Files
 
 // Options configure an Uplink. Zero values take the defaults noted per field.
 type Options struct {

@@ -91,16 +91,6 @@ func (u *Uplink) ready(now time.Time) bool {
 	return now.Sub(u.lingerSince) >= linger
 }
 
-// readBatch reads the next batch from the buffer and encodes it, or
-// returns nil if there is none to send yet.
-func (u *Uplink) readBatch(now time.Time) (*flight, error) {
-	fs, err := u.readBatches(now, 1)
-	if len(fs) == 0 {
-		return nil, err
-	}
-	return fs[0], err
-}
-
 // readBatches reads up to n batches from the buffer in one pass and
 // encodes them, or returns none if there is nothing to send yet. One pass
 // rather than one read per batch matters because the buffer's blocks hold

@@ -29,9 +29,6 @@ type Stream interface {
 	Stats() buffer.Stats
 }
 
-// ErrAlreadyRunning is returned by a second call of Run.
-var ErrAlreadyRunning = errors.New("uplink: Run called twice")
-
 // Uplink uploads one buffer stream of one device over one MQTT connection.
 // Create it with New, start it with Run; Notify and Status are safe to call
 // from any goroutine.
@@ -108,10 +105,10 @@ func New(st Stream, o Options) (*Uplink, error) {
 	if r, ok := st.(readableStream); ok {
 		u.readable = r.Readable()
 	}
-	if o.TLS.enabled() {
-		c, err := o.TLS.config()
+	if o.TLS.Enabled() {
+		c, err := o.TLS.Config()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("uplink: %w", err)
 		}
 		u.tlsConf = c
 	}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"math"
+	"time"
 	"unicode/utf8"
 
 	"edgeflow/wire/wirepb"
@@ -21,6 +22,23 @@ const (
 	MinEventTimeNs int64 = 946_684_800_000_000_000
 	MaxEventTimeNs int64 = 7_258_118_400_000_000_000
 )
+
+// Device clock readings an agent takes as an event's ts, before any
+// correction: [MinDeviceTimeNs, MaxDeviceTimeNs), 1971-01-01 to
+// 2201-01-01 UTC, Unix ns. Wider than the trusted range: a clock that is
+// not synced (years off after a power loss) still stamps events the hub
+// keeps as UNTRUSTED, and a trusted one is then held to the range above.
+const (
+	MinDeviceTimeNs int64 = 31_536_000_000_000_000
+	MaxDeviceTimeNs int64 = 7_289_654_400_000_000_000
+)
+
+// DeviceTimeOK reports whether t lies in [MinDeviceTimeNs,
+// MaxDeviceTimeNs). It takes a time.Time, not ns, because a ts outside the
+// range (year 1 or 9999) has no int64 of Unix ns.
+func DeviceTimeOK(t time.Time) bool {
+	return !t.Before(time.Unix(0, MinDeviceTimeNs)) && t.Before(time.Unix(0, MaxDeviceTimeNs))
+}
 
 // MaxTimeMethod is the largest TimeMethod this build knows; an event with
 // a larger one is refused.

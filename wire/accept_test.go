@@ -31,6 +31,28 @@ func TestEventTimeBounds(t *testing.T) {
 	}
 }
 
+func TestDeviceTimeBounds(t *testing.T) {
+	lo, hi := time.Date(1971, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2201, 1, 1, 0, 0, 0, 0, time.UTC)
+	if MinDeviceTimeNs != lo.UnixNano() || MaxDeviceTimeNs != hi.UnixNano() {
+		t.Fatal("bounds are not 1971-01-01 and 2201-01-01")
+	}
+	for _, c := range []struct {
+		t    time.Time
+		want bool
+	}{
+		{lo, true}, {lo.Add(-1), false}, {hi.Add(-1), true}, {hi, false},
+		{time.Date(1985, 1, 1, 0, 0, 0, 0, time.UTC), true}, // outside the trusted range, kept when untrusted
+		{time.Time{}, false}, {time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), false},
+	} {
+		if got := DeviceTimeOK(c.t); got != c.want {
+			t.Errorf("DeviceTimeOK(%v) = %v, want %v", c.t, got, c.want)
+		}
+	}
+	if MinDeviceTimeNs > MinEventTimeNs || MaxDeviceTimeNs < MaxEventTimeNs {
+		t.Fatal("the device range does not hold the trusted range")
+	}
+}
+
 func TestCheckEvent(t *testing.T) {
 	ok := func() *wirepb.Event {
 		return &wirepb.Event{Metric: "temp", Value: 1, Tags: []*wirepb.Tag{{Key: "room", Value: "a"}},

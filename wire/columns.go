@@ -155,127 +155,155 @@ func (c *colEncoder) tagSet(raw []byte) (uint32, bool) {
 // tags that are not adjacent) and for field tags longer than a byte, which
 // no encoder writes for these fields; the batch then goes as protobuf.
 func (c *colEncoder) event(b []byte) bool {
-	var (
-		seen                       uint16
-		metric, boot               []byte
-		tagLo, tagHi               = -1, -1
-		value                      uint64
-		tm, mono, off, unc, method uint64
-	)
-	// Fast path: fields in number order, as protobuf encoders write them,
-	// read in a straight line; whatever it leaves takes the loop below.
-	pos := 0
-	str := func(tag byte) []byte {
-		if pos+1 < len(b) && b[pos] == tag && b[pos+1] < 0x80 && int(b[pos+1]) <= len(b)-pos-2 {
-			l := int(b[pos+1])
-			v := b[pos+2 : pos+2+l : pos+2+l]
-			seen |= 1 << (tag >> 3)
-			pos += 2 + l
-			return v
-		}
-		return nil
-	}
-	num := func(tag byte) uint64 {
-		if pos+1 < len(b) && b[pos] == tag {
-			if v, m := uvarintAt(b, pos+1); m > 0 {
-				seen |= 1 << (tag >> 3)
-				pos += 1 + m
-				return v
-			}
-		}
-		return 0
-	}
-	metric = str(1<<3 | 2)
-	if len(b)-pos >= 9 && b[pos] == 2<<3|1 {
-		value = binary.LittleEndian.Uint64(b[pos+1:])
-		seen |= 1 << 2
-		pos += 9
-	}
-	if pos < len(b) && b[pos] == 3<<3|2 {
-		tagLo = pos
-		for str(3<<3|2) != nil { // a match is never nil, empty or not
-		}
-		tagHi = pos
-	}
-	tm, mono = num(4<<3), num(5<<3)
-	boot = str(6<<3 | 2)
-	off, unc, method = num(7<<3), num(8<<3), num(9<<3)
-	for pos < len(b) {
-		t := b[pos]
-		num := t >> 3
-		if t >= 0x80 || num == 0 || num > 9 || (num != 3 && seen&(1<<num) != 0) {
+	e := eventScan{b: b, tagLo: -1, tagHi: -1}
+	e.inOrder()
+	for e.pos < len(b) {
+		if !e.field() {
 			return false
-		}
-		seen |= 1 << num
-		start := pos
-		pos++
-		switch t {
-		case 1<<3 | 2, 3<<3 | 2, 6<<3 | 2:
-			l, m := uvarintAt(b, pos)
-			if m <= 0 || l > uint64(len(b)-pos-m) {
-				return false
-			}
-			pos += m
-			v := b[pos : pos+int(l) : pos+int(l)]
-			pos += int(l)
-			switch num {
-			case 1:
-				metric = v
-			case 6:
-				boot = v
-			case 3:
-				if tagLo < 0 {
-					tagLo = start
-				} else if tagHi != start {
-					return false
-				}
-				tagHi = pos
-			}
-		case 2<<3 | 1:
-			if len(b)-pos < 8 {
-				return false
-			}
-			value = binary.LittleEndian.Uint64(b[pos:])
-			pos += 8
-		case 4 << 3, 5 << 3, 7 << 3, 8 << 3, 9 << 3:
-			v, m := uvarintAt(b, pos)
-			if m <= 0 {
-				return false
-			}
-			pos += m
-			switch num {
-			case 4:
-				tm = v
-			case 5:
-				mono = v
-			case 7:
-				off = v
-			case 8:
-				unc = v
-			case 9:
-				method = v
-			}
-		default:
-			return false // a known field with the wrong wire type
 		}
 	}
 	var raw []byte
-	if tagLo >= 0 {
-		raw = b[tagLo:tagHi]
+	if e.tagLo >= 0 {
+		raw = b[e.tagLo:e.tagHi]
 	}
 	set, ok := c.tagSet(raw)
 	if !ok {
 		return false
 	}
-	c.ints[icMetric] = append(c.ints[icMetric], uint64(c.metrics.index(c, metric)))
+	c.ints[icMetric] = append(c.ints[icMetric], uint64(c.metrics.index(c, e.metric)))
 	c.ints[icTagSet] = append(c.ints[icTagSet], uint64(set))
-	c.ints[icBoot] = append(c.ints[icBoot], uint64(c.boots.index(c, boot)))
-	c.ints[icMethod] = append(c.ints[icMethod], method)
-	c.ints[icTime] = append(c.ints[icTime], tm)
-	c.ints[icMono] = append(c.ints[icMono], mono)
-	c.ints[icOffset] = append(c.ints[icOffset], off)
-	c.ints[icUnc] = append(c.ints[icUnc], unc)
-	c.values = append(c.values, math.Float64frombits(value))
+	c.ints[icBoot] = append(c.ints[icBoot], uint64(c.boots.index(c, e.boot)))
+	c.ints[icMethod] = append(c.ints[icMethod], e.method)
+	c.ints[icTime] = append(c.ints[icTime], e.tm)
+	c.ints[icMono] = append(c.ints[icMono], e.mono)
+	c.ints[icOffset] = append(c.ints[icOffset], e.off)
+	c.ints[icUnc] = append(c.ints[icUnc], e.unc)
+	c.values = append(c.values, math.Float64frombits(e.value))
+	return true
+}
+
+// eventScan reads one protobuf Event for the columns encoder: the fields
+// it has seen, and each field's value (zero when absent, as proto3 has it).
+type eventScan struct {
+	b                          []byte
+	pos                        int
+	seen                       uint16 // a bit per field number
+	metric, boot               []byte
+	tagLo, tagHi               int // the adjacent tags, b[tagLo:tagHi]; -1 none
+	value                      uint64
+	tm, mono, off, unc, method uint64
+}
+
+// str takes a string field with the one-byte tag at pos, shorter than 128
+// bytes; nil when the next field is not one.
+func (e *eventScan) str(tag byte) []byte {
+	b, pos := e.b, e.pos
+	if pos+1 < len(b) && b[pos] == tag && b[pos+1] < 0x80 && int(b[pos+1]) <= len(b)-pos-2 {
+		l := int(b[pos+1])
+		v := b[pos+2 : pos+2+l : pos+2+l]
+		e.seen |= 1 << (tag >> 3)
+		e.pos += 2 + l
+		return v
+	}
+	return nil
+}
+
+// num takes a varint field with the one-byte tag at pos; 0 when the next
+// field is not one.
+func (e *eventScan) num(tag byte) uint64 {
+	if e.pos+1 < len(e.b) && e.b[e.pos] == tag {
+		if v, m := uvarintAt(e.b, e.pos+1); m > 0 {
+			e.seen |= 1 << (tag >> 3)
+			e.pos += 1 + m
+			return v
+		}
+	}
+	return 0
+}
+
+// inOrder is the fast path: fields in number order, as protobuf encoders
+// write them, read in a straight line; whatever it leaves takes field.
+func (e *eventScan) inOrder() {
+	b := e.b
+	e.metric = e.str(FieldEventMetric<<3 | 2)
+	if len(b)-e.pos >= 9 && b[e.pos] == FieldEventValue<<3|1 {
+		e.value = binary.LittleEndian.Uint64(b[e.pos+1:])
+		e.seen |= 1 << FieldEventValue
+		e.pos += 9
+	}
+	if e.pos < len(b) && b[e.pos] == FieldEventTags<<3|2 {
+		e.tagLo = e.pos
+		for e.str(FieldEventTags<<3|2) != nil { // a match is never nil, empty or not
+		}
+		e.tagHi = e.pos
+	}
+	e.tm, e.mono = e.num(FieldEventDeviceTime<<3), e.num(FieldEventMono<<3)
+	e.boot = e.str(FieldEventBootID<<3 | 2)
+	e.off, e.unc, e.method = e.num(FieldEventOffset<<3), e.num(FieldEventUncertainty<<3), e.num(FieldEventMethod<<3)
+}
+
+// field reads the field at pos in any order; false for anything the
+// columns cannot carry exactly (see colEncoder.event).
+func (e *eventScan) field() bool {
+	b, pos := e.b, e.pos
+	t := b[pos]
+	num := t >> 3
+	if t >= 0x80 || num == 0 || num > FieldEventLast || (num != FieldEventTags && e.seen&(1<<num) != 0) {
+		return false
+	}
+	e.seen |= 1 << num
+	start := pos
+	pos++
+	switch t {
+	case FieldEventMetric<<3 | 2, FieldEventTags<<3 | 2, FieldEventBootID<<3 | 2:
+		l, m := uvarintAt(b, pos)
+		if m <= 0 || l > uint64(len(b)-pos-m) {
+			return false
+		}
+		pos += m
+		v := b[pos : pos+int(l) : pos+int(l)]
+		pos += int(l)
+		switch num {
+		case FieldEventMetric:
+			e.metric = v
+		case FieldEventBootID:
+			e.boot = v
+		case FieldEventTags:
+			if e.tagLo < 0 {
+				e.tagLo = start
+			} else if e.tagHi != start {
+				return false
+			}
+			e.tagHi = pos
+		}
+	case FieldEventValue<<3 | 1:
+		if len(b)-pos < 8 {
+			return false
+		}
+		e.value = binary.LittleEndian.Uint64(b[pos:])
+		pos += 8
+	case FieldEventDeviceTime << 3, FieldEventMono << 3, FieldEventOffset << 3, FieldEventUncertainty << 3, FieldEventMethod << 3:
+		v, m := uvarintAt(b, pos)
+		if m <= 0 {
+			return false
+		}
+		pos += m
+		switch num {
+		case FieldEventDeviceTime:
+			e.tm = v
+		case FieldEventMono:
+			e.mono = v
+		case FieldEventOffset:
+			e.off = v
+		case FieldEventUncertainty:
+			e.unc = v
+		case FieldEventMethod:
+			e.method = v
+		}
+	default:
+		return false // a known field with the wrong wire type
+	}
+	e.pos = pos
 	return true
 }
 
@@ -418,7 +446,7 @@ func appendColumns(dst, body []byte) (out []byte, ok bool) {
 	defer colEncoders.Put(c)
 	c.reset()
 	for b := body; len(b) > 0; {
-		if b[0] == fieldBatchEvents<<3|2 { // the common case, inline
+		if b[0] == FieldBatchEvents<<3|2 { // the common case, inline
 			if l, m := uvarintAt(b, 1); m > 0 && l <= uint64(len(b)-1-m) {
 				if !c.event(b[1+m : 1+m+int(l)]) {
 					return dst, false
@@ -435,7 +463,7 @@ func appendColumns(dst, body []byte) (out []byte, ok bool) {
 		if m < 0 {
 			return dst, false
 		}
-		if num == fieldBatchEvents {
+		if num == FieldBatchEvents {
 			ev, k := protowire.ConsumeBytes(b[n:])
 			if typ != protowire.BytesType || k < 0 || !c.event(ev) {
 				return dst, false
@@ -702,7 +730,7 @@ func (c *Columns) Decode(body []byte, lim Limits) error {
 	c.Header = r.bytes(r.count("header length"), "header")
 	if r.err == nil {
 		err := scanFields(c.Header, func(num protowire.Number, _ protowire.Type, _ []byte) error {
-			if num == fieldBatchEvents {
+			if num == FieldBatchEvents {
 				return fmt.Errorf("%w: columnar batch header holds events", ErrMalformed)
 			}
 			return nil
@@ -725,39 +753,13 @@ func (c *Columns) decodeChunk(r *colReader, lim Limits) error {
 	if r.err == nil && n > uint64(lim.MaxEvents) {
 		return fmt.Errorf("%w: %d events in one batch, limit %d", ErrTooLarge, n, lim.MaxEvents)
 	}
-	nStr := r.count("string count")
-	c.Strings = c.Strings[:0]
-	for i := range nStr {
-		l := r.uvarint("string length")
-		if r.err == nil && l > uint64(lim.MaxStringBytes) {
-			return fmt.Errorf("%w: string %d of the batch is %d bytes, limit %d", ErrTooLarge, i, l, lim.MaxStringBytes)
-		}
-		c.Strings = append(c.Strings, r.bytes(int(l), "string"))
-		if r.err != nil {
-			return r.err
-		}
+	nStr, err := c.decodeStrings(r, lim)
+	if err != nil {
+		return err
 	}
-	nSets := r.count("tag set count")
-	c.SetStart, c.Tags = append(c.SetStart[:0], 0), c.Tags[:0]
-	for range nSets {
-		k := r.uvarint("tag count")
-		if r.err == nil && k > uint64(lim.MaxTags) {
-			return fmt.Errorf("%w: a tag set of %d tags, limit %d", ErrTooLarge, k, lim.MaxTags)
-		}
-		for range k {
-			key, val := r.uvarint("tag key"), r.uvarint("tag value")
-			if r.err == nil && (key >= uint64(nStr) || val >= uint64(nStr)) {
-				r.fail("tag string index out of range (%d strings)", nStr)
-			}
-			if r.err != nil {
-				return r.err
-			}
-			c.Tags = append(c.Tags, ColumnTag{uint32(key), uint32(val)})
-		}
-		c.SetStart = append(c.SetStart, int32(len(c.Tags)))
-	}
-	if r.err != nil {
-		return r.err
+	nSets, err := c.decodeTagSets(r, lim, nStr)
+	if err != nil {
+		return err
 	}
 	events := int(n) // at most lim.MaxEvents, which bounds the columns' memory
 	sp := colScratch.Get().(*[]uint64)
@@ -766,6 +768,69 @@ func (c *Columns) decodeChunk(r *colReader, lim Limits) error {
 	c.TagSet = readIntColumn(r, c.TagSet, events, nSets, "tag set column")
 	c.Boot = readIntColumn(r, c.Boot, events, nStr, "boot id column")
 	c.Method = r.intColumn(c.Method, events, -1, "method column")
+	c.decodeTimes(r, events, sp)
+	c.decodeValues(r, events, sp)
+	if r.err == nil && len(r.b) > 0 {
+		r.fail("%d bytes after the last column", len(r.b))
+	}
+	if r.err != nil {
+		c.Value = c.Value[:0]
+		return r.err
+	}
+	if !c.fitsBody(lim.MaxBodyBytes) {
+		c.Value = c.Value[:0]
+		return fmt.Errorf("%w: columnar batch stands for a body of up to %d bytes, limit %d", ErrTooLarge, c.protoSizeBound(), lim.MaxBodyBytes)
+	}
+	return nil
+}
+
+// decodeStrings reads the string table, each string bounded by
+// lim.MaxStringBytes, and returns its length.
+func (c *Columns) decodeStrings(r *colReader, lim Limits) (int, error) {
+	nStr := r.count("string count")
+	c.Strings = c.Strings[:0]
+	for i := range nStr {
+		l := r.uvarint("string length")
+		if r.err == nil && l > uint64(lim.MaxStringBytes) {
+			return 0, fmt.Errorf("%w: string %d of the batch is %d bytes, limit %d", ErrTooLarge, i, l, lim.MaxStringBytes)
+		}
+		c.Strings = append(c.Strings, r.bytes(int(l), "string"))
+		if r.err != nil {
+			return 0, r.err
+		}
+	}
+	return nStr, r.err
+}
+
+// decodeTagSets reads the tag sets, each of at most lim.MaxTags tags whose
+// keys and values index the nStr strings, and returns their number.
+func (c *Columns) decodeTagSets(r *colReader, lim Limits, nStr int) (int, error) {
+	nSets := r.count("tag set count")
+	c.SetStart, c.Tags = append(c.SetStart[:0], 0), c.Tags[:0]
+	for range nSets {
+		k := r.uvarint("tag count")
+		if r.err == nil && k > uint64(lim.MaxTags) {
+			return 0, fmt.Errorf("%w: a tag set of %d tags, limit %d", ErrTooLarge, k, lim.MaxTags)
+		}
+		for range k {
+			key, val := r.uvarint("tag key"), r.uvarint("tag value")
+			if r.err == nil && (key >= uint64(nStr) || val >= uint64(nStr)) {
+				r.fail("tag string index out of range (%d strings)", nStr)
+			}
+			if r.err != nil {
+				return 0, r.err
+			}
+			c.Tags = append(c.Tags, ColumnTag{uint32(key), uint32(val)})
+		}
+		c.SetStart = append(c.SetStart, int32(len(c.Tags)))
+	}
+	return nSets, r.err
+}
+
+// decodeTimes reads the device time (delta of deltas), mono (delta from
+// the device time's), offset and uncertainty (deltas) columns through the
+// scratch column *sp.
+func (c *Columns) decodeTimes(r *colReader, events int, sp *[]uint64) {
 	// Each column is read into *sp, then expanded into a slice sized for
 	// it (empty after an error, which every later read keeps).
 	sized := func(col []int64) []int64 { return slices.Grow(col[:0], len(*sp))[:len(*sp)] }
@@ -795,6 +860,11 @@ func (c *Columns) decodeChunk(r *colReader, lim Limits) error {
 			(*col)[i] = int64(v)
 		}
 	}
+}
+
+// decodeValues reads the value column: raw float64s, or decimals of a
+// scale of at most maxDecimal digits as deltas.
+func (c *Columns) decodeValues(r *colReader, events int, sp *[]uint64) {
 	switch mode := r.byte1("value mode"); {
 	case r.err != nil:
 	case mode == valRaw:
@@ -806,7 +876,7 @@ func (c *Columns) decodeChunk(r *colReader, lim Limits) error {
 		k := r.byte1("value scale")
 		if r.err == nil && k > maxDecimal {
 			r.fail("value scale %d, at most %d", k, maxDecimal)
-			break
+			return
 		}
 		*sp = r.intColumn(*sp, events, -1, "value column")
 		c.Value = slices.Grow(c.Value[:0], len(*sp))[:len(*sp)]
@@ -819,18 +889,6 @@ func (c *Columns) decodeChunk(r *colReader, lim Limits) error {
 	default:
 		r.fail("unknown value mode %d", mode)
 	}
-	if r.err == nil && len(r.b) > 0 {
-		r.fail("%d bytes after the last column", len(r.b))
-	}
-	if r.err != nil {
-		c.Value = c.Value[:0]
-		return r.err
-	}
-	if !c.fitsBody(lim.MaxBodyBytes) {
-		c.Value = c.Value[:0]
-		return fmt.Errorf("%w: columnar batch stands for a body of up to %d bytes, limit %d", ErrTooLarge, c.protoSizeBound(), lim.MaxBodyBytes)
-	}
-	return nil
 }
 
 // eventFixedBound bounds what an event takes in a protobuf body besides
@@ -903,11 +961,11 @@ func (c *Columns) AppendProto(dst []byte) []byte {
 // values left out.
 func (c *Columns) AppendEventProto(ev []byte, i int) []byte {
 	if s := c.Strings[c.Metric[i]]; len(s) > 0 {
-		ev = protowire.AppendTag(ev, 1, protowire.BytesType)
+		ev = protowire.AppendTag(ev, FieldEventMetric, protowire.BytesType)
 		ev = protowire.AppendBytes(ev, s)
 	}
 	if bits := math.Float64bits(c.Value[i]); bits != 0 {
-		ev = protowire.AppendTag(ev, 2, protowire.Fixed64Type)
+		ev = protowire.AppendTag(ev, FieldEventValue, protowire.Fixed64Type)
 		ev = protowire.AppendFixed64(ev, bits)
 	}
 	ts := c.TagSet[i]
@@ -920,26 +978,26 @@ func (c *Columns) AppendEventProto(ev []byte, i int) []byte {
 		if len(v) > 0 {
 			size += 1 + protowire.SizeBytes(len(v))
 		}
-		ev = protowire.AppendTag(ev, 3, protowire.BytesType)
+		ev = protowire.AppendTag(ev, FieldEventTags, protowire.BytesType)
 		ev = protowire.AppendVarint(ev, uint64(size))
 		if len(k) > 0 {
-			ev = protowire.AppendTag(ev, 1, protowire.BytesType)
+			ev = protowire.AppendTag(ev, FieldTagKey, protowire.BytesType)
 			ev = protowire.AppendBytes(ev, k)
 		}
 		if len(v) > 0 {
-			ev = protowire.AppendTag(ev, 2, protowire.BytesType)
+			ev = protowire.AppendTag(ev, FieldTagValue, protowire.BytesType)
 			ev = protowire.AppendBytes(ev, v)
 		}
 	}
-	ev = appendVarintField(ev, 4, uint64(c.Time[i]))
-	ev = appendVarintField(ev, 5, uint64(c.Mono[i]))
+	ev = appendVarintField(ev, FieldEventDeviceTime, uint64(c.Time[i]))
+	ev = appendVarintField(ev, FieldEventMono, uint64(c.Mono[i]))
 	if s := c.Strings[c.Boot[i]]; len(s) > 0 {
-		ev = protowire.AppendTag(ev, 6, protowire.BytesType)
+		ev = protowire.AppendTag(ev, FieldEventBootID, protowire.BytesType)
 		ev = protowire.AppendBytes(ev, s)
 	}
-	ev = appendVarintField(ev, 7, uint64(c.Offset[i]))
-	ev = appendVarintField(ev, 8, uint64(c.Uncertainty[i]))
-	ev = appendVarintField(ev, 9, c.Method[i])
+	ev = appendVarintField(ev, FieldEventOffset, uint64(c.Offset[i]))
+	ev = appendVarintField(ev, FieldEventUncertainty, uint64(c.Uncertainty[i]))
+	ev = appendVarintField(ev, FieldEventMethod, c.Method[i])
 	return ev
 }
 

@@ -2,7 +2,6 @@ package wire
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -94,16 +93,6 @@ func (k MsgKind) String() string {
 	}
 	return fmt.Sprintf("kind(%d)", byte(k))
 }
-
-// Errors that callers branch on; every decode error wraps one of them.
-var (
-	// ErrMalformed means the payload is not a valid frame or message.
-	ErrMalformed = errors.New("wire: malformed payload")
-	// ErrTooLarge means a size or count exceeds Limits.
-	ErrTooLarge = errors.New("wire: payload exceeds limit")
-	// ErrVersion means the frame has a schema version this build does not know.
-	ErrVersion = errors.New("wire: unsupported schema version")
-)
 
 // Limits bound what a decoder accepts. Zero fields take DefaultLimits' values.
 type Limits struct {
@@ -370,15 +359,6 @@ func checkString(what string, val []byte, lim Limits) error {
 	return nil
 }
 
-// Event field numbers used by the pre-scan and the raw batch builder.
-const (
-	fieldBatchEvents = 4
-	fieldBatchGaps   = 6
-	fieldEventMetric = 1
-	fieldEventTags   = 3
-	fieldEventBootID = 6
-)
-
 // ScanEvent bounds one encoded Event (tags, string sizes) without
 // allocating. The agent uses it on records read back from its buffer.
 func ScanEvent(b []byte, lim Limits) error {
@@ -386,11 +366,11 @@ func ScanEvent(b []byte, lim Limits) error {
 	tags := 0
 	return scanFields(b, func(num protowire.Number, typ protowire.Type, val []byte) error {
 		switch num {
-		case fieldEventMetric:
+		case FieldEventMetric:
 			return checkString("metric name", val, lim)
-		case fieldEventBootID:
+		case FieldEventBootID:
 			return checkString("boot id", val, lim)
-		case fieldEventTags:
+		case FieldEventTags:
 			if tags++; tags > lim.MaxTags {
 				return fmt.Errorf("%w: more than %d tags on one event", ErrTooLarge, lim.MaxTags)
 			}
@@ -406,18 +386,18 @@ func scanBatch(b []byte, lim Limits) error {
 	events, gaps := 0, 0
 	return scanFields(b, func(num protowire.Number, typ protowire.Type, val []byte) error {
 		switch num {
-		case fieldBatchEvents:
+		case FieldBatchEvents:
 			if events++; events > lim.MaxEvents {
 				return fmt.Errorf("%w: more than %d events in one batch", ErrTooLarge, lim.MaxEvents)
 			}
 			if err := ScanEvent(val, lim); err != nil {
 				return fmt.Errorf("event %d: %w", events-1, err)
 			}
-		case fieldBatchGaps:
+		case FieldBatchGaps:
 			if gaps++; gaps > lim.MaxGaps {
 				return fmt.Errorf("%w: more than %d gaps in one batch", ErrTooLarge, lim.MaxGaps)
 			}
-		case 1:
+		case FieldBatchDeviceID:
 			return checkString("device id", val, lim)
 		}
 		return nil
@@ -460,7 +440,7 @@ func AppendBatchHeader(dst []byte, header *wirepb.Batch) ([]byte, error) {
 // AppendEvent appends one protobuf-encoded Event to dst as a Batch's events
 // field, without decoding it.
 func AppendEvent(dst, event []byte) []byte {
-	dst = protowire.AppendTag(dst, fieldBatchEvents, protowire.BytesType)
+	dst = protowire.AppendTag(dst, FieldBatchEvents, protowire.BytesType)
 	return protowire.AppendBytes(dst, event)
 }
 

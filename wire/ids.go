@@ -29,31 +29,6 @@ func (id StreamID) String() string { return hex.EncodeToString(id[:]) }
 // IsZero reports whether id was never set.
 func (id StreamID) IsZero() bool { return id == StreamID{} }
 
-// ErrBadStreamID is returned for a stream id that is not 16 bytes or 32 hex digits.
-var ErrBadStreamID = errors.New("wire: stream id must be 16 bytes")
-
-// StreamIDFromBytes converts the 16 bytes carried in a message.
-func StreamIDFromBytes(b []byte) (StreamID, error) {
-	var id StreamID
-	if len(b) != len(id) {
-		return id, fmt.Errorf("%w, got %d", ErrBadStreamID, len(b))
-	}
-	copy(id[:], b)
-	return id, nil
-}
-
-// ParseStreamID parses the hex form produced by String.
-func ParseStreamID(s string) (StreamID, error) {
-	var id StreamID
-	if len(s) != 2*len(id) {
-		return id, fmt.Errorf("%w (32 hex digits), got %d characters", ErrBadStreamID, len(s))
-	}
-	if _, err := hex.Decode(id[:], []byte(s)); err != nil {
-		return id, fmt.Errorf("%w: %v", ErrBadStreamID, err)
-	}
-	return id, nil
-}
-
 // MaxDeviceIDLen bounds device identifiers (they appear in topics and keys).
 const MaxDeviceIDLen = 128
 

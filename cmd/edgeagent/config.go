@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -10,13 +9,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/cast"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
 	"edgeflow/agent"
 	"edgeflow/buffer"
-	"edgeflow/internal/bytesize"
 	"edgeflow/internal/confval"
 	"edgeflow/uplink"
 )
@@ -102,27 +99,29 @@ func loadConfig(args []string, getenv func(string) string) (*config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config file %s: %w", path, err)
 		}
-		if err := confval.CheckScalars(fs, v.Get, "mqtt-url", "ntp-servers"); err != nil {
+		if err := confval.CheckFileKeys(fs, v.AllKeys(), v.Get, nil, "mqtt-url", "ntp-servers"); err != nil {
 			return nil, err
-		}
-		for _, k := range v.AllKeys() {
-			if fs.Lookup(k) == nil {
-				return nil, fmt.Errorf("config key %q: unknown (keys are the flag names, e.g. data-dir)", k)
-			}
 		}
 	}
 	return fromViper(v, getenv)
 }
 
-// parser converts keys and collects errors that name them.
+// parser reads the agent's keys (confval.Keys) under the short names
+// fromViper's list of keys reads best with.
 type parser struct {
-	v    *viper.Viper
-	errs []error
+	confval.Keys
+	v *viper.Viper
 }
 
-func (p *parser) fail(key, format string, a ...any) {
-	p.errs = append(p.errs, fmt.Errorf("config key %q: %s", key, fmt.Sprintf(format, a...)))
+func (p *parser) fail(key, format string, a ...any)         { p.Fail(key, format, a...) }
+func (p *parser) str(key string) string                     { return p.String(key) }
+func (p *parser) dur(key string, zeroOK bool) time.Duration { return p.Duration(key, zeroOK) }
+func (p *parser) size(key string) int64                     { return p.Size(key) }
+func (p *parser) boolean(key string) bool                   { return p.Bool(key) }
+func (p *parser) oneOf(key string, allowed ...string) string {
+	return p.OneOf(key, allowed...)
 }
+func (p *parser) list(key string) []string { return p.List(key) }
 
 // liftUserinfo takes credentials out of the broker URLs
 // (tcp://user:pass@host:1883) into the username and password options, so
@@ -155,71 +154,9 @@ func (p *parser) liftUserinfo(brokers []string, user, pass string) ([]string, st
 	return out, user, pass
 }
 
-func (p *parser) str(key string) string { return strings.TrimSpace(p.v.GetString(key)) }
-
-func (p *parser) dur(key string, zeroOK bool) time.Duration {
-	d, err := confval.Duration(p.v.Get(key))
-	switch {
-	case err != nil:
-		p.fail(key, "%v", err)
-	case d < 0 || (d == 0 && !zeroOK):
-		p.fail(key, "%v is not a positive duration like 100ms, 30s or 5m", d)
-	}
-	return d
-}
-
-func (p *parser) size(key string) int64 {
-	n, err := bytesize.Parse(p.str(key))
-	if err != nil {
-		p.fail(key, "%v", err)
-	}
-	return n
-}
-
-func (p *parser) boolean(key string) bool {
-	b, err := cast.ToBoolE(p.v.Get(key))
-	if err != nil {
-		p.fail(key, "%q is not true or false", p.str(key))
-	}
-	return b
-}
-
-func (p *parser) oneOf(key string, allowed ...string) string {
-	s := p.str(key)
-	for _, a := range allowed {
-		if s == a {
-			return s
-		}
-	}
-	p.fail(key, "%q: want %s", s, strings.Join(allowed, ", "))
-	return s
-}
-
-// list reads a comma-separated string (flag, environment) or a YAML list.
-func (p *parser) list(key string) []string {
-	var items []string
-	switch val := p.v.Get(key).(type) {
-	case []any:
-		for _, x := range val {
-			items = append(items, cast.ToString(x))
-		}
-	case []string:
-		items = val
-	default:
-		items = strings.Split(cast.ToString(val), ",")
-	}
-	var out []string
-	for _, s := range items {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // fromViper converts and checks every key, naming the key on error.
 func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
-	p := &parser{v: v}
+	p := &parser{Keys: confval.Keys{Get: v.Get}, v: v}
 	c := &config{showVersion: p.boolean("version")}
 	if c.showVersion {
 		return c, nil
@@ -242,6 +179,37 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 	o.NTPServers = p.list("ntp-servers")
 	o.TimeHub, o.TrustDeviceClock = p.boolean("time-hub"), p.boolean("trust-device-clock")
 
+	bufferKeys(p, o)
+	httpKeys(p, o)
+	uplinkKeys(p, &o.Uplink)
+	o.DrainTimeout = p.dur("drain-timeout", true)
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = agent.NoDrain
+	}
+	c.logLevel = p.LogLevel("log-level")
+	c.memoryLimit = memoryLimit(p, o.Buffer.Profile, getenv)
+	if err := p.Err(); err != nil {
+		return nil, err
+	}
+	if err := validate(*o); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// validate runs the agent's own option checks on a copy of o (main sets
+// the logger and registry before agent.New), naming the config key.
+func validate(o agent.Options) error {
+	o.Registerer, o.Gatherer = prometheus.NewRegistry(), nil
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return explain(err)
+	}
+	return nil
+}
+
+// bufferKeys reads the durable buffer's keys.
+func bufferKeys(p *parser, o *agent.Options) {
 	o.Buffer.Durability = buffer.Durability(p.oneOf("durability", "sync", "interval", "none"))
 	o.Buffer.SyncInterval = p.dur("sync-interval", false)
 	o.Buffer.Profile = buffer.Profile(p.oneOf("profile", "default", "low-memory"))
@@ -268,73 +236,46 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 			o.Buffer.DiskReserve = -1
 		}
 	}
-	o.MaxBodyBytes = p.size("max-body-bytes")
-	o.HTTPToken = p.v.GetString("http-token")
-	if f := p.str("http-token-file"); f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			p.fail("http-token-file", "%v", err)
-		}
-		o.HTTPToken = strings.TrimRight(string(b), "\r\n")
-	}
-	o.HTTPTLSCertFile, o.HTTPTLSKeyFile = p.str("http-tls-cert"), p.str("http-tls-key")
+}
 
-	u := &o.Uplink
+// httpKeys reads the local HTTP API's keys.
+func httpKeys(p *parser, o *agent.Options) {
+	o.MaxBodyBytes = p.size("max-body-bytes")
+	o.HTTPToken = p.secret("http-token")
+	o.HTTPTLSCertFile, o.HTTPTLSKeyFile = p.str("http-tls-cert"), p.str("http-tls-key")
+}
+
+// uplinkKeys reads the broker connection's and the batches' keys.
+func uplinkKeys(p *parser, u *uplink.Options) {
 	u.Brokers = p.list("mqtt-url")
 	if len(u.Brokers) == 0 {
 		p.fail("mqtt-url", "at least one broker URL is required, e.g. tcp://hub:1883")
 	}
-	u.Username, u.Password = p.str("mqtt-username"), p.v.GetString("mqtt-password")
-	if f := p.str("mqtt-password-file"); f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			p.fail("mqtt-password-file", "%v", err)
-		}
-		u.Password = strings.TrimRight(string(b), "\r\n")
-	}
+	u.Username, u.Password = p.str("mqtt-username"), p.secret("mqtt-password")
 	u.Brokers, u.Username, u.Password = p.liftUserinfo(u.Brokers, u.Username, u.Password)
-	u.TLS = uplink.TLSOptions{CAFile: p.str("tls-ca-file"), CertFile: p.str("tls-cert-file"),
-		KeyFile: p.str("tls-key-file"), ServerName: p.str("tls-server-name")}
-	for _, k := range []string{"tls-ca-file", "tls-cert-file", "tls-key-file"} {
-		if f := p.str(k); f != "" {
-			if _, err := os.Stat(f); err != nil {
-				p.fail(k, "%v", err)
-			}
-		}
-	}
-	n, err := cast.ToIntE(v.Get("batch-max-events"))
-	if err != nil || n < 1 {
-		p.fail("batch-max-events", "%q is not a positive integer", p.str("batch-max-events"))
-	}
-	u.MaxBatchEvents = n
+	u.TLS = uplink.TLSOptions{CAFile: p.File("tls-ca-file"), CertFile: p.File("tls-cert-file"),
+		KeyFile: p.File("tls-key-file"), ServerName: p.str("tls-server-name")}
+	u.MaxBatchEvents = p.Int("batch-max-events", 1)
 	u.Linger = p.dur("batch-linger", true)
-	w, err := cast.ToIntE(v.Get("batch-window"))
-	if err != nil || w < 1 {
-		p.fail("batch-window", "%q is not a positive integer", p.str("batch-window"))
-	}
-	u.Window = w
+	u.Window = p.Int("batch-window", 1)
 	u.Compression = p.str("compression")
 	if u.Linger == 0 {
 		u.Linger = uplink.NoLinger
 	}
-	o.DrainTimeout = p.dur("drain-timeout", true)
-	if o.DrainTimeout == 0 {
-		o.DrainTimeout = agent.NoDrain
+}
+
+// secret reads key, or the first line of the file key-file names when it
+// is set (the file wins, so a secret need not be in the environment).
+func (p *parser) secret(key string) string {
+	f := p.str(key + "-file")
+	if f == "" {
+		return p.v.GetString(key)
 	}
-	if err := c.logLevel.UnmarshalText([]byte(p.str("log-level"))); err != nil {
-		p.fail("log-level", "%q is not debug, info, warn or error", p.str("log-level"))
+	b, err := os.ReadFile(f)
+	if err != nil {
+		p.fail(key+"-file", "%v", err)
 	}
-	c.memoryLimit = memoryLimit(p, o.Buffer.Profile, getenv)
-	if len(p.errs) > 0 {
-		return nil, errors.Join(p.errs...)
-	}
-	check := *o // a copy: main sets the logger and registry before agent.New
-	check.Registerer, check.Gatherer = prometheus.NewRegistry(), nil
-	check.EnsureDefaults()
-	if err := check.Validate(); err != nil {
-		return nil, explain(err)
-	}
-	return c, nil
+	return strings.TrimRight(string(b), "\r\n")
 }
 
 // memoryLimit resolves memory-limit: explicit size, "off", or the

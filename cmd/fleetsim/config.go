@@ -132,23 +132,17 @@ func fromViper(vs, vm *viper.Viper) (*config, error) {
 	c.truthOut, c.truthIn = vm.GetString("truth-out"), vm.GetString("truth")
 	c.workers = vm.GetInt("workers")
 	c.pprofAddr = vm.GetString("pprof-addr")
-	var errs []error
+	k := &confval.Keys{Get: vm.Get, Flags: true} // main's keys are flags, never in the scenario file
 	gc, err := parseGCMemory(vm.GetString("gc-memory"), os.Getenv, availableMemory)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	k.Add(err)
 	c.gc = gc
-	switch d, err := confval.Duration(vm.Get("probe-every")); {
-	case err != nil:
-		errs = append(errs, fmt.Errorf("flag --probe-every: %w", err))
-	case d != 0 && d < 10*time.Millisecond:
-		errs = append(errs, fmt.Errorf("flag --probe-every: %v is not a duration of at least 10ms (or 0)", d))
-	default:
+	switch d := k.Duration("probe-every", true); {
+	case d > 0 && d < 10*time.Millisecond:
+		k.Fail("probe-every", "%v is not a duration of at least 10ms (or 0)", d)
+	case d > 0:
 		c.probeEvery = d
 	}
-	if err := c.logLevel.UnmarshalText([]byte(vm.GetString("log-level"))); err != nil {
-		errs = append(errs, fmt.Errorf("flag --log-level: %q is not debug, info, warn or error", vm.GetString("log-level")))
-	}
+	c.logLevel = k.LogLevel("log-level")
 	if rate := vm.GetFloat64("rate"); rate != 0 {
 		c.scenario.EnsureDefaults()
 		for i := range c.scenario.Classes {
@@ -158,9 +152,9 @@ func fromViper(vs, vm *viper.Viper) (*config, error) {
 		}
 	}
 	if c.mqttURL == "" {
-		errs = append(errs, errors.New("flag --mqtt-url: required"))
+		k.Fail("mqtt-url", "required")
 	}
-	return c, errors.Join(errs...)
+	return c, k.Err()
 }
 
 // scenarioKeyErrors rewrites the decoder's errors as one line per key

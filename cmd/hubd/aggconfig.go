@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -51,52 +50,33 @@ func isAggregateKey(k string) bool {
 
 // aggregateFromViper reads the aggregate section; nil when disabled.
 func aggregateFromViper(v *viper.Viper) (*aggregate.Options, error) {
-	enabled, err := cast.ToBoolE(v.Get("aggregate.enabled"))
-	if err != nil {
-		return nil, fmt.Errorf("config key %q: %q is not true or false", "aggregate.enabled", v.GetString("aggregate.enabled"))
-	}
-	if !enabled {
-		return nil, nil
+	k := &confval.Keys{Get: v.Get}
+	if !k.Bool("aggregate.enabled") { // false, or not a boolean (k.Err says so)
+		return nil, k.Err()
 	}
 	o := &aggregate.Options{}
-	var errs []error
 	durs := []*time.Duration{&o.Resolution, &o.AllowedLateness, &o.LateHorizon, &o.IdleTimeout, &o.MaxFutureSkew,
 		&o.WatermarkInterval, &o.EvictAfter, &o.MaxSessionSpan, &o.PartialsRetention, &o.FutureHorizon}
-	for i, k := range aggDurationKeys {
-		d, err := confval.Duration(v.Get("aggregate." + k))
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("config key %q: %w", "aggregate."+k, err))
-		case d < 0:
-			errs = append(errs, fmt.Errorf("config key %q: %v is not a duration like 10s or 72h, or 0 for the default", "aggregate."+k, d))
-		}
-		*durs[i] = d
+	for i, key := range aggDurationKeys {
+		*durs[i] = k.Duration("aggregate."+key, true) // 0: the engine's default
 	}
 	ints := []*int{&o.MaxSeries, &o.MaxLivePartials, &o.MaxTagsPerEvent, &o.SketchMaxBins, &o.MaxQueryResults, &o.MaxQueryPartials,
 		&o.StreamBuffer, &o.MaxPending, &o.LateLogSize, &o.QueryCachePartials, &o.QuarantineSize, &o.MaxSeriesPerDevice}
-	for i, k := range aggIntKeys {
-		n, err := cast.ToIntE(v.Get("aggregate." + k))
-		if err != nil || n < 0 {
-			errs = append(errs, fmt.Errorf("config key %q: %q is not a non-negative integer", "aggregate."+k, v.GetString("aggregate."+k)))
-		}
-		*ints[i] = n
+	for i, key := range aggIntKeys {
+		*ints[i] = k.Int("aggregate."+key, 0)
 	}
+	var err error
 	if o.SketchAccuracy, err = cast.ToFloat64E(v.Get("aggregate.sketch_accuracy")); err != nil {
-		errs = append(errs, fmt.Errorf("config key %q: %q is not a number", "aggregate.sketch_accuracy", v.GetString("aggregate.sketch_accuracy")))
+		k.Fail("aggregate.sketch_accuracy", "%q is not a number", k.String("aggregate.sketch_accuracy"))
 	}
-	if o.DisableMergedStream, err = cast.ToBoolE(v.Get("aggregate.disable_merged_stream")); err != nil {
-		errs = append(errs, fmt.Errorf("config key %q: not true or false", "aggregate.disable_merged_stream"))
-	}
-	if o.TagKeys, err = tagKeys(v.Get("aggregate.tag_keys")); err != nil {
-		errs = append(errs, err)
-	}
-	if o.Windows, err = windows(v.Get("aggregate.windows")); err != nil {
-		errs = append(errs, err)
-	}
-	if o.Downsample, err = downsample(v.Get("aggregate.downsample")); err != nil {
-		errs = append(errs, err)
-	}
-	return o, errors.Join(errs...)
+	o.DisableMergedStream = k.Bool("aggregate.disable_merged_stream")
+	o.TagKeys, err = tagKeys(v.Get("aggregate.tag_keys"))
+	k.Add(err)
+	o.Windows, err = windows(v.Get("aggregate.windows"))
+	k.Add(err)
+	o.Downsample, err = downsample(v.Get("aggregate.downsample"))
+	k.Add(err)
+	return o, k.Err()
 }
 
 // downsample reads the list of downsample tiers ({after, resolution}).

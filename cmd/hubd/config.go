@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cast"
 	"github.com/spf13/pflag"
@@ -94,26 +93,11 @@ func loadConfig(args []string) (*config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config file %s: %w", path, err)
 		}
-		if err := checkKeys(v, fs); err != nil {
+		if err := confval.CheckFileKeys(fs, v.AllKeys(), v.Get, isAggregateKey); err != nil {
 			return nil, err
 		}
 	}
 	return fromViper(v)
-}
-
-// checkKeys rejects keys in the file that no flag declares (a typo would
-// otherwise be ignored silently), and lists or maps given for a key that
-// takes one value (which would otherwise read as empty).
-func checkKeys(v *viper.Viper, fs *pflag.FlagSet) error {
-	if err := confval.CheckScalars(fs, v.Get); err != nil {
-		return err
-	}
-	for _, k := range v.AllKeys() {
-		if fs.Lookup(k) == nil && !isAggregateKey(k) {
-			return fmt.Errorf("config key %q: unknown (keys are the flag names, e.g. data-dir)", k)
-		}
-	}
-	return nil
 }
 
 // fromViper converts and checks every key, naming the key on error.
@@ -124,78 +108,53 @@ func fromViper(v *viper.Viper) (*config, error) {
 	o.MQTTListen, o.MQTTURL = v.GetString("mqtt-listen"), v.GetString("mqtt-url")
 	o.ClientID, o.Group = v.GetString("client-id"), v.GetString("group")
 	o.Username, o.Password = v.GetString("mqtt-username"), v.GetString("mqtt-password")
-	var errs []error
-	dur := func(key string, dst *time.Duration) {
-		d, err := confval.Duration(v.Get(key))
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("config key %q: %w", key, err))
-		case d <= 0:
-			errs = append(errs, fmt.Errorf("config key %q: %v is not a positive duration like 30s or 5m", key, d))
-		}
-		*dst = d
-	}
-	num := func(key string, dst *int) {
-		n, err := cast.ToIntE(v.Get(key))
-		if err != nil || n < 0 {
-			errs = append(errs, fmt.Errorf("config key %q: %q is not a non-negative integer", key, v.GetString(key)))
-		}
-		*dst = n
-	}
-	dur("checkpoint-interval", &o.CheckpointInterval)
-	dur("retention-max-age", &o.RetentionMaxAge)
-	dur("retention-interval", &o.RetentionInterval)
-	dur("shutdown-timeout", &o.ShutdownTimeout)
-	dur("tick-interval", &o.TickInterval)
-	dur("http-query-wait", &o.HTTPQueryWait)
-	dur("http-query-timeout", &o.HTTPQueryTimeout)
-	num("http-max-queries", &o.HTTPMaxQueries)
-	if d, err := confval.Duration(v.Get("group-commit-wait")); err != nil {
-		errs = append(errs, fmt.Errorf("config key %q: %w", "group-commit-wait", err))
-	} else if d < 0 {
-		errs = append(errs, fmt.Errorf("config key %q: %v is not a duration like 2ms, or 0", "group-commit-wait", d))
-	} else if o.GroupCommitWait = d; d == 0 {
+	k := &confval.Keys{Get: v.Get}
+	o.CheckpointInterval = k.Duration("checkpoint-interval", false)
+	o.RetentionMaxAge = k.Duration("retention-max-age", false)
+	o.RetentionInterval = k.Duration("retention-interval", false)
+	o.ShutdownTimeout = k.Duration("shutdown-timeout", false)
+	o.TickInterval = k.Duration("tick-interval", false)
+	o.HTTPQueryWait = k.Duration("http-query-wait", false)
+	o.HTTPQueryTimeout = k.Duration("http-query-timeout", false)
+	o.HTTPMaxQueries = k.Int("http-max-queries", 0)
+	if o.GroupCommitWait = k.Duration("group-commit-wait", true); o.GroupCommitWait == 0 {
 		o.GroupCommitWait = hub.NoGroupCommitWait
 	}
-	num("workers", &o.Workers)
-	num("mqtt-client-queue", &o.MQTTClientQueue)
+	o.Workers = k.Int("workers", 0)
+	o.MQTTClientQueue = k.Int("mqtt-client-queue", 0)
 	if n, err := cast.ToIntE(v.Get("mqtt-client-queue")); err == nil && n == 0 {
 		// hub.Options takes 0 as its default; written in a config, 0
 		// reads as "no queue" or "unbounded", and is neither.
-		errs = append(errs, fmt.Errorf("config key %q: 0 is not a queue length (it does not mean unbounded): want a positive number of messages per client, default 1024", "mqtt-client-queue"))
+		k.Fail("mqtt-client-queue", "0 is not a queue length (it does not mean unbounded): want a positive number of messages per client, default 1024")
 	}
-	switch q := v.GetString("ack-qos"); q {
+	switch q := k.String("ack-qos"); q {
 	case "0", "1":
 		o.AcksAtLeastOnce = q == "1"
 	default:
-		errs = append(errs, fmt.Errorf("config key %q: %q is not 0 or 1", "ack-qos", q))
+		k.Fail("ack-qos", "%q is not 0 or 1", q)
 	}
-	num("max-events", &o.Limits.MaxEvents)
-	if err := c.logLevel.UnmarshalText([]byte(v.GetString("log-level"))); err != nil {
-		errs = append(errs, fmt.Errorf("config key %q: %q is not debug, info, warn or error", "log-level", v.GetString("log-level")))
-	}
+	o.Limits.MaxEvents = k.Int("max-events", 0)
+	c.logLevel = k.LogLevel("log-level")
 	c.demo = v.GetBool("demo")
 	o.RecoverDamaged = v.GetBool("recover-damaged")
 	if c.gomaxprocs = v.GetInt("gomaxprocs"); c.gomaxprocs < 0 || c.gomaxprocs > 1024 {
-		errs = append(errs, fmt.Errorf("config key %q: %d is not 0 (auto) or 1..1024", "gomaxprocs", c.gomaxprocs))
+		k.Fail("gomaxprocs", "%d is not 0 (auto) or 1..1024", c.gomaxprocs)
 	}
 	c.gcPercent, c.gcPercentSet = v.GetInt("gc-percent"), v.IsSet("gc-percent")
 	if c.gcPercent != 0 && (c.gcPercent < 10 || c.gcPercent > 10000) {
-		errs = append(errs, fmt.Errorf("config key %q: %d is not 0 (Go's default) or 10..10000", "gc-percent", c.gcPercent))
+		k.Fail("gc-percent", "%d is not 0 (Go's default) or 10..10000", c.gcPercent)
 	}
 	c.pprofAddr = v.GetString("pprof-addr")
 	if c.demo && !v.IsSet("data-dir") {
 		o.DataDir = "" // the demo uses a fresh temporary directory
 	} else if o.DataDir == "" {
-		errs = append(errs, errors.New(`config key "data-dir": must not be empty`))
+		k.Fail("data-dir", "must not be empty")
 	}
-	errs = append(errs, securityFromViper(v, o))
+	k.Add(securityFromViper(v, o))
 	agg, err := aggregateFromViper(v)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	k.Add(err)
 	o.Aggregate = agg
-	return c, errors.Join(errs...)
+	return c, k.Err()
 }
 
 // optionKeys maps hub.Options fields to config keys, so a hub.Validate

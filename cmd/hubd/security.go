@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/viper"
 
 	"edgeflow/hub"
+	"edgeflow/internal/confval"
 )
 
 // addSecurityFlags declares the keys of the embedded broker's
@@ -46,48 +47,33 @@ func addSecurityFlags(fs *pflag.FlagSet) {
 
 // securityFromViper reads the security keys into o.
 func securityFromViper(v *viper.Viper, o *hub.Options) error {
-	var errs []error
+	k := &confval.Keys{Get: v.Get}
 	o.MQTTAuthFile = v.GetString("mqtt-auth-file")
 	o.MQTTCAFile, o.MQTTCertFile = v.GetString("mqtt-ca-file"), v.GetString("mqtt-cert-file")
 	o.MQTTKeyFile, o.MQTTServerName = v.GetString("mqtt-key-file"), v.GetString("mqtt-server-name")
 	o.MQTTTLSCertFile, o.MQTTTLSKeyFile = v.GetString("mqtt-tls-cert"), v.GetString("mqtt-tls-key")
 	o.MQTTTLSClientCAFile = v.GetString("mqtt-tls-client-ca")
 	o.HTTPTLSCertFile, o.HTTPTLSKeyFile = v.GetString("http-tls-cert"), v.GetString("http-tls-key")
-	if anon, err := cast.ToBoolE(v.Get("mqtt-allow-anonymous")); err != nil {
-		errs = append(errs, fmt.Errorf("config key %q: %q is not true or false", "mqtt-allow-anonymous", v.GetString("mqtt-allow-anonymous")))
-	} else {
-		o.MQTTDenyAnonymous = !anon
-	}
+	o.MQTTDenyAnonymous = !k.Bool("mqtt-allow-anonymous")
 	if n, err := cast.ToIntE(v.Get("mqtt-max-conns-per-device")); err != nil || n < -1 || n == 0 {
-		errs = append(errs, fmt.Errorf("config key %q: %q is not -1 or a positive integer", "mqtt-max-conns-per-device", v.GetString("mqtt-max-conns-per-device")))
+		k.Fail("mqtt-max-conns-per-device", "%q is not -1 or a positive integer", k.String("mqtt-max-conns-per-device"))
 	} else {
 		o.MQTTMaxConnsPerDevice = n
 	}
-	for key, dst := range map[string]*int{"mqtt-max-retained-bytes": &o.MQTTMaxRetainedBytes,
-		"mqtt-auth-client-failures": &o.MQTTAuthThrottle.ClientFailures, "mqtt-auth-source-failures": &o.MQTTAuthThrottle.SourceFailures} {
-		if n, err := cast.ToIntE(v.Get(key)); err != nil || n < 1 {
-			errs = append(errs, fmt.Errorf("config key %q: %q is not a positive integer", key, v.GetString(key)))
-		} else {
-			*dst = n
-		}
-	}
-	for key, dst := range map[string]*float64{"max-events-per-second": &o.MaxEventsPerSecond, "events-burst": &o.EventsBurst} {
-		f, err := cast.ToFloat64E(v.Get(key))
-		if err != nil || f < 0 {
-			errs = append(errs, fmt.Errorf("config key %q: %q is not a non-negative number", key, v.GetString(key)))
-		}
-		*dst = f
-	}
+	o.MQTTMaxRetainedBytes = k.Int("mqtt-max-retained-bytes", 1)
+	o.MQTTAuthThrottle.ClientFailures = k.Int("mqtt-auth-client-failures", 1)
+	o.MQTTAuthThrottle.SourceFailures = k.Int("mqtt-auth-source-failures", 1)
+	o.MaxEventsPerSecond, o.EventsBurst = k.Float("max-events-per-second"), k.Float("events-burst")
 	var err error
 	if o.HTTPReadToken, err = secret(v, "http-read-token"); err != nil {
-		errs = append(errs, err)
+		k.Add(err)
 	}
 	if pw, err := secret(v, "mqtt-password"); err != nil {
-		errs = append(errs, err)
+		k.Add(err)
 	} else {
 		o.Password = pw
 	}
-	return errors.Join(errs...)
+	return k.Err()
 }
 
 // reloadOnHUP reloads the embedded broker's credentials file on every

@@ -19,10 +19,6 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// ErrNoUnit is wrapped by the error of a duration given as a bare number
-// other than zero.
-var ErrNoUnit = errors.New("a duration needs a unit")
-
 // Duration converts raw to a duration. It takes a Go duration string
 // ("500ms", "5m", "1h30m", surrounding spaces ignored), a time.Duration,
 // and zero written as a number (0, "0"), which needs no unit to be read
