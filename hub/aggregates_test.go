@@ -10,12 +10,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
-
-	badger "github.com/dgraph-io/badger/v4"
 
 	"edgeflow/aggregate"
 	"edgeflow/wire"
@@ -396,7 +393,7 @@ func TestEventsEndpoint(t *testing.T) {
 	if !slices.Equal(got, []float64{1, 2, 3, 4, 5}) || r.Truncated {
 		t.Fatalf("events %v truncated %v", got, r.Truncated)
 	}
-	// Through the device log index: ev1's two batches, not ev2's or the
+	// Through the event-time index: ev1's two batches, not ev2's or the
 	// status entries.
 	if r.Scanned != 2 {
 		t.Fatalf("scanned %d log entries, want ev1's 2", r.Scanned)
@@ -421,50 +418,6 @@ func eventValues(t *testing.T, s *Server, device string, from, to time.Time) (Ev
 		got = append(got, e.Value)
 	}
 	return r, got
-}
-
-// TestEventsBeforeDeviceIndex opens a store written before the device log
-// index existed (its index keys and marker removed): the index starts
-// after the entries already logged, and a query over the older arrivals
-// reads the whole log as before and still finds every event.
-func TestEventsBeforeDeviceIndex(t *testing.T) {
-	dir := t.TempDir()
-	o := aggTestOptions(t, dir)
-	s := startHub(t, o)
-	base := time.Now().Add(-10 * time.Minute).Truncate(time.Second)
-	at := func(sec int) int64 { return base.Add(time.Duration(sec) * time.Second).UnixNano() }
-	d := newDevice(t, "tcp://"+s.BrokerAddr(), "old1")
-	d.send(timedBatch("old1", d.stream, 1, []int64{at(1), at(2)}, []float64{1, 2}))
-	_ = s.Shutdown(context.Background())
-
-	db, err := badger.Open(badger.DefaultOptions(filepath.Join(dir, "wal")).WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.DropPrefix([]byte{prefixDeviceLog})
-	if err == nil {
-		err = db.Update(func(txn *badger.Txn) error { return txn.Delete([]byte(keyDeviceLogSince)) })
-	}
-	if cerr := db.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	s2 := startHub(t, o)
-	if since := time.Unix(0, s2.st.deviceLogSince); since.Before(time.Now()) {
-		t.Fatalf("index complete since %v: before the entries already logged", since)
-	}
-	d2 := newDevice(t, "tcp://"+s2.BrokerAddr(), "old1")
-	d2.send(timedBatch("old1", d2.stream, 1, []int64{at(3)}, []float64{3}))
-	if n := countKeys(t, s2.st.db, prefixDeviceLog); n != 1 {
-		t.Fatalf("%d index keys, want the new batch's 1", n)
-	}
-	r, got := eventValues(t, s2, "old1", base, base.Add(time.Minute))
-	if !slices.Equal(got, []float64{1, 2, 3}) || r.Scanned < 2 {
-		t.Fatalf("events %v, %d entries scanned", got, r.Scanned)
-	}
 }
 
 // TestStreamSSE follows /v1/stream: window updates with the metric's

@@ -271,15 +271,18 @@ func setAll(txn *badger.Txn, kvs []kv) error {
 }
 
 // entryKVs assigns p its log position and returns its entry and, for a
-// batch, its stream's applied ranges as they are after p.
+// batch, its stream's applied ranges as they are after p and its
+// event-time index keys.
 func (c *committer) entryKVs(p *pending, key streamKey) []kv {
 	p.entry.seq = c.nextSeq
 	c.nextSeq++
 	p.accepted = true
 	out := []kv{{walKey(p.entry.seq, p.serverTimeNs), p.entry.encode()}}
 	if p.kind == entryBatch {
-		out = append(out, kv{rangesKey(key.device, key.id), encodeDedup(c.streams[key])},
-			kv{deviceLogKey(key.device, p.serverTimeNs, p.entry.seq), nil})
+		out = append(out, kv{rangesKey(key.device, key.id), encodeDedup(c.streams[key])})
+		for _, k := range eventIndexKeys(&p.entry, p.view) {
+			out = append(out, kv{k, nil})
+		}
 	}
 	return out
 }

@@ -181,18 +181,18 @@ func (s *store) firstWALSeq() (uint64, error) {
 // maxDamageDevices bounds the devices a damage report names.
 const maxDamageDevices = 50
 
-// devicesAt returns the devices whose device log index names an entry at
+// devicesAt returns the devices whose event-time index names an entry at
 // one of positions (sorted, at most maxDamageDevices). The index has no
 // keys for ticks and status entries.
 func (s *store) devicesAt(positions *ranges.RangeSet) []string {
 	seen := map[string]bool{}
 	_ = s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixDeviceLog}})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixEventIndex}})
 		defer it.Close()
 		for it.Rewind(); it.Valid() && len(seen) < maxDamageDevices; it.Next() {
-			dev, _, seq, err := parseDeviceLogKey(it.Item().Key())
-			if err == nil && positions.Covers(seq, seq) {
-				seen[dev] = true
+			k, err := parseEventIndexKey(it.Item().Key())
+			if err == nil && positions.Covers(k.seq, k.seq) {
+				seen[k.device] = true
 			}
 		}
 		return nil

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,22 +14,21 @@ import (
 )
 
 // Bounds of GET /v1/events. The endpoint reads the log itself (the engine
-// keeps aggregates, not events): the device's batch entries whose server
-// time is in [from - max_future_skew - eventsSlack, to + arrived_within),
-// found through the device log index (devicelog.go), keeping the events
-// in range. Cost: one log entry read and parsed per batch the device sent
-// in that server-time span. For arrivals from before the index existed
-// it finds the first entry of the span by binary search over positions
-// and reads the whole fleet's entries in log order. Either scan is capped
-// at maxEventsScan entries and maxEventsMatch matching events; past a cap
-// the answer is a 400 that says to narrow from/to or arrived_within.
+// keeps aggregates, not events): the device's batch entries that the
+// event-time index (eventindex.go) names for [from, to), whatever their
+// arrival, keeping the events whose corrected time is in range. Cost: one
+// log entry read and parsed per batch of the device with events in the
+// range's index buckets (a minute, an hour or a day wide, see
+// eventindex.go). arrived_within, when given, keeps only the entries that
+// arrived before to + arrived_within. The scan is capped at maxEventsScan
+// entries and maxEventsMatch matching events; past a cap the answer is a
+// 400 that says to narrow from/to.
 const (
 	maxEventsScan     = 200_000
 	maxEventsMatch    = 1_000_000
 	maxEventsLimit    = 10_000
 	defaultEventLimit = 1000
 	eventsSlack       = time.Minute // server times are only nearly ordered by position
-	defaultArrival    = time.Hour
 )
 
 // EventsResponse is the body of GET /v1/events.
@@ -86,7 +86,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		q.limit, err = p.intIn("limit", defaultEventLimit, 1, maxEventsLimit)
 	}
 	if err == nil {
-		q.arrival, err = p.duration("arrived_within", defaultArrival, s.agg.eng.Options().LateHorizon)
+		q.arrival, err = p.duration("arrived_within", 0, s.agg.eng.Options().LateHorizon)
 	}
 	if err != nil {
 		writeAPIError(w, err)
@@ -100,28 +100,23 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	writeData(w, out)
 }
 
-// errStopScan ends a log scan early.
-var errStopScan = errors.New("stop scan")
-
 // storedEvents reads the device's events in [from, to) from the log and
 // returns them in event-time order (then stream, then sequence).
 // It stops with ctx's error when ctx is done.
 func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsResponse, error) {
 	out := &EventsResponse{Device: q.device, From: rfc3339(q.from), To: rfc3339(q.to), Events: []EventJSON{}}
-	startNs := q.from.Add(-s.agg.eng.Options().MaxFutureSkew - eventsSlack).UnixNano()
-	endNs := q.to.Add(q.arrival).UnixNano()
+	arrivedBefore := int64(math.MaxInt64)
+	if q.arrival > 0 {
+		arrivedBefore = q.to.Add(q.arrival).UnixNano()
+	}
 	app := newApplier(nil, nil, nil, s.opts.Limits)
 	fromNs, toNs := q.from.UnixNano(), q.to.UnixNano()
 	var matched []EventJSON
-	var reads string // what the scan reads, for the error past maxEventsScan
 	fn := func(e *walEntry) error {
-		if out.Scanned++; out.Scanned > maxEventsScan {
-			return badParam("from", "the range needs more than %d log entries read (%s): narrow from/to or arrived_within", maxEventsScan, reads)
-		}
-		if out.Scanned%1024 == 0 && ctx.Err() != nil {
+		if out.Scanned++; out.Scanned%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if e.kind != entryBatch || e.device != q.device || e.serverTimeNs >= endNs {
+		if e.kind != entryBatch || e.device != q.device {
 			return nil
 		}
 		v, err := app.parseStored(e)
@@ -139,25 +134,11 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsRespon
 		}
 		return nil
 	}
-	var err error
-	if startNs >= s.st.deviceLogSince {
-		// The device's own entries, through the device log index.
-		reads = "the device's batches that arrived between from - max_future_skew - 1m and to + arrived_within"
-		err = s.st.deviceEntries(q.device, startNs, endNs, fn)
-	} else {
-		// Before the index: the whole fleet's entries, by position.
-		reads = "the whole fleet's batches that arrived between from and to + arrived_within; the device index covers arrivals after " + rfc3339(time.Unix(0, s.st.deviceLogSince))
-		var start uint64
-		if start, err = s.st.firstWALAtOrAfter(startNs); err == nil {
-			err = s.st.replay(start-1, func(e *walEntry) error {
-				if e.serverTimeNs >= endNs+int64(eventsSlack) {
-					return errStopScan
-				}
-				return fn(e)
-			})
-		}
+	err := s.st.eventEntries(q.device, fromNs, toNs, arrivedBefore, maxEventsScan, fn)
+	if errors.Is(err, errIndexScanCap) {
+		return nil, badParam("from", "the range needs more than %d of the device's log entries read: narrow from/to", maxEventsScan)
 	}
-	if err != nil && !errors.Is(err, errStopScan) {
+	if err != nil {
 		return nil, err
 	}
 	slices.SortFunc(matched, func(a, b EventJSON) int {

@@ -165,8 +165,9 @@ func (s *Server) every(d time.Duration, fn func()) {
 const retainBatch = 10000
 
 // Retain deletes log entries older than RetentionMaxAge that both
-// retained checkpoints cover (so recovery can fall back to the older), and their device log index keys, then lets Badger
-// reclaim value log space. It returns how many entries it deleted.
+// retained checkpoints cover (so recovery can fall back to the older), and
+// their event-time index keys, then lets Badger reclaim value log space.
+// It returns how many entries it deleted.
 func (s *Server) Retain() (int, error) {
 	cutoff := s.opts.Now().Add(-s.opts.RetentionMaxAge).UnixNano()
 	pos := s.ckptPos.Load()
@@ -174,39 +175,23 @@ func (s *Server) Retain() (int, error) {
 	for {
 		keys, err := s.expiredKeys(cutoff, pos)
 		if err != nil || len(keys) == 0 {
-			if err == nil {
-				err = s.retainDeviceLog(cutoff, pos)
-			}
 			s.collectGarbage(deleted)
 			return deleted, err
 		}
-		if err := deleteKeys(s.st.db, keys); err != nil {
+		// The index keys go first: after a crash between the two, the
+		// entries are still there and the next pass deletes both.
+		idx, err := s.st.indexKeysOfLog(keys, s.opts.Limits)
+		if err == nil {
+			err = deleteKeys(s.st.db, idx)
+		}
+		if err == nil {
+			err = deleteKeys(s.st.db, keys)
+		}
+		if err != nil {
 			return deleted, err
 		}
 		deleted += len(keys)
 		s.m.walDeleted.Add(float64(len(keys)))
-	}
-}
-
-// retainDeviceLog deletes the device log index keys of the entries Retain
-// deleted. They go after the entries: a key whose entry is gone is skipped
-// by readers, and one left by a crash is deleted next time.
-func (s *Server) retainDeviceLog(cutoff int64, pos uint64) error {
-	var from []byte
-	for {
-		keys, next, err := s.st.expiredDeviceLogKeys(cutoff, pos, from, retainBatch)
-		if err != nil {
-			return err
-		}
-		if len(keys) > 0 {
-			if err := deleteKeys(s.st.db, keys); err != nil {
-				return err
-			}
-		}
-		if next == nil {
-			return nil
-		}
-		from = next
 	}
 }
 

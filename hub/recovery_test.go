@@ -164,8 +164,8 @@ func TestRetention(t *testing.T) {
 	if left == 0 || left >= n {
 		t.Fatalf("%d entries left after deleting %d", left, n)
 	}
-	if keys := countKeys(t, s.st.db, prefixDeviceLog); keys != batches {
-		t.Fatalf("%d device log index keys left for %d batch entries", keys, batches)
+	if named := indexedEntries(t, s.st); named != batches {
+		t.Fatalf("the event-time index names %d entries, want the %d batch entries left", named, batches)
 	}
 	before, _, _ := s.StateDump()
 	s.skipFinalCheckpoint = true

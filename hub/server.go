@@ -243,7 +243,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.st = st
-	if st.deviceLogSince, err = st.loadDeviceLogSince(s.opts.Now().UnixNano()); err != nil {
+	if err := st.ensureEventIndex(s.opts.Limits, s.log); err != nil {
 		return fmt.Errorf("hub store %s: %w", st.dir, err)
 	}
 	if s.agg != nil {

@@ -22,9 +22,6 @@ type store struct {
 	dir  string
 	sync bool
 	log  *slog.Logger
-	// deviceLogSince is the server time from which on the device log
-	// index is complete (see devicelog.go); set by the hub at start.
-	deviceLogSince int64
 	// ckpts are the retained usable checkpoints, newest first (see
 	// checkpoint.go); the checkpoint writer's lock guards them.
 	ckpts []*checkpoint

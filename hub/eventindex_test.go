@@ -1,0 +1,343 @@
+package hub
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"google.golang.org/protobuf/proto"
+
+	"edgeflow/hub/ranges"
+	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
+)
+
+// TestBucketChoice: an entry is indexed at the smallest level whose
+// buckets holding its events number at most four, else at the catch-all.
+func TestBucketChoice(t *testing.T) {
+	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) int64 { return day.Add(d).UnixNano() }
+	ns := func(d time.Duration) int64 { return int64(d) }
+	tests := []struct {
+		name    string
+		times   []int64
+		level   byte
+		buckets []int64
+	}{
+		{"none", nil, 0, nil},
+		{"one event", []int64{at(90 * time.Second)}, 0, []int64{at(time.Minute)}},
+		{"four minutes", []int64{at(0), at(time.Minute), at(3 * time.Minute), at(2 * time.Minute), at(30 * time.Second)}, 0,
+			[]int64{at(0), at(time.Minute), at(3 * time.Minute), at(2 * time.Minute)}},
+		{"five minutes of one hour", []int64{at(0), at(time.Minute), at(2 * time.Minute), at(3 * time.Minute), at(4 * time.Minute)}, 1,
+			[]int64{at(0)}},
+		{"five minutes over an hour boundary", []int64{at(58 * time.Minute), at(59 * time.Minute), at(60 * time.Minute), at(61 * time.Minute), at(62 * time.Minute)}, 1,
+			[]int64{at(0), at(time.Hour)}},
+		{"five hours of one day", []int64{at(0), at(time.Hour), at(2 * time.Hour), at(3 * time.Hour), at(4 * time.Hour)}, 2,
+			[]int64{at(0)}},
+		{"four days", []int64{at(0), at(24 * time.Hour), at(48 * time.Hour), at(72*time.Hour + time.Hour), at(72*time.Hour + 2*time.Hour)}, 2,
+			[]int64{at(0), at(24 * time.Hour), at(48 * time.Hour), at(72 * time.Hour)}},
+		{"five days", []int64{at(0), at(24 * time.Hour), at(48 * time.Hour), at(72 * time.Hour), at(96 * time.Hour)}, levelAll,
+			[]int64{0}},
+		{"before 1970", []int64{ns(-time.Second), ns(-61 * time.Second)}, 0, []int64{ns(-time.Minute), ns(-2 * time.Minute)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s bucketSet
+			for _, ns := range tt.times {
+				s.add(ns)
+			}
+			level, buckets := s.choose()
+			if level != tt.level || !slices.Equal(buckets, tt.buckets) {
+				t.Fatalf("level %d buckets %v, want %d %v", level, buckets, tt.level, tt.buckets)
+			}
+		})
+	}
+}
+
+// TestEventIndexKeyOrder: keys parse back to what made them, and sort by
+// device, level, bucket (negative buckets first), position.
+func TestEventIndexKeyOrder(t *testing.T) {
+	in := []eventIndexKey{
+		{"a", 0, -120e9, 7, 1}, {"a", 0, -60e9, 3, 2}, {"a", 0, 0, 1, 3}, {"a", 0, 60e9, 2, 4},
+		{"a", 1, 0, 9, 5}, {"a", levelAll, 0, 4, 6}, {"ab", 0, -60e9, 1, 7},
+	}
+	var keys [][]byte
+	for _, k := range in {
+		keys = append(keys, appendEventIndexKey(eventIndexPrefix(k.device), k.level, k.bucket, k.seq, k.serverTimeNs))
+	}
+	if !slices.IsSortedFunc(keys, func(a, b []byte) int { return slices.Compare(a, b) }) {
+		t.Fatal("keys do not sort in device, level, bucket order")
+	}
+	for i, k := range keys {
+		got, err := parseEventIndexKey(k)
+		if err != nil || got != in[i] {
+			t.Fatalf("parse %x: %+v %v, want %+v", k, got, err, in[i])
+		}
+	}
+	for _, bad := range [][]byte{nil, {prefixEventIndex}, append([]byte{'w', 'a', 0}, make([]byte, eventKeyFixLen)...),
+		append([]byte{prefixEventIndex, 'a', 0, levelAll + 1}, make([]byte, eventKeyFixLen-1)...)} {
+		if _, err := parseEventIndexKey(bad); err == nil {
+			t.Fatalf("parsed %x", bad)
+		}
+	}
+}
+
+// TestEventBucketsCoverApplied: for random batches in both codecs, with
+// every time method (the hub's estimate included), partial overlap and
+// refused events, every event the applier applies lies in one of the
+// buckets its entry is indexed under: the index and the query compute
+// the same corrected time.
+func TestEventBucketsCoverApplied(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	base := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	spreads := []int64{int64(time.Second), int64(time.Minute), int64(time.Hour), int64(24 * time.Hour), int64(30 * 24 * time.Hour)}
+	methods := []wirepb.TimeMethod{wirepb.TimeMethod_TIME_METHOD_NTP, wirepb.TimeMethod_TIME_METHOD_UNTRUSTED, wirepb.TimeMethod_TIME_METHOD_HUB_SYNC, wirepb.TimeMethod_TIME_METHOD_REPAIRED}
+	app := newApplier(nil, nil, nil, limitsWithDefaults(wire.Limits{}))
+	sid := wire.NewStreamID()
+	levels, methodsSeen := map[byte]int{}, map[wirepb.TimeMethod]int{}
+	for i := range 400 {
+		n := 1 + rng.IntN(50)
+		spread := spreads[rng.IntN(len(spreads))]
+		b := &wirepb.Batch{DeviceId: "d", StreamId: sid[:], FirstSeq: 10, SendTimeNs: base}
+		for j := range n {
+			m := methods[rng.IntN(len(methods))]
+			ev := &wirepb.Event{Metric: "m", Value: float64(j), DeviceTimeNs: base + rng.Int64N(spread), MonoNs: int64(j), BootId: "b", Method: m}
+			if m != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
+				ev.OffsetNs = rng.Int64N(int64(2*time.Minute)) - int64(time.Minute)
+			}
+			b.Events = append(b.Events, ev)
+		}
+		body, err := proto.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		codec := []wire.Codec{wire.CodecZstd, wire.CodecColumns}[i%2]
+		e := &walEntry{kind: entryBatch, seq: uint64(i + 1), serverTimeNs: base, device: "d",
+			payload: wire.FrameWith(wire.MsgBatch, codec, body),
+			fresh:   []ranges.SeqRange{{First: 10 + uint64(rng.IntN(n)), Last: 9 + uint64(n)}},
+			est:     hubEstimate{ok: rng.IntN(2) == 0, offsetNs: rng.Int64N(int64(time.Hour)), uncertaintyNs: 1e6}}
+		if rng.IntN(3) == 0 {
+			e.refused = []refusedRange{{SeqRange: ranges.SeqRange{First: 10, Last: 9 + uint64(rng.IntN(n)+1)}}}
+		}
+		v, err := app.parseStored(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		level, buckets := eventBuckets(e, v)
+		applied := app.build(e, v).Events
+		if len(applied) > 0 && len(buckets) == 0 || len(buckets) > min(len(applied), maxIndexKeys) {
+			t.Fatalf("batch %d: %d buckets for %d applied events", i, len(buckets), len(applied))
+		}
+		levels[level]++
+		for _, ev := range applied {
+			methodsSeen[ev.Method]++
+			if level != levelAll && !slices.Contains(buckets, bucketOf(ev.EventTimeNs, levelSize[level])) {
+				t.Fatalf("batch %d (%v): event %d at %d (%v) in none of level %d's buckets %v", i, codec, ev.Seq, ev.EventTimeNs, ev.Method, level, buckets)
+			}
+		}
+	}
+	if len(levels) != levelAll+1 || methodsSeen[wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE] == 0 || methodsSeen[wirepb.TimeMethod_TIME_METHOD_UNTRUSTED] == 0 {
+		t.Fatalf("the random batches did not reach every level and method: levels %v, methods %v", levels, methodsSeen)
+	}
+}
+
+// TestEventsByEventTime: through a real hub, a device uploads now events
+// from two hours ago, from yesterday and from a span of a week (one batch
+// in the catch-all); every query by event time finds exactly the events
+// in its range, whatever their arrival, in order, paging with next_from,
+// and reads only batches whose index buckets overlap it. arrived_within
+// still filters by arrival when given.
+func TestEventsByEventTime(t *testing.T) {
+	dir := t.TempDir()
+	o := aggTestOptions(t, dir)
+	s := startHub(t, o)
+	d := newDevice(t, "tcp://"+s.BrokerAddr(), "late1")
+	now := time.Now().Truncate(time.Second)
+	type sent struct {
+		ns    int64
+		value float64
+	}
+	var all []sent
+	first := uint64(1)
+	send := func(times []time.Time) {
+		var ns []int64
+		var vs []float64
+		for _, tm := range times {
+			ns, vs = append(ns, tm.UnixNano()), append(vs, float64(len(all)))
+			all = append(all, sent{tm.UnixNano(), float64(len(all))})
+		}
+		d.send(timedBatch("late1", d.stream, first, ns, vs))
+		first += uint64(len(times))
+	}
+	twoHours := now.Add(-2 * time.Hour).Truncate(time.Hour)
+	for b := range 6 { // six batches of the hour two hours ago, each of 90 s
+		var ts []time.Time
+		for i := range 10 {
+			ts = append(ts, twoHours.Add(time.Duration(b*600+i*10)*time.Second))
+		}
+		send(ts)
+	}
+	yesterday := now.Add(-26 * time.Hour)
+	send([]time.Time{yesterday, yesterday.Add(time.Minute), yesterday.Add(2 * time.Hour)})
+	week := now.Add(-7 * 24 * time.Hour)
+	send([]time.Time{week, week.Add(24 * time.Hour), week.Add(48 * time.Hour), week.Add(72 * time.Hour), week.Add(96 * time.Hour)})
+	send([]time.Time{now.Add(-time.Second)})
+	slices.SortStableFunc(all, func(a, b sent) int { return cmp.Compare(a.ns, b.ns) })
+
+	want := func(from, to time.Time) []float64 {
+		var out []float64
+		for _, e := range all {
+			if e.ns >= from.UnixNano() && e.ns < to.UnixNano() {
+				out = append(out, e.value)
+			}
+		}
+		return out
+	}
+	check := func(from, to time.Time, maxScanned int) {
+		t.Helper()
+		r, got := eventValues(t, s, "late1", from, to)
+		if w := want(from, to); !slices.Equal(got, w) {
+			t.Fatalf("[%v, %v): events %v, want %v", from, to, got, w)
+		}
+		if r.Scanned > maxScanned {
+			t.Fatalf("[%v, %v): %d entries read, want at most %d", from, to, r.Scanned, maxScanned)
+		}
+	}
+	check(twoHours, twoHours.Add(time.Hour), 6+1)                        // the six batches and the catch-all one
+	check(twoHours.Add(10*time.Minute), twoHours.Add(11*time.Minute), 2) // one batch and the catch-all one
+	check(yesterday, yesterday.Add(time.Hour), 2)
+	check(week.Add(24*time.Hour), week.Add(24*time.Hour+time.Second), 1)
+	check(week.Add(-time.Hour), now.Add(time.Hour), 9)
+	check(now.Add(-24*time.Hour), now.Add(time.Hour), 9)
+
+	// Paging through the hour two hours ago, 25 events a page.
+	var paged []float64
+	from := twoHours
+	for page := 0; ; page++ {
+		var r EventsResponse
+		code, body := getJSON(t, s.Handler(), fmt.Sprintf("/v1/events?device=late1&from=%d&to=%d&limit=25", from.UnixMilli(), twoHours.Add(time.Hour).UnixMilli()), &r)
+		if code != 200 || page > 10 {
+			t.Fatalf("page %d: %d %s", page, code, body)
+		}
+		for _, e := range r.Events {
+			paged = append(paged, e.Value)
+		}
+		if !r.Truncated {
+			break
+		}
+		next, err := time.Parse(time.RFC3339Nano, r.NextFrom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from = next
+	}
+	if w := want(twoHours, twoHours.Add(time.Hour)); !slices.Equal(paged, w) || len(w) != 60 {
+		t.Fatalf("paged %d events %v, want %d", len(paged), paged, len(w))
+	}
+
+	// arrived_within filters by arrival: everything arrived just now.
+	var r EventsResponse
+	q := fmt.Sprintf("/v1/events?device=late1&from=%d&to=%d&arrived_within=1m", twoHours.UnixMilli(), twoHours.Add(time.Hour).UnixMilli())
+	if code, body := getJSON(t, s.Handler(), q, &r); code != 200 || len(r.Events) != 0 || r.Scanned != 0 {
+		t.Fatalf("arrived within a minute of two hours ago: %d %s", code, body)
+	}
+
+	// The same after a restart (the index is in the store).
+	_ = s.Shutdown(context.Background())
+	s = startHub(t, o)
+	check(twoHours, twoHours.Add(time.Hour), 7)
+	check(week.Add(-time.Hour), now.Add(time.Hour), 9)
+}
+
+// TestEventIndexBuiltForOldStore opens a store written before the
+// event-time index existed (no index keys, no marker, the arrival index
+// that came before): the hub builds the index from the log once, deletes
+// the old keys, and a query by event time finds the old events and the
+// new ones.
+func TestEventIndexBuiltForOldStore(t *testing.T) {
+	dir := t.TempDir()
+	o := aggTestOptions(t, dir)
+	s := startHub(t, o)
+	base := time.Now().Add(-3 * time.Hour).Truncate(time.Second)
+	at := func(sec int) int64 { return base.Add(time.Duration(sec) * time.Second).UnixNano() }
+	d := newDevice(t, "tcp://"+s.BrokerAddr(), "old1")
+	d.send(timedBatch("old1", d.stream, 1, []int64{at(1), at(2)}, []float64{1, 2}))
+	d.send(timedBatch("old1", d.stream, 3, []int64{at(3)}, []float64{3}))
+	_ = s.Shutdown(context.Background())
+
+	db, err := badger.Open(badger.DefaultOptions(filepath.Join(dir, "wal")).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.DropPrefix([]byte{prefixEventIndex})
+	if err == nil {
+		err = db.Update(func(txn *badger.Txn) error {
+			if err := txn.Delete([]byte(keyEventIndex)); err != nil {
+				return err
+			}
+			if err := txn.Set([]byte(keyArrivalOld), []byte{0}); err != nil {
+				return err
+			}
+			return txn.Set([]byte{prefixArrivalOld, 'o', 'l', 'd', '1', 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 1}, nil)
+		})
+	}
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := startHub(t, o)
+	if n := countKeys(t, s2.st.db, prefixArrivalOld); n != 0 {
+		t.Fatalf("%d keys of the old arrival index left", n)
+	}
+	if n := countKeys(t, s2.st.db, keyArrivalOld[0]); n != 0 {
+		t.Fatalf("the old arrival index's marker is left")
+	}
+	if n := indexedEntries(t, s2.st); n != 2 {
+		t.Fatalf("the built index names %d entries, want the 2 batches", n)
+	}
+	d2 := newDevice(t, "tcp://"+s2.BrokerAddr(), "old1")
+	d2.send(timedBatch("old1", d2.stream, 1, []int64{at(4)}, []float64{4}))
+	r, got := eventValues(t, s2, "old1", base, base.Add(time.Minute))
+	if !slices.Equal(got, []float64{1, 2, 3, 4}) || r.Scanned != 3 {
+		t.Fatalf("events %v, %d entries scanned", got, r.Scanned)
+	}
+}
+
+// indexedEntries checks that every event-time index key of st names a
+// stored log entry of its device and returns how many entries they name.
+func indexedEntries(t *testing.T, st *store) int {
+	t.Helper()
+	named := map[uint64]bool{}
+	err := st.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixEventIndex}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k, err := parseEventIndexKey(it.Item().Key())
+			if err != nil {
+				return err
+			}
+			e, ok, err := readEntry(txn, k.seq, k.serverTimeNs)
+			if err != nil {
+				return err
+			}
+			if !ok || e.device != k.device || e.kind != entryBatch {
+				return fmt.Errorf("index key %+v names no batch entry of its device", k)
+			}
+			named[k.seq] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(named)
+}
