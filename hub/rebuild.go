@@ -70,6 +70,9 @@ func Rebuild(ctx context.Context, opts Options) (*RebuildResult, error) {
 		return nil, err
 	}
 	defer st.close()
+	if err := st.ensureEventIndex(opts.Limits, opts.Logger); err != nil {
+		return nil, fmt.Errorf("hub store %s: %w", st.dir, err)
+	}
 	agg.store.bind(st.db)
 	res, err := rebuildInto(ctx, st, agg, opts)
 	if err != nil {
