@@ -277,12 +277,11 @@ func (c *committer) entryKVs(p *pending, key streamKey) []kv {
 	p.entry.seq = c.nextSeq
 	c.nextSeq++
 	p.accepted = true
-	out := []kv{{walKey(p.entry.seq, p.serverTimeNs), p.entry.encode()}}
+	out := make([]kv, 1, 2+maxIndexKeys)
+	out[0] = kv{walKey(p.entry.seq, p.serverTimeNs), p.entry.encode()}
 	if p.kind == entryBatch {
 		out = append(out, kv{rangesKey(key.device, key.id), encodeDedup(c.streams[key])})
-		for _, k := range eventIndexKeys(&p.entry, p.view) {
-			out = append(out, kv{k, nil})
-		}
+		out = appendEventIndexKVs(out, &p.entry, p.view)
 	}
 	return out
 }

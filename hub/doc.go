@@ -27,12 +27,18 @@
 //	c                                -> newest checkpoint pointer (position, chunks, CRC-32Cs)
 //	c1                               -> the checkpoint before it (see checkpoint.go)
 //	k<gen:8><chunk:4>                -> checkpoint state chunks of both
+//	t<device>\x00<level:1><bucketStart:8><walSeq:8><serverTimeNs:8> -> empty: the
+//	                                    event-time index of batch entries (see eventindex.go)
+//	i                                -> empty: the event-time index covers the whole log
+//	                                    (e<device>\x00... and s, the arrival index before
+//	                                    it, are deleted when an old store's index is built)
 //	x<recordedAtNs:8>                -> a recorded loss to store damage (see damage.go)
 //	a<gen:8><series:4><bucket:8>     -> evicted aggregate partial, base resolution
 //	d<gen:8><tier:1><series:4><bucket:8> -> downsampled aggregate partial (see partials.go)
 //
-// The applied ranges are written in the same transaction as the log entries
-// that produced them, so the dedup state is never ahead of or behind the log.
+// The applied ranges and the event-time index keys are written in the same
+// transaction as the log entries that produced them, so the dedup state and
+// the index are never ahead of or behind the log.
 // Everything else the hub holds in memory (registry, consumer state) is a
 // function of the log: a restart loads the newest usable checkpoint and
 // replays the log entries after its position through the same apply path.

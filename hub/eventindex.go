@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"time"
 
@@ -23,14 +24,18 @@ import (
 //
 //	t<device>\x00<level:1><bucketStart:8><position:8><serverTimeNs:8>
 //
-// with no value, written in the same transaction as the entry itself, so
-// the two are never apart after a crash. position and serverTimeNs are
-// the entry's log key. The level is the smallest of minute, hour and day
-// whose buckets holding the entry's events number at most four (a key
-// per bucket); an entry whose events spread over more than four days gets
-// one key at the catch-all level, which every query of the device reads.
-// A query for [from, to) reads, for each level, the keys of the buckets
-// that overlap it, and then the entries they name, in log order.
+// written in the same transaction as the entry itself, so the two are
+// never apart after a crash. position and serverTimeNs are the entry's
+// log key. The level is the smallest of minute, hour and day whose
+// buckets holding the entry's events number at most four (a key per
+// bucket, no value). An entry whose events spread over more than four
+// days (a device offline for weeks that reports once an hour, say) gets
+// one key at the catch-all level instead: bucketStart is its earliest
+// event time and the value its latest (8 bytes). A query for [from, to)
+// reads, for each level, the keys of the buckets that overlap it, and the
+// catch-all keys that start before to (keys only, cheap), keeping those
+// whose span overlaps it; then it reads the entries they name, in log
+// order.
 //
 // keyEventIndex marks a store whose index covers the whole log. A store
 // without it (written before the index existed) gets its index built
@@ -113,16 +118,20 @@ func bucketOf(ns, size int64) int64 {
 }
 
 // bucketSet collects the distinct buckets of an entry's event times at
-// each level, up to maxIndexKeys each.
+// each level, up to maxIndexKeys each, and their span.
 type bucketSet struct {
-	n    [levelAll]int // maxIndexKeys+1 once a level has too many
-	b    [levelAll][maxIndexKeys]int64
-	some bool
+	n          [levelAll]int // maxIndexKeys+1 once a level has too many
+	b          [levelAll][maxIndexKeys]int64
+	some       bool
+	minNs, max int64
 }
 
 // add records one event time.
 func (s *bucketSet) add(ns int64) {
-	s.some = true
+	if !s.some {
+		s.some, s.minNs, s.max = true, ns, ns
+	}
+	s.minNs, s.max = min(s.minNs, ns), max(s.max, ns)
 	for l := range levelAll {
 		if s.n[l] > maxIndexKeys {
 			continue
@@ -141,17 +150,18 @@ func (s *bucketSet) add(ns int64) {
 }
 
 // choose returns the level to index at and its buckets (none when no
-// event was added).
-func (s *bucketSet) choose() (level byte, buckets []int64) {
+// event was added); at the catch-all level, the one bucket starts at the
+// earliest event time and lastNs is the latest.
+func (s *bucketSet) choose() (level byte, buckets []int64, lastNs int64) {
 	if !s.some {
-		return 0, nil
+		return 0, nil, 0
 	}
 	for l := range levelAll {
 		if s.n[l] <= maxIndexKeys {
-			return byte(l), s.b[l][:s.n[l]]
+			return byte(l), s.b[l][:s.n[l]], 0
 		}
 	}
-	return levelAll, []int64{0}
+	return levelAll, []int64{s.minNs}, s.max
 }
 
 // eventTimeOf is the corrected time of a parsed event, as the applier
@@ -185,9 +195,9 @@ func (v *batchView) timeFields(i int, ev *eventView) bool {
 // eventBuckets returns the index level and buckets of batch entry e
 // parsed as v: those of the events the applier applies from it (fresh and
 // not refused), by their corrected times.
-func eventBuckets(e *walEntry, v *batchView) (level byte, buckets []int64) {
+func eventBuckets(e *walEntry, v *batchView) (level byte, buckets []int64, lastNs int64) {
 	if ceilingNoDecode {
-		return 0, nil
+		return 0, nil, 0
 	}
 	var s bucketSet
 	var ev eventView
@@ -205,26 +215,31 @@ func eventBuckets(e *walEntry, v *batchView) (level byte, buckets []int64) {
 	return s.choose()
 }
 
-// eventIndexKeys returns the index keys of batch entry e parsed as v.
-func eventIndexKeys(e *walEntry, v *batchView) [][]byte {
-	level, buckets := eventBuckets(e, v)
+// appendEventIndexKVs appends the index keys and values of batch entry e
+// parsed as v to out (one allocation for all of them).
+func appendEventIndexKVs(out []kv, e *walEntry, v *batchView) []kv {
+	level, buckets, lastNs := eventBuckets(e, v)
 	if len(buckets) == 0 {
-		return nil
+		return out
 	}
-	prefix := eventIndexPrefix(e.device)
-	n := len(prefix) + eventKeyFixLen
-	buf := make([]byte, 0, n*len(buckets))
-	keys := make([][]byte, len(buckets))
-	for i, b := range buckets {
-		buf = appendEventIndexKey(append(buf, prefix...), level, b, e.seq, e.serverTimeNs)
-		keys[i] = buf[i*n : (i+1)*n : (i+1)*n]
+	n := 2 + len(e.device) + eventKeyFixLen
+	buf := make([]byte, 0, n*len(buckets)+8)
+	for _, b := range buckets {
+		buf = append(buf, prefixEventIndex)
+		buf = append(buf, e.device...)
+		buf = appendEventIndexKey(append(buf, 0), level, b, e.seq, e.serverTimeNs)
+		out = append(out, kv{buf[len(buf)-n : len(buf) : len(buf)], nil})
 	}
-	return keys
+	if level == levelAll {
+		buf = binary.BigEndian.AppendUint64(buf, sortableNs(lastNs))
+		out[len(out)-1].v = buf[len(buf)-8:]
+	}
+	return out
 }
 
-// storedIndexKeys returns the index keys of a stored log entry (none for
-// ticks and status entries).
-func storedIndexKeys(e *walEntry, lim wire.Limits) ([][]byte, error) {
+// storedIndexKVs returns the index keys and values of a stored log entry
+// (none for ticks and status entries).
+func storedIndexKVs(e *walEntry, lim wire.Limits) ([]kv, error) {
 	if e.kind != entryBatch {
 		return nil, nil
 	}
@@ -232,7 +247,7 @@ func storedIndexKeys(e *walEntry, lim wire.Limits) ([][]byte, error) {
 	if err := parseBatchFrame(v, e.payload, lim); err != nil {
 		return nil, fmt.Errorf("%w: log entry %d: batch: %v", ErrCorrupt, e.seq, err)
 	}
-	return eventIndexKeys(e, v), nil
+	return appendEventIndexKVs(nil, e, v), nil
 }
 
 // indexPosition names a log entry an index key points to.
@@ -278,7 +293,7 @@ func eventPositions(txn *badger.Txn, device string, fromNs, toNs, arrivedBeforeN
 	var pos []indexPosition
 	maxKeys := maxIndexKeys * maxEntries
 	for l := byte(0); l <= levelAll; l++ {
-		lo, hi := int64(0), int64(0)
+		lo, hi := int64(math.MinInt64), toNs-1 // the catch-all: spans starting before to
 		if l < levelAll {
 			lo, hi = bucketOf(fromNs, levelSize[l]), bucketOf(toNs-1, levelSize[l])
 		}
@@ -294,6 +309,14 @@ func eventPositions(txn *badger.Txn, device string, fromNs, toNs, arrivedBeforeN
 			if k.serverTimeNs >= arrivedBeforeNs {
 				continue
 			}
+			if l == levelAll {
+				if last, err := catchAllLast(it.Item()); err != nil || last < fromNs {
+					if err != nil {
+						return nil, err
+					}
+					continue
+				}
+			}
 			if pos = append(pos, indexPosition{k.seq, k.serverTimeNs}); len(pos) > maxKeys {
 				return nil, errIndexScanCap
 			}
@@ -305,6 +328,19 @@ func eventPositions(txn *badger.Txn, device string, fromNs, toNs, arrivedBeforeN
 		return nil, errIndexScanCap
 	}
 	return pos, nil
+}
+
+// catchAllLast reads the latest event time of a catch-all index key.
+func catchAllLast(item *badger.Item) (int64, error) {
+	var last int64
+	err := item.Value(func(v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("%w: event index key %x: value %x, want 8 bytes", ErrCorrupt, item.Key(), v)
+		}
+		last = int64(binary.BigEndian.Uint64(v) ^ 1<<63)
+		return nil
+	})
+	return last, err
 }
 
 // readEntry reads the log entry at position seq with server time
@@ -338,9 +374,9 @@ func (s *store) indexKeysOfLog(walKeys [][]byte, lim wire.Limits) ([][]byte, err
 			if err != nil || !ok {
 				continue
 			}
-			keys, err := storedIndexKeys(e, lim)
-			if err == nil {
-				out = append(out, keys...)
+			kvs, err := storedIndexKVs(e, lim)
+			for _, x := range kvs {
+				out = append(out, x.k)
 			}
 		}
 		return nil
@@ -382,20 +418,20 @@ func (s *store) ensureEventIndex(lim wire.Limits, log *slog.Logger) error {
 			}
 			entries++
 			e, err := walItemEntry(it.Item(), seq)
-			var ks [][]byte
+			var kvs []kv
 			if err == nil {
-				ks, err = storedIndexKeys(e, lim)
+				kvs, err = storedIndexKVs(e, lim)
 			}
 			if err != nil {
 				skipped++
 				continue
 			}
-			for _, k := range ks {
-				if err := wb.Set(k, nil); err != nil {
+			for _, x := range kvs {
+				if err := wb.Set(x.k, x.v); err != nil {
 					return err
 				}
 			}
-			keys += len(ks)
+			keys += len(kvs)
 		}
 		return nil
 	})

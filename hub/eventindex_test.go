@@ -19,7 +19,8 @@ import (
 )
 
 // TestBucketChoice: an entry is indexed at the smallest level whose
-// buckets holding its events number at most four, else at the catch-all.
+// buckets holding its events number at most four, else at the catch-all
+// with its span.
 func TestBucketChoice(t *testing.T) {
 	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	at := func(d time.Duration) int64 { return day.Add(d).UnixNano() }
@@ -42,8 +43,8 @@ func TestBucketChoice(t *testing.T) {
 			[]int64{at(0)}},
 		{"four days", []int64{at(0), at(24 * time.Hour), at(48 * time.Hour), at(72*time.Hour + time.Hour), at(72*time.Hour + 2*time.Hour)}, 2,
 			[]int64{at(0), at(24 * time.Hour), at(48 * time.Hour), at(72 * time.Hour)}},
-		{"five days", []int64{at(0), at(24 * time.Hour), at(48 * time.Hour), at(72 * time.Hour), at(96 * time.Hour)}, levelAll,
-			[]int64{0}},
+		{"five days", []int64{at(time.Hour), at(24 * time.Hour), at(0), at(96 * time.Hour), at(72 * time.Hour), at(48 * time.Hour)}, levelAll,
+			[]int64{at(0)}}, // and the span's end, at(96h)
 		{"before 1970", []int64{ns(-time.Second), ns(-61 * time.Second)}, 0, []int64{ns(-time.Minute), ns(-2 * time.Minute)}},
 	}
 	for _, tt := range tests {
@@ -52,9 +53,12 @@ func TestBucketChoice(t *testing.T) {
 			for _, ns := range tt.times {
 				s.add(ns)
 			}
-			level, buckets := s.choose()
+			level, buckets, last := s.choose()
 			if level != tt.level || !slices.Equal(buckets, tt.buckets) {
 				t.Fatalf("level %d buckets %v, want %d %v", level, buckets, tt.level, tt.buckets)
+			}
+			if wantLast := slices.Max(append([]int64{0}, tt.times...)); level == levelAll && last != wantLast {
+				t.Fatalf("catch-all span ends at %d, want %d", last, wantLast)
 			}
 		})
 	}
@@ -129,7 +133,7 @@ func TestEventBucketsCoverApplied(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		level, buckets := eventBuckets(e, v)
+		level, buckets, last := eventBuckets(e, v)
 		applied := app.build(e, v).Events
 		if len(applied) > 0 && len(buckets) == 0 || len(buckets) > min(len(applied), maxIndexKeys) {
 			t.Fatalf("batch %d: %d buckets for %d applied events", i, len(buckets), len(applied))
@@ -137,6 +141,9 @@ func TestEventBucketsCoverApplied(t *testing.T) {
 		levels[level]++
 		for _, ev := range applied {
 			methodsSeen[ev.Method]++
+			if level == levelAll && (ev.EventTimeNs < buckets[0] || ev.EventTimeNs > last) {
+				t.Fatalf("batch %d (%v): event %d at %d (%v) outside the catch-all span [%d, %d]", i, codec, ev.Seq, ev.EventTimeNs, ev.Method, buckets[0], last)
+			}
 			if level != levelAll && !slices.Contains(buckets, bucketOf(ev.EventTimeNs, levelSize[level])) {
 				t.Fatalf("batch %d (%v): event %d at %d (%v) in none of level %d's buckets %v", i, codec, ev.Seq, ev.EventTimeNs, ev.Method, level, buckets)
 			}
@@ -148,10 +155,11 @@ func TestEventBucketsCoverApplied(t *testing.T) {
 }
 
 // TestEventsByEventTime: through a real hub, a device uploads now events
-// from two hours ago, from yesterday and from a span of a week (one batch
-// in the catch-all); every query by event time finds exactly the events
-// in its range, whatever their arrival, in order, paging with next_from,
-// and reads only batches whose index buckets overlap it. arrived_within
+// from two hours ago, from yesterday and from five days a week ago (one
+// batch in the catch-all); every query by event time finds exactly the
+// events in its range, whatever their arrival, in order, paging with
+// next_from, and reads exactly the batches whose index buckets (or
+// catch-all span) overlap it. arrived_within
 // still filters by arrival when given.
 func TestEventsByEventTime(t *testing.T) {
 	dir := t.TempDir()
@@ -199,22 +207,23 @@ func TestEventsByEventTime(t *testing.T) {
 		}
 		return out
 	}
-	check := func(from, to time.Time, maxScanned int) {
+	check := func(from, to time.Time, scanned int) {
 		t.Helper()
 		r, got := eventValues(t, s, "late1", from, to)
 		if w := want(from, to); !slices.Equal(got, w) {
 			t.Fatalf("[%v, %v): events %v, want %v", from, to, got, w)
 		}
-		if r.Scanned > maxScanned {
-			t.Fatalf("[%v, %v): %d entries read, want at most %d", from, to, r.Scanned, maxScanned)
+		if r.Scanned != scanned {
+			t.Fatalf("[%v, %v): %d entries read, want %d", from, to, r.Scanned, scanned)
 		}
 	}
-	check(twoHours, twoHours.Add(time.Hour), 6+1)                        // the six batches and the catch-all one
-	check(twoHours.Add(10*time.Minute), twoHours.Add(11*time.Minute), 2) // one batch and the catch-all one
-	check(yesterday, yesterday.Add(time.Hour), 2)
-	check(week.Add(24*time.Hour), week.Add(24*time.Hour+time.Second), 1)
+	check(twoHours, twoHours.Add(time.Hour), 6)                          // the six batches
+	check(twoHours.Add(10*time.Minute), twoHours.Add(11*time.Minute), 1) // the second one's minute buckets
+	check(yesterday, yesterday.Add(time.Hour), 1)
+	check(week.Add(24*time.Hour), week.Add(24*time.Hour+time.Second), 1) // the catch-all batch
+	check(week.Add(-time.Hour), week, 0)                                 // before its span
 	check(week.Add(-time.Hour), now.Add(time.Hour), 9)
-	check(now.Add(-24*time.Hour), now.Add(time.Hour), 9)
+	check(now.Add(-24*time.Hour), now.Add(time.Hour), 8) // not the catch-all, whose span ended 3 days ago
 
 	// Paging through the hour two hours ago, 25 events a page.
 	var paged []float64
@@ -251,7 +260,8 @@ func TestEventsByEventTime(t *testing.T) {
 	// The same after a restart (the index is in the store).
 	_ = s.Shutdown(context.Background())
 	s = startHub(t, o)
-	check(twoHours, twoHours.Add(time.Hour), 7)
+	check(twoHours, twoHours.Add(time.Hour), 6)
+	check(week.Add(24*time.Hour), week.Add(24*time.Hour+time.Second), 1)
 	check(week.Add(-time.Hour), now.Add(time.Hour), 9)
 }
 
