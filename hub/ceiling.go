@@ -51,7 +51,7 @@ type ceilingJournal struct {
 // each pending's fate as commit does. With "journal" it appends the
 // group's entries to the journal and fdatasyncs it, then writes Badger's
 // small keys (an 8-byte position in place of the entry, the stream's
-// ranges, the device log's key) unsynced in one transaction: the payloads
+// ranges, the event-time index keys) unsynced in one transaction: the payloads
 // live in the journal alone. With "journal-full" Badger takes what commit
 // gives it, entries and all, unsynced: the journal only makes the group
 // durable. With "journal-after" Badger's small keys are written by a

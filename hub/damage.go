@@ -42,7 +42,7 @@ type damageRecord struct {
 	// FromServerNs and ToServerNs bound their server times (0: unknown).
 	FromServerNs int64 `json:"from_server_ns,omitempty"`
 	ToServerNs   int64 `json:"to_server_ns,omitempty"`
-	// Devices had entries among them (from the device log index).
+	// Devices had entries among them (from the event-time index).
 	Devices []string `json:"devices,omitempty"`
 	// Streams are the sequence numbers each stream lost, where known.
 	Streams []lostStream `json:"streams,omitempty"`

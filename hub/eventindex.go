@@ -124,14 +124,19 @@ type bucketSet struct {
 	b          [levelAll][maxIndexKeys]int64
 	some       bool
 	minNs, max int64
+	minute     int64 // the previous event's minute bucket
 }
 
 // add records one event time.
 func (s *bucketSet) add(ns int64) {
 	if !s.some {
-		s.some, s.minNs, s.max = true, ns, ns
+		s.some, s.minNs, s.max, s.minute = true, ns, ns, bucketOf(ns, levelSize[0])+levelSize[0]
 	}
 	s.minNs, s.max = min(s.minNs, ns), max(s.max, ns)
+	if ns >= s.minute && ns-s.minute < levelSize[0] {
+		return // the previous event's buckets, at every level
+	}
+	s.minute = bucketOf(ns, levelSize[0])
 	for l := range levelAll {
 		if s.n[l] > maxIndexKeys {
 			continue
@@ -188,18 +193,17 @@ func (v *batchView) timeFields(i int, ev *eventView) bool {
 	if i >= len(v.events) {
 		return false
 	}
-	*ev = v.events[i]
+	e := &v.events[i]
+	ev.deviceTimeNs, ev.offsetNs, ev.uncertaintyNs, ev.method = e.deviceTimeNs, e.offsetNs, e.uncertaintyNs, e.method
 	return true
 }
 
-// eventBuckets returns the index level and buckets of batch entry e
-// parsed as v: those of the events the applier applies from it (fresh and
-// not refused), by their corrected times.
-func eventBuckets(e *walEntry, v *batchView) (level byte, buckets []int64, lastNs int64) {
+// addEvents adds to s the corrected times of the events the applier
+// applies from batch entry e parsed as v (fresh and not refused).
+func (s *bucketSet) addEvents(e *walEntry, v *batchView) {
 	if ceilingNoDecode {
-		return 0, nil, 0
+		return
 	}
-	var s bucketSet
 	var ev eventView
 	for _, r := range e.fresh {
 		for seq := r.First; seq <= r.Last && seq >= r.First; seq++ {
@@ -212,13 +216,14 @@ func eventBuckets(e *walEntry, v *batchView) (level byte, buckets []int64, lastN
 			s.add(eventTimeOf(&ev, e.est))
 		}
 	}
-	return s.choose()
 }
 
 // appendEventIndexKVs appends the index keys and values of batch entry e
 // parsed as v to out (one allocation for all of them).
 func appendEventIndexKVs(out []kv, e *walEntry, v *batchView) []kv {
-	level, buckets, lastNs := eventBuckets(e, v)
+	var s bucketSet
+	s.addEvents(e, v)
+	level, buckets, lastNs := s.choose()
 	if len(buckets) == 0 {
 		return out
 	}

@@ -133,7 +133,9 @@ func TestEventBucketsCoverApplied(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		level, buckets, last := eventBuckets(e, v)
+		var bs bucketSet
+		bs.addEvents(e, v)
+		level, buckets, last := bs.choose()
 		applied := app.build(e, v).Events
 		if len(applied) > 0 && len(buckets) == 0 || len(buckets) > min(len(applied), maxIndexKeys) {
 			t.Fatalf("batch %d: %d buckets for %d applied events", i, len(buckets), len(applied))
