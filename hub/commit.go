@@ -26,7 +26,8 @@ type pending struct {
 	view         *batchView
 	stream       wire.StreamID
 	first, last  uint64
-	rangeAcks    bool // the agent takes one ack for a run of batches
+	rangeAcks    bool      // the agent takes one ack for a run of batches
+	times        bucketSet // its events' event-time index buckets (eventindex.go)
 
 	rej      *Rejection // set: acked REJECTED, not logged
 	dup      bool       // set: acked DUPLICATE, not logged
@@ -281,7 +282,7 @@ func (c *committer) entryKVs(p *pending, key streamKey) []kv {
 	out[0] = kv{walKey(p.entry.seq, p.serverTimeNs), p.entry.encode()}
 	if p.kind == entryBatch {
 		out = append(out, kv{rangesKey(key.device, key.id), encodeDedup(c.streams[key])})
-		out = appendEventIndexKVs(out, &p.entry, p.view)
+		out = eventIndexKVs(out, &p.entry, p.view, &p.times)
 	}
 	return out
 }

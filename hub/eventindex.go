@@ -13,6 +13,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -125,6 +126,11 @@ type bucketSet struct {
 	some       bool
 	minNs, max int64
 	minute     int64 // the previous event's minute bucket
+	// untrusted: some event is UNTRUSTED, so its time depends on the
+	// hub's estimate (correctTime).
+	untrusted bool
+	// done: a decode worker filled the set for the whole batch.
+	done bool
 }
 
 // add records one event time.
@@ -198,31 +204,52 @@ func (v *batchView) timeFields(i int, ev *eventView) bool {
 	return true
 }
 
-// addEvents adds to s the corrected times of the events the applier
-// applies from batch entry e parsed as v (fresh and not refused).
-func (s *bucketSet) addEvents(e *walEntry, v *batchView) {
+// addEvents adds to s the corrected times (with est) of v's events in
+// fresh that refused does not hold: the events the applier applies.
+func (s *bucketSet) addEvents(v *batchView, fresh []ranges.SeqRange, refused []refusedRange, est hubEstimate) {
 	if ceilingNoDecode {
 		return
 	}
 	var ev eventView
-	for _, r := range e.fresh {
+	for _, r := range fresh {
 		for seq := r.First; seq <= r.Last && seq >= r.First; seq++ {
 			if seq < v.firstSeq || !v.timeFields(int(seq-v.firstSeq), &ev) {
 				break
 			}
-			if len(e.refused) > 0 && e.refusedAt(seq) {
+			if len(refused) > 0 && (&walEntry{refused: refused}).refusedAt(seq) {
 				continue
 			}
-			s.add(eventTimeOf(&ev, e.est))
+			s.untrusted = s.untrusted || ev.method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED
+			s.add(eventTimeOf(&ev, est))
 		}
 	}
 }
 
-// appendEventIndexKVs appends the index keys and values of batch entry e
-// parsed as v to out (one allocation for all of them).
-func appendEventIndexKVs(out []kv, e *walEntry, v *batchView) []kv {
+// prepareEventIndex fills p's bucket set from its valid batch, for the
+// whole batch and without the hub's estimate: a decode worker does the
+// per-event work, and the committer uses the set as it is when the entry
+// applies the whole batch and no event's time depends on the estimate
+// (eventIndexKVs).
+func (p *pending) prepareEventIndex(v *batchView) {
+	if p.last < p.first || p.first == 0 {
+		return
+	}
+	whole := []ranges.SeqRange{{First: p.first, Last: p.last}}
+	p.times.addEvents(v, whole, freshRefused(v, whole), hubEstimate{})
+	p.times.done = true
+}
+
+// eventIndexKVs appends the index keys and values of batch entry e parsed
+// as v to out, from pre when a decode worker prepared it and it holds for
+// e (else nil), else from v.
+func eventIndexKVs(out []kv, e *walEntry, v *batchView, pre *bucketSet) []kv {
 	var s bucketSet
-	s.addEvents(e, v)
+	if pre != nil && pre.done && !(pre.untrusted && e.est.ok) && len(e.fresh) == 1 &&
+		e.fresh[0].First == v.firstSeq && e.fresh[0].Last == v.firstSeq+uint64(v.len())-1 {
+		s = *pre
+	} else {
+		s.addEvents(v, e.fresh, e.refused, e.est)
+	}
 	level, buckets, lastNs := s.choose()
 	if len(buckets) == 0 {
 		return out
@@ -252,7 +279,7 @@ func storedIndexKVs(e *walEntry, lim wire.Limits) ([]kv, error) {
 	if err := parseBatchFrame(v, e.payload, lim); err != nil {
 		return nil, fmt.Errorf("%w: log entry %d: batch: %v", ErrCorrupt, e.seq, err)
 	}
-	return appendEventIndexKVs(nil, e, v), nil
+	return eventIndexKVs(nil, e, v, nil), nil
 }
 
 // indexPosition names a log entry an index key points to.

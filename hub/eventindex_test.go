@@ -1,9 +1,11 @@
 package hub
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -104,7 +106,7 @@ func TestEventBucketsCoverApplied(t *testing.T) {
 	methods := []wirepb.TimeMethod{wirepb.TimeMethod_TIME_METHOD_NTP, wirepb.TimeMethod_TIME_METHOD_UNTRUSTED, wirepb.TimeMethod_TIME_METHOD_HUB_SYNC, wirepb.TimeMethod_TIME_METHOD_REPAIRED}
 	app := newApplier(nil, nil, nil, limitsWithDefaults(wire.Limits{}))
 	sid := wire.NewStreamID()
-	levels, methodsSeen := map[byte]int{}, map[wirepb.TimeMethod]int{}
+	levels, methodsSeen, withRefused := map[byte]int{}, map[wirepb.TimeMethod]int{}, 0
 	for i := range 400 {
 		n := 1 + rng.IntN(50)
 		spread := spreads[rng.IntN(len(spreads))]
@@ -112,6 +114,9 @@ func TestEventBucketsCoverApplied(t *testing.T) {
 		for j := range n {
 			m := methods[rng.IntN(len(methods))]
 			ev := &wirepb.Event{Metric: "m", Value: float64(j), DeviceTimeNs: base + rng.Int64N(spread), MonoNs: int64(j), BootId: "b", Method: m}
+			if rng.IntN(20) == 0 {
+				ev.Value = math.NaN() // refused by the hub
+			}
 			if m != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
 				ev.OffsetNs = rng.Int64N(int64(2*time.Minute)) - int64(time.Minute)
 			}
@@ -126,16 +131,33 @@ func TestEventBucketsCoverApplied(t *testing.T) {
 			payload: wire.FrameWith(wire.MsgBatch, codec, body),
 			fresh:   []ranges.SeqRange{{First: 10 + uint64(rng.IntN(n)), Last: 9 + uint64(n)}},
 			est:     hubEstimate{ok: rng.IntN(2) == 0, offsetNs: rng.Int64N(int64(time.Hour)), uncertaintyNs: 1e6}}
-		if rng.IntN(3) == 0 {
-			e.refused = []refusedRange{{SeqRange: ranges.SeqRange{First: 10, Last: 9 + uint64(rng.IntN(n)+1)}}}
+		if rng.IntN(2) == 0 {
+			e.fresh[0].First = 10 // the whole batch, as most are
 		}
 		v, err := app.parseStored(e)
+		if err == nil {
+			err = validateEvents(v)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
+		e.refused = freshRefused(v, e.fresh)
+		if len(e.refused) > 0 {
+			withRefused++
+		}
 		var bs bucketSet
-		bs.addEvents(e, v)
+		bs.addEvents(v, e.fresh, e.refused, e.est)
 		level, buckets, last := bs.choose()
+		// What the committer writes from a decode worker's set is what
+		// retention and the one-time build compute from the stored entry.
+		p := &pending{}
+		p.describe(v)
+		p.prepareEventIndex(v)
+		if live, stored := eventIndexKVs(nil, e, v, &p.times), eventIndexKVs(nil, e, v, nil); !slices.EqualFunc(live, stored, func(a, b kv) bool {
+			return bytes.Equal(a.k, b.k) && bytes.Equal(a.v, b.v)
+		}) {
+			t.Fatalf("batch %d: the committer's keys %v differ from the stored entry's %v", i, live, stored)
+		}
 		applied := app.build(e, v).Events
 		if len(applied) > 0 && len(buckets) == 0 || len(buckets) > min(len(applied), maxIndexKeys) {
 			t.Fatalf("batch %d: %d buckets for %d applied events", i, len(buckets), len(applied))
@@ -151,8 +173,8 @@ func TestEventBucketsCoverApplied(t *testing.T) {
 			}
 		}
 	}
-	if len(levels) != levelAll+1 || methodsSeen[wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE] == 0 || methodsSeen[wirepb.TimeMethod_TIME_METHOD_UNTRUSTED] == 0 {
-		t.Fatalf("the random batches did not reach every level and method: levels %v, methods %v", levels, methodsSeen)
+	if len(levels) != levelAll+1 || withRefused == 0 || methodsSeen[wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE] == 0 || methodsSeen[wirepb.TimeMethod_TIME_METHOD_UNTRUSTED] == 0 {
+		t.Fatalf("the random batches did not reach every level and method: levels %v, methods %v, %d with refused events", levels, methodsSeen, withRefused)
 	}
 }
 

@@ -114,6 +114,7 @@ func (s *Server) decode(msg inMsg) (p *pending) {
 		return p
 	}
 	p.view = v
+	p.prepareEventIndex(v)
 	return p
 }
 
