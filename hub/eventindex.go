@@ -38,6 +38,13 @@ import (
 // whose span overlaps it; then it reads the entries they name, in log
 // order.
 //
+// The buckets are those of the events the entry applies (fresh, not
+// refused) at the time correctTime gives them, the time the query
+// filters by. A decode worker computes them for the whole batch; the
+// committer recomputes them only when the entry applies part of it or an
+// UNTRUSTED event takes the hub's estimate (eventIndexKVs). Retention and
+// the one-time build compute them from the stored entry, the same way.
+//
 // keyEventIndex marks a store whose index covers the whole log. A store
 // without it (written before the index existed) gets its index built
 // once from its log when the hub opens it; the per-device arrival index

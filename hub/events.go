@@ -28,7 +28,6 @@ const (
 	maxEventsMatch    = 1_000_000
 	maxEventsLimit    = 10_000
 	defaultEventLimit = 1000
-	eventsSlack       = time.Minute // server times are only nearly ordered by position
 )
 
 // EventsResponse is the body of GET /v1/events.
@@ -171,7 +170,8 @@ func eventJSON(e *walEntry, ev *AppliedEvent) EventJSON {
 
 // firstWALAtOrAfter returns the smallest log position whose entry has a
 // server time at or after ns, by binary search over positions (server
-// times grow with positions up to the reordering eventsSlack covers). It
+// times grow with positions, nearly: the clock is read before an entry
+// gets its position). It
 // returns the position after the last entry when there is none.
 func (st *store) firstWALAtOrAfter(ns int64) (uint64, error) {
 	var lo, hi uint64
