@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/internal/lograte"
 	"edgeflow/wire"
 )
 
@@ -41,11 +42,13 @@ type StreamRetirer interface {
 // streams checked at once, whenever it asks for a new one.
 const retireScanEvery = time.Minute
 
-// streamCap is the committer's count of each device's streams and the
-// time of its last expiry scan.
+// streamCap is the committer's count of each device's streams, the time
+// of its last expiry scan, and the limiter of its log line about devices
+// at their bound.
 type streamCap struct {
 	byDevice map[string]map[wire.StreamID]*dedupState
 	lastScan int64
+	log      lograte.Limiter
 }
 
 // initStreams builds the per-device index of the loaded dedup state. A
@@ -53,6 +56,7 @@ type streamCap struct {
 // it is retired one expiry after the upgrade at the earliest.
 func (c *committer) initStreams(nowNs int64) {
 	c.cap.byDevice = map[string]map[wire.StreamID]*dedupState{}
+	c.cap.log.Every = c.opts.RejectLogInterval
 	for k, st := range c.streams {
 		if st.lastSeenNs == 0 {
 			st.lastSeenNs = nowNs
@@ -94,6 +98,11 @@ func (c *committer) admitStream(p *pending) bool {
 		}
 	}
 	p.retryAfterNs = max(oldest+int64(c.opts.StreamIdleExpiry)-p.serverTimeNs, int64(time.Second))
+	if ok, n := c.cap.log.Allow(time.Unix(0, p.serverTimeNs)); ok {
+		c.opts.Logger.Warn("device at its bound of streams: batches opening a new stream are answered retry-later until one is retired",
+			"device", p.device, "streams", len(ids), "max_streams_per_device", c.opts.MaxStreamsPerDevice,
+			"oldest_expires_in", time.Duration(p.retryAfterNs).Round(time.Second), "suppressed_since_last", n)
+	}
 	p.rej = &Rejection{ReasonTooManyStreams, fmt.Sprintf("device already holds %d streams (max-streams-per-device %d); a stream is retired after %v without a batch",
 		len(ids), c.opts.MaxStreamsPerDevice, c.opts.StreamIdleExpiry)}
 	return false
@@ -107,14 +116,15 @@ func (c *committer) admitStream(p *pending) bool {
 func (c *committer) withRetirements(group []*pending) []*pending {
 	now := c.opts.Now().UnixNano()
 	var due []streamKey
+	// A stream with a batch in this group is not idle, whatever its time.
+	busy := map[streamKey]bool{}
+	for _, p := range group {
+		if p.kind == entryBatch {
+			busy[streamKey{p.device, p.stream}] = true
+		}
+	}
 	if now-c.cap.lastScan >= int64(retireScanEvery) {
 		c.cap.lastScan = now
-		busy := map[streamKey]bool{}
-		for _, p := range group {
-			if p.kind == entryBatch {
-				busy[streamKey{p.device, p.stream}] = true
-			}
-		}
 		for k, st := range c.streams {
 			if !busy[k] && c.expired(st, now) {
 				due = append(due, k)
@@ -127,7 +137,7 @@ func (c *committer) withRetirements(group []*pending) []*pending {
 				continue
 			}
 			for id, st := range ids {
-				if c.expired(st, now) {
+				if !busy[streamKey{p.device, id}] && c.expired(st, now) {
 					due = append(due, streamKey{p.device, id})
 				}
 			}
@@ -143,6 +153,10 @@ func (c *committer) withRetirements(group []*pending) []*pending {
 		}
 		c.forgetStream(k)
 		out = append(out, &pending{kind: entryRetire, device: k.device, stream: k.id, serverTimeNs: now})
+	}
+	if len(out) > 0 {
+		c.opts.Logger.Info("retired streams idle for stream-idle-expiry", "streams", len(out),
+			"first_device", out[0].device, "first_stream", out[0].stream, "stream_idle_expiry", c.opts.StreamIdleExpiry)
 	}
 	return append(out, group...)
 }

@@ -211,3 +211,25 @@ func countDeviceRanges(t *testing.T, s *Server, device string) int {
 	}
 	return n
 }
+
+// TestStreamRetiredWhenAskedAtBound: between expiry scans, a device at
+// its bound that asks for a new stream has its expired streams retired at
+// once, and a busy device keeps its stream.
+func TestStreamRetiredWhenAskedAtBound(t *testing.T) {
+	opts, clock, _ := streamCapOptions(t, 1, time.Hour)
+	s := startHub(t, opts())
+	d := newDevice(t, "tcp://"+s.BrokerAddr(), "one")
+	other := newDevice(t, "tcp://"+s.BrokerAddr(), "other")
+	a, b := wire.NewStreamID(), wire.NewStreamID()
+	wantAck(t, "a", sendOn(d, a, 1), wirepb.AckStatus_ACK_STATUS_OK)
+	clock.add(59*time.Minute + 30*time.Second)
+	wantAck(t, "other device (a scan, a not yet expired)", sendOn(other, other.stream, 1), wirepb.AckStatus_ACK_STATUS_OK)
+	wantAck(t, "b before a expired", sendOn(d, b, 1), wirepb.AckStatus_ACK_STATUS_RETRY_LATER)
+	clock.add(40 * time.Second) // a idle 60m10s; the last scan was 40s ago
+	wantAck(t, "b after a expired", sendOn(d, b, 1), wirepb.AckStatus_ACK_STATUS_OK)
+	wantStreams(t, s, d.id, b)
+	wantStreams(t, s, other.id, other.stream)
+	if got := counterValue(t, s.m.streamsRetired); got != 1 {
+		t.Fatalf("streams_retired_total = %v, want 1", got)
+	}
+}
