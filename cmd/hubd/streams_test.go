@@ -240,3 +240,29 @@ func TestBinaryStreamsPerDeviceBounded(t *testing.T) {
 	}
 	wantBounded(t, h, "dev-many", accepted, base)
 }
+
+// TestStreamKeysFromFileEnvAndFlags: the two keys of the streams bound
+// come from the file, the environment and flags like every other key.
+func TestStreamKeysFromFileEnvAndFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "hubd.yaml")
+	if err := os.WriteFile(file, []byte("data-dir: d\nmax-streams-per-device: 5\nstream-idle-expiry: 2h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig([]string{"--data-dir", "d"})
+	if err != nil || cfg.hub.MaxStreamsPerDevice != 16 || cfg.hub.StreamIdleExpiry != 168*time.Hour {
+		t.Fatalf("defaults: %v %+v", err, cfg)
+	}
+	cfg, err = loadConfig([]string{"--config", file})
+	if err != nil || cfg.hub.MaxStreamsPerDevice != 5 || cfg.hub.StreamIdleExpiry != 2*time.Hour {
+		t.Fatalf("file: %v %+v", err, cfg)
+	}
+	t.Setenv("HUBD_MAX_STREAMS_PER_DEVICE", "7")
+	t.Setenv("HUBD_STREAM_IDLE_EXPIRY", "3h")
+	if cfg, err = loadConfig([]string{"--config", file}); err != nil || cfg.hub.MaxStreamsPerDevice != 7 || cfg.hub.StreamIdleExpiry != 3*time.Hour {
+		t.Fatalf("environment: %v", err)
+	}
+	cfg, err = loadConfig([]string{"--config", file, "--max-streams-per-device", "9", "--stream-idle-expiry", "4h"})
+	if err != nil || cfg.hub.MaxStreamsPerDevice != 9 || cfg.hub.StreamIdleExpiry != 4*time.Hour {
+		t.Fatalf("flags: %v", err)
+	}
+}
