@@ -64,6 +64,8 @@ func (a *applier) applyEntry(e *walEntry, v *batchView) error {
 		a.feedConsumers(e, v)
 	case entryTick:
 		a.tickConsumers(time.Unix(0, e.serverTimeNs), e.seq)
+	case entryRetire:
+		a.retireStream(e)
 	default:
 		return fmt.Errorf("%w: log entry %d: unknown kind %d", ErrCorrupt, e.seq, e.kind)
 	}

@@ -28,6 +28,9 @@ type pending struct {
 	first, last  uint64
 	rangeAcks    bool      // the agent takes one ack for a run of batches
 	times        bucketSet // its events' event-time index buckets (eventindex.go)
+	// retryAfterNs, when set, is the RETRY_LATER ack's retry_after_ns
+	// (a device at its bound of streams); else the rate limiter says.
+	retryAfterNs int64
 
 	rej      *Rejection // set: acked REJECTED, not logged
 	dup      bool       // set: acked DUPLICATE, not logged
@@ -60,6 +63,7 @@ type committer struct {
 	lastEnd   time.Time
 	waitTimer *time.Timer
 	ceiling   *ceilingJournal // HUB_CEILING_STORE's journal (ceiling.go)
+	cap       streamCap       // streams per device and their expiry (streamcap.go)
 }
 
 // applyLagBytes bounds the payload bytes committed (and acknowledged) but
@@ -128,6 +132,7 @@ func (c *committer) run() (err error) {
 	for {
 		group, more := c.collect()
 		if len(group) > 0 {
+			group = c.withRetirements(group)
 			if err := c.commit(group); err != nil {
 				c.drainAfterFailure()
 				return err
@@ -258,13 +263,22 @@ func (c *committer) durable(start time.Time, logged int) {
 	c.m.groupBatches.Observe(float64(logged))
 }
 
-// kv is one key/value to set.
-type kv struct{ k, v []byte }
+// kv is one key/value to set, or a key to delete (del).
+type kv struct {
+	k, v []byte
+	del  bool
+}
 
-// setAll sets every kv in txn.
+// setAll sets (or deletes) every kv in txn.
 func setAll(txn *badger.Txn, kvs []kv) error {
 	for _, e := range kvs {
-		if err := txn.Set(e.k, e.v); err != nil {
+		var err error
+		if e.del {
+			err = txn.Delete(e.k)
+		} else {
+			err = txn.Set(e.k, e.v)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -278,10 +292,13 @@ func (c *committer) entryKVs(p *pending, key streamKey) []kv {
 	p.entry.seq = c.nextSeq
 	c.nextSeq++
 	p.accepted = true
+	if p.kind == entryRetire {
+		return retireKVs(p)
+	}
 	out := make([]kv, 1, 2+maxIndexKeys)
-	out[0] = kv{walKey(p.entry.seq, p.serverTimeNs), p.entry.encode()}
+	out[0] = kv{k: walKey(p.entry.seq, p.serverTimeNs), v: p.entry.encode()}
 	if p.kind == entryBatch {
-		out = append(out, kv{rangesKey(key.device, key.id), encodeDedup(c.streams[key])})
+		out = append(out, kv{k: rangesKey(key.device, key.id), v: encodeDedup(c.streams[key])})
 		out = eventIndexKVs(out, &p.entry, p.view, &p.times)
 	}
 	return out
@@ -292,12 +309,20 @@ func (c *committer) entryKVs(p *pending, key streamKey) []kv {
 // duplicates and rejections.
 func (c *committer) classify(p *pending) (key streamKey, ok bool) {
 	p.entry = walEntry{kind: p.kind, serverTimeNs: p.serverTimeNs, device: p.device, payload: p.payload}
+	if p.kind == entryRetire {
+		p.entry.stream = p.stream
+		return streamKey{p.device, p.stream}, true
+	}
 	if p.kind != entryBatch {
 		return key, true
 	}
 	key = streamKey{p.device, p.stream}
 	st := c.streams[key]
-	if st == nil {
+	opening := st == nil
+	if opening {
+		if !c.admitStream(p) {
+			return key, false
+		}
 		st = &dedupState{}
 	}
 	p.refused = ackRefused(p.view)
@@ -319,7 +344,10 @@ func (c *committer) classify(p *pending) (key streamKey, ok bool) {
 	for _, g := range p.view.gaps {
 		st.horizon = max(st.horizon, g.last)
 	}
-	c.streams[key] = st
+	st.lastSeenNs = max(st.lastSeenNs, p.serverTimeNs)
+	if opening {
+		c.openStream(key, st)
+	}
 	p.entry.stream, p.entry.firstSeq, p.entry.count, p.entry.fresh = p.stream, p.first, p.last-p.first+1, fresh
 	p.entry.refused = freshRefused(p.view, fresh)
 	p.entry.est = c.estimate(p)

@@ -23,7 +23,7 @@
 // # Storage layout (one Badger directory)
 //
 //	w<walSeq:8><serverTimeNs:8>      -> log entry (metadata + payload as received)
-//	r<device>\x00<streamID:16>       -> applied sequence ranges of the stream
+//	r<device>\x00<streamID:16>       -> applied sequence ranges, horizon and last-seen time of the stream
 //	c                                -> newest checkpoint pointer (position, chunks, CRC-32Cs)
 //	c1                               -> the checkpoint before it (see checkpoint.go)
 //	k<gen:8><chunk:4>                -> checkpoint state chunks of both
@@ -38,7 +38,9 @@
 //
 // The applied ranges and the event-time index keys are written in the same
 // transaction as the log entries that produced them, so the dedup state and
-// the index are never ahead of or behind the log.
+// the index are never ahead of or behind the log; a stream retired after
+// Options.StreamIdleExpiry has its ranges key deleted in the transaction of
+// its retirement entry (streamcap.go).
 // Everything else the hub holds in memory (registry, consumer state) is a
 // function of the log: a restart loads the newest usable checkpoint and
 // replays the log entries after its position through the same apply path.

@@ -267,7 +267,7 @@ func eventIndexKVs(out []kv, e *walEntry, v *batchView, pre *bucketSet) []kv {
 		buf = append(buf, prefixEventIndex)
 		buf = append(buf, e.device...)
 		buf = appendEventIndexKey(append(buf, 0), level, b, e.seq, e.serverTimeNs)
-		out = append(out, kv{buf[len(buf)-n : len(buf) : len(buf)], nil})
+		out = append(out, kv{k: buf[len(buf)-n : len(buf) : len(buf)]})
 	}
 	if level == levelAll {
 		buf = binary.BigEndian.AppendUint64(buf, sortableNs(lastNs))

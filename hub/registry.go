@@ -19,6 +19,8 @@ import (
 type registry struct {
 	mu      sync.RWMutex
 	devices map[string]*deviceState
+	// maxStreams is Options.MaxStreamsPerDevice, which the API shows.
+	maxStreams int
 }
 
 // deviceState is one device's entry. Field names are the checkpoint's JSON.
@@ -182,6 +184,12 @@ type DeviceInfo struct {
 	Clock    ClockInfo    `json:"clock"`
 	Backlog  Backlog      `json:"backlog"`
 	Streams  []StreamInfo `json:"streams"`
+	// StreamCount is how many streams the device holds; MaxStreams is the
+	// hub's bound (max-streams-per-device), beyond which a batch opening
+	// one more is answered RETRY_LATER too_many_streams until one is
+	// retired after stream-idle-expiry without a batch.
+	StreamCount int `json:"stream_count"`
+	MaxStreams  int `json:"max_streams"`
 }
 
 // ClockInfo is the clock estimate the hub uses for a device.
@@ -270,7 +278,7 @@ func (r *registry) list() []DeviceInfo {
 	defer r.mu.RUnlock()
 	out := make([]DeviceInfo, 0, len(r.devices))
 	for id, d := range r.devices {
-		out = append(out, d.info(id))
+		out = append(out, r.info(d, id))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -284,7 +292,7 @@ func (r *registry) get(id string) (DeviceInfo, bool) {
 	if !ok {
 		return DeviceInfo{}, false
 	}
-	return d.info(id), true
+	return r.info(d, id), true
 }
 
 // counts returns the number of devices and of those online.
@@ -325,7 +333,7 @@ func (r *registry) page(after string, limit int) ([]DeviceInfo, string) {
 	for _, id := range ids {
 		// Devices are never removed, but restore replaces the whole map.
 		if d, ok := r.devices[id]; ok {
-			out = append(out, d.info(id))
+			out = append(out, r.info(d, id))
 		}
 	}
 	if !more {

@@ -71,12 +71,17 @@ type streamKey struct {
 type dedupState struct {
 	applied ranges.RangeSet
 	horizon uint64
+	// lastSeenNs is the server time of the stream's last accepted batch:
+	// the stream expires StreamIdleExpiry after it (streamcap.go).
+	lastSeenNs int64
 }
 
-// encodeDedup is the value of a ranges key: the range set, then the horizon.
+// encodeDedup is the value of a ranges key: the range set, the horizon,
+// then the last-seen time (absent in values written before it was kept).
 func encodeDedup(d *dedupState) []byte {
-	b := d.applied.AppendBinary(make([]byte, 0, 16+20*d.applied.Len()))
-	return binary.AppendUvarint(b, d.horizon)
+	b := d.applied.AppendBinary(make([]byte, 0, 24+20*d.applied.Len()))
+	b = binary.AppendUvarint(b, d.horizon)
+	return binary.AppendVarint(b, d.lastSeenNs)
 }
 
 // loadDedup reads every stream's applied ranges.
@@ -99,7 +104,13 @@ func (s *store) loadDedup() (map[streamKey]*dedupState, error) {
 				if n <= 0 {
 					return errors.New("bad horizon")
 				}
-				out[streamKey{dev, id}] = &dedupState{applied: rs, horizon: max(h, rs.Max())}
+				st := &dedupState{applied: rs, horizon: max(h, rs.Max())}
+				if rest = rest[n:]; len(rest) > 0 {
+					if st.lastSeenNs, n = binary.Varint(rest); n <= 0 {
+						return errors.New("bad last-seen time")
+					}
+				}
+				out[streamKey{dev, id}] = st
 				return nil
 			})
 			if err != nil {
