@@ -143,10 +143,8 @@ type bucketSet struct {
 // add records one event time.
 func (s *bucketSet) add(ns int64) {
 	if !s.some {
-		s.some, s.minNs, s.max, s.minute = true, ns, ns, bucketOf(ns, levelSize[0])+levelSize[0]
-	}
-	s.minNs, s.max = min(s.minNs, ns), max(s.max, ns)
-	if ns >= s.minute && ns-s.minute < levelSize[0] {
+		s.some, s.minNs, s.max = true, ns, ns
+	} else if s.minNs, s.max = min(s.minNs, ns), max(s.max, ns); ns >= s.minute && ns-s.minute < levelSize[0] {
 		return // the previous event's buckets, at every level
 	}
 	s.minute = bucketOf(ns, levelSize[0])
@@ -182,52 +180,45 @@ func (s *bucketSet) choose() (level byte, buckets []int64, lastNs int64) {
 	return levelAll, []int64{s.minNs}, s.max
 }
 
-// eventTimeOf is the corrected time of a parsed event, as the applier
-// sets it (applier.event).
-func eventTimeOf(ev *eventView, est hubEstimate) int64 {
-	e := AppliedEvent{DeviceTimeNs: ev.deviceTimeNs, EventTimeNs: ev.deviceTimeNs, UncertaintyNs: ev.uncertaintyNs, Method: ev.method}
-	correctTime(&e, ev.offsetNs, est)
-	return e.EventTimeNs
-}
-
-// timeFields returns the fields of event i that its corrected time
-// depends on, reading a columnar batch's columns without building its
-// events.
-func (v *batchView) timeFields(i int, ev *eventView) bool {
-	if v.columnar {
-		c := &v.cols
-		if i >= c.Len() {
-			return false
-		}
-		ev.deviceTimeNs, ev.offsetNs, ev.uncertaintyNs = c.Time[i], c.Offset[i], c.Uncertainty[i]
-		ev.method = wirepb.TimeMethod(int32(c.Method[i]))
-		return true
-	}
-	if i >= len(v.events) {
-		return false
-	}
-	e := &v.events[i]
-	ev.deviceTimeNs, ev.offsetNs, ev.uncertaintyNs, ev.method = e.deviceTimeNs, e.offsetNs, e.uncertaintyNs, e.method
-	return true
-}
-
 // addEvents adds to s the corrected times (with est) of v's events in
-// fresh that refused does not hold: the events the applier applies.
+// fresh that refused does not hold: the events the applier applies, at
+// the time correctTime gives them (as applier.event does). It reads a
+// columnar batch's columns without building its events.
 func (s *bucketSet) addEvents(v *batchView, fresh []ranges.SeqRange, refused []refusedRange, est hubEstimate) {
 	if ceilingNoDecode {
 		return
 	}
-	var ev eventView
+	n := uint64(v.len())
+	c, evs := &v.cols, v.events
+	if v.columnar && (len(c.Time) < int(n) || len(c.Offset) < int(n) || len(c.Uncertainty) < int(n) || len(c.Method) < int(n)) ||
+		!v.columnar && len(evs) < int(n) {
+		return // not a parsed batch
+	}
+	var e AppliedEvent // reused: correctTime reads and sets only its time fields
+	var off int64
 	for _, r := range fresh {
-		for seq := r.First; seq <= r.Last && seq >= r.First; seq++ {
-			if seq < v.firstSeq || !v.timeFields(int(seq-v.firstSeq), &ev) {
-				break
-			}
-			if len(refused) > 0 && (&walEntry{refused: refused}).refusedAt(seq) {
+		if r.First < v.firstSeq || r.Last < r.First {
+			continue
+		}
+		lo, hi := r.First-v.firstSeq, min(r.Last-v.firstSeq, n-1)
+		for i := lo; i <= hi && i < n; i++ {
+			if len(refused) > 0 && (&walEntry{refused: refused}).refusedAt(v.firstSeq+i) {
 				continue
 			}
-			s.untrusted = s.untrusted || ev.method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED
-			s.add(eventTimeOf(&ev, est))
+			if v.columnar {
+				e.DeviceTimeNs, off, e.UncertaintyNs, e.Method = c.Time[i], c.Offset[i], c.Uncertainty[i], wirepb.TimeMethod(int32(c.Method[i]))
+			} else {
+				ev := &evs[i]
+				e.DeviceTimeNs, off, e.UncertaintyNs, e.Method = ev.deviceTimeNs, ev.offsetNs, ev.uncertaintyNs, ev.method
+			}
+			e.EventTimeNs = e.DeviceTimeNs
+			s.untrusted = s.untrusted || e.Method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED
+			correctTime(&e, off, est)
+			if t := e.EventTimeNs; s.some && t >= s.minute && t-s.minute < levelSize[0] {
+				s.minNs, s.max = min(s.minNs, t), max(s.max, t) // the previous event's minute
+				continue
+			}
+			s.add(e.EventTimeNs)
 		}
 	}
 }
