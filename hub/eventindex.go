@@ -389,7 +389,8 @@ func readEntry(txn *badger.Txn, seq uint64, serverTimeNs int64) (e *walEntry, ok
 }
 
 // indexKeysOfLog returns the index keys of the log entries with the given
-// log keys (Retain deletes them with the entries). An entry that cannot
+// log keys (Retain deletes them with the entries), reading and parsing
+// each entry: about what replaying them costs. An entry that cannot
 // be read or parsed has no keys it can name; its keys, if any, stay, and
 // readers skip them once the entry is gone.
 func (s *store) indexKeysOfLog(walKeys [][]byte, lim wire.Limits) ([][]byte, error) {

@@ -171,8 +171,8 @@ func eventJSON(e *walEntry, ev *AppliedEvent) EventJSON {
 // firstWALAtOrAfter returns the smallest log position whose entry has a
 // server time at or after ns, by binary search over positions (server
 // times grow with positions, nearly: the clock is read before an entry
-// gets its position). It
-// returns the position after the last entry when there is none.
+// gets its position). It returns the position after the last entry when
+// there is none.
 func (st *store) firstWALAtOrAfter(ns int64) (uint64, error) {
 	var lo, hi uint64
 	err := st.db.View(func(txn *badger.Txn) error {
