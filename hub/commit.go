@@ -58,7 +58,6 @@ type committer struct {
 	// counts from it); waitTimer is reused from group to group.
 	lastEnd   time.Time
 	waitTimer *time.Timer
-	ceiling   *ceilingJournal // HUB_CEILING_STORE's journal (ceiling.go)
 }
 
 // applyLagBytes bounds the payload bytes committed (and acknowledged) but
@@ -194,9 +193,6 @@ func (c *committer) collect() (group []*pending, more bool) {
 
 // commit classifies and writes one group, then syncs.
 func (c *committer) commit(group []*pending) error {
-	if ceilingStore != "" {
-		return c.ceilingCommit(group)
-	}
 	start := time.Now()
 	txn := c.st.db.NewTransaction(true)
 	defer func() { txn.Discard() }()

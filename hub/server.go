@@ -73,9 +73,6 @@ func New(opts Options) (*Server, error) {
 	if err := checkConsumerNames(opts.Consumers); err != nil {
 		return nil, err
 	}
-	if err := checkCeiling(); err != nil {
-		return nil, err
-	}
 	s := &Server{opts: opts, log: opts.Logger, reg: newRegistry(), applierReqs: make(chan applierReq),
 		fatal: make(chan error, 1), done: make(chan struct{}), applyDone: make(chan struct{})}
 	s.rejLog = rateLog{lim: lograte.Limiter{Every: opts.RejectLogInterval}, now: opts.Now}

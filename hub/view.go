@@ -36,7 +36,6 @@ type batchView struct {
 	// refused, the others applied.
 	badStrings []bool
 	cols       wire.Columns // a columnar batch's columns, reused
-	ceilingLen int          // the event count ceilingHeader read (ceiling.go)
 	// columnar: the events are in cols, and events and tags are built
 	// from them only when something asks for them (eventList): checking
 	// and logging a batch reads the columns.
@@ -45,9 +44,6 @@ type batchView struct {
 
 // len is the number of events in the batch.
 func (v *batchView) len() int {
-	if ceilingNoDecode {
-		return v.ceilingLen
-	}
 	if v.columnar {
 		return v.cols.Len()
 	}
@@ -246,9 +242,6 @@ func parseBatchFrame(v *batchView, payload []byte, lim wire.Limits) error {
 // their tag sets, and strings point into the body). Each string is checked
 // once, as the protobuf path checks each use.
 func (v *batchView) fromColumns(body []byte, lim wire.Limits) error {
-	if ceilingNoDecode {
-		return v.ceilingHeader(body, lim)
-	}
 	c := &v.cols
 	if err := c.Decode(body, lim); err != nil {
 		return err
