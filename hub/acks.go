@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -187,8 +188,7 @@ func (s *Server) countRefused(p *pending) {
 		s.m.refused.WithLabelValues(r.fault.Reason()).Add(float64(r.Len()))
 	}
 	r := p.refused[0]
-	s.rejLog.log(s.log, "batch", p.device, "events refused, the rest of the batch applied", &Rejection{Reason(r.Reason),
-		fmt.Sprintf("%d events refused, first [%d, %d] %s", refusedEvents(p.refused), r.FirstSeq, r.LastSeq, r.Reason)})
+	s.rejLog.log(s.log, "batch", p.device, "events refused, the rest of the batch applied", &batchview.Rejection{Reason: batchview.Reason(r.Reason), Detail: fmt.Sprintf("%d events refused, first [%d, %d] %s", refusedEvents(p.refused), r.FirstSeq, r.LastSeq, r.Reason)})
 }
 
 // ackMessage encodes an ack for device's ack topic.

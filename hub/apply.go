@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -45,7 +46,7 @@ func (a *applier) str(b []byte) string {
 
 // applyEntry applies one entry. v is its parsed batch when the caller has
 // it (live path); nil makes applyEntry parse the stored payload (replay).
-func (a *applier) applyEntry(e *walEntry, v *batchView) error {
+func (a *applier) applyEntry(e *walEntry, v *batchview.View) error {
 	switch e.kind {
 	case entryStatus:
 		st, err := wire.DecodeStatus(e.payload, wire.Limits{})
@@ -72,9 +73,9 @@ func (a *applier) applyEntry(e *walEntry, v *batchView) error {
 }
 
 // parseStored parses the batch payload of a stored entry.
-func (a *applier) parseStored(e *walEntry) (*batchView, error) {
-	v := new(batchView)
-	err := parseBatchFrame(v, e.payload, a.limits)
+func (a *applier) parseStored(e *walEntry) (*batchview.View, error) {
+	v := new(batchview.View)
+	err := batchview.ParseBatchFrame(v, e.payload, a.limits)
 	if err == nil {
 		return v, nil
 	}
@@ -118,7 +119,7 @@ func (a *applier) tickConsumers(now time.Time, seq uint64) {
 }
 
 // feedConsumers builds the AppliedBatch of e and hands it to each consumer.
-func (a *applier) feedConsumers(e *walEntry, v *batchView) {
+func (a *applier) feedConsumers(e *walEntry, v *batchview.View) {
 	n := uint64(0)
 	for _, r := range e.fresh {
 		n += r.Len()
@@ -138,21 +139,21 @@ func (a *applier) feedConsumers(e *walEntry, v *batchView) {
 
 // build fills the reusable AppliedBatch with the fresh events of e that
 // the hub did not refuse.
-func (a *applier) build(e *walEntry, v *batchView) *AppliedBatch {
+func (a *applier) build(e *walEntry, v *batchview.View) *AppliedBatch {
 	b := &a.batch
 	*b = AppliedBatch{
 		WALSeq: e.seq, Device: e.device, Stream: e.stream, Ranges: e.appliedRanges(),
-		ServerTime: time.Unix(0, e.serverTimeNs), SendTimeNs: v.sendTimeNs,
+		ServerTime: time.Unix(0, e.serverTimeNs), SendTimeNs: v.SendTimeNs,
 		Events: b.Events[:0],
 	}
-	if v.hasBacklog {
-		b.Backlog = Backlog{Events: v.backlog.Events, Bytes: v.backlog.Bytes, OldestNs: v.backlog.OldestNs}
+	if v.HasBacklog {
+		b.Backlog = Backlog{Events: v.Backlog.Events, Bytes: v.Backlog.Bytes, OldestNs: v.Backlog.OldestNs}
 	}
 	a.tags = a.tags[:0]
-	evs := v.eventList()
+	evs := v.EventList()
 	for _, r := range e.fresh {
 		for seq := r.First; seq <= r.Last && seq >= r.First; seq++ {
-			i := seq - v.firstSeq
+			i := seq - v.FirstSeq
 			if i >= uint64(len(evs)) {
 				break
 			}
@@ -182,19 +183,19 @@ func (a *applier) safeCall(name string, fn func()) {
 }
 
 // event converts one parsed event, correcting its time.
-func (a *applier) event(seq uint64, ev *eventView, v *batchView, est hubEstimate) AppliedEvent {
+func (a *applier) event(seq uint64, ev *batchview.EventView, v *batchview.View, est hubEstimate) AppliedEvent {
 	out := AppliedEvent{
-		Seq: seq, Metric: a.str(ev.metric), Value: ev.value, DeviceTimeNs: ev.deviceTimeNs,
-		EventTimeNs: ev.deviceTimeNs, UncertaintyNs: ev.uncertaintyNs, Method: ev.method,
+		Seq: seq, Metric: a.str(ev.Metric), Value: ev.Value, DeviceTimeNs: ev.DeviceTimeNs,
+		EventTimeNs: ev.DeviceTimeNs, UncertaintyNs: ev.UncertaintyNs, Method: ev.Method,
 	}
-	if ev.tagHi > ev.tagLo {
+	if ev.TagHi > ev.TagLo {
 		lo := len(a.tags)
-		for _, t := range v.tags[ev.tagLo:ev.tagHi] {
-			a.tags = append(a.tags, Tag{Key: a.str(t.key), Value: a.str(t.value)})
+		for _, t := range v.Tags[ev.TagLo:ev.TagHi] {
+			a.tags = append(a.tags, Tag{Key: a.str(t.Key), Value: a.str(t.Value)})
 		}
 		out.Tags = a.tags[lo:len(a.tags):len(a.tags)]
 	}
-	correctTime(&out, ev.offsetNs, est)
+	correctTime(&out, ev.OffsetNs, est)
 	return out
 }
 
@@ -210,7 +211,7 @@ func correctTime(e *AppliedEvent, agentOffsetNs int64, est hubEstimate) {
 		return
 	}
 	t, ok := addNs(e.DeviceTimeNs, est.offsetNs)
-	if !ok || !saneTime(t) {
+	if !ok || !batchview.SaneTime(t) {
 		return
 	}
 	e.EventTimeNs, e.UncertaintyNs, e.Method = t, est.uncertaintyNs, wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE

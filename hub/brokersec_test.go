@@ -18,6 +18,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -379,7 +380,7 @@ func TestIdentityMismatchRejected(t *testing.T) {
 	s := startHub(t, testOptions(t, t.TempDir()))
 	b := makeBatch("dev-b", wire.NewStreamID(), 1, 5)
 	s.handleFrom(wire.BatchTopic("dev-b"), "dev-a", encodeBatch(t, b))
-	if n := counterValue(t, s.m.rejected.WithLabelValues(string(ReasonIdentityMismatch))); n != 1 {
+	if n := counterValue(t, s.m.rejected.WithLabelValues(string(batchview.ReasonIdentityMismatch))); n != 1 {
 		t.Fatalf("identity_mismatch %v, want 1", n)
 	}
 	s.handleFrom(wire.BatchTopic("dev-b"), "dev-b", encodeBatch(t, b))
@@ -404,7 +405,7 @@ func TestRateLimited(t *testing.T) {
 	if n := counterValue(t, s.m.batches.WithLabelValues("retry_later")); n != 1 {
 		t.Fatalf("retry_later batches %v, want 1", n)
 	}
-	if n := counterValue(t, s.m.rejected.WithLabelValues(string(ReasonRateLimited))); n != 1 {
+	if n := counterValue(t, s.m.rejected.WithLabelValues(string(batchview.ReasonRateLimited))); n != 1 {
 		t.Fatalf("rate_limited %v, want 1", n)
 	}
 	// Other devices are not affected.

@@ -9,6 +9,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -23,14 +24,14 @@ type pending struct {
 	device       string // from the topic
 	serverTimeNs int64
 	payload      []byte // as received
-	view         *batchView
+	view         *batchview.View
 	stream       wire.StreamID
 	first, last  uint64
 	rangeAcks    bool // the agent takes one ack for a run of batches
 
-	rej      *Rejection // set: acked REJECTED, not logged
-	dup      bool       // set: acked DUPLICATE, not logged
-	accepted bool       // set: logged as entry
+	rej      *batchview.Rejection // set: acked REJECTED, not logged
+	dup      bool                 // set: acked DUPLICATE, not logged
+	accepted bool                 // set: logged as entry
 	entry    walEntry
 	// refused are the batch's events the hub refuses one by one, as the
 	// ack tells them (the committer fills it: the view may be released
@@ -299,18 +300,18 @@ func (c *committer) classify(p *pending) (key streamKey, ok bool) {
 		return key, false
 	}
 	if p.first > st.horizon && p.first-st.horizon > c.opts.MaxSeqAhead {
-		p.rej = &Rejection{ReasonSeqAhead, fmt.Sprintf("first_seq %d is more than %d beyond the stream's highest sequence %d", p.first, c.opts.MaxSeqAhead, st.horizon)}
+		p.rej = &batchview.Rejection{Reason: batchview.ReasonSeqAhead, Detail: fmt.Sprintf("first_seq %d is more than %d beyond the stream's highest sequence %d", p.first, c.opts.MaxSeqAhead, st.horizon)}
 		return key, false
 	}
 	fresh := st.applied.Missing(nil, p.first, p.last)
 	if st.applied.Len()+len(fresh) > c.opts.MaxRangesPerStream {
-		p.rej = &Rejection{ReasonFragmented, fmt.Sprintf("stream already holds %d disjoint ranges (limit %d)", st.applied.Len(), c.opts.MaxRangesPerStream)}
+		p.rej = &batchview.Rejection{Reason: batchview.ReasonFragmented, Detail: fmt.Sprintf("stream already holds %d disjoint ranges (limit %d)", st.applied.Len(), c.opts.MaxRangesPerStream)}
 		return key, false
 	}
 	st.applied.Add(p.first, p.last)
 	st.horizon = max(st.horizon, p.last)
-	for _, g := range p.view.gaps {
-		st.horizon = max(st.horizon, g.last)
+	for _, g := range p.view.Gaps {
+		st.horizon = max(st.horizon, g.Last)
 	}
 	c.streams[key] = st
 	p.entry.stream, p.entry.firstSeq, p.entry.count, p.entry.fresh = p.stream, p.first, p.last-p.first+1, fresh
@@ -325,7 +326,7 @@ func (c *committer) estimate(p *pending) hubEstimate {
 	if c.estimator == nil {
 		return hubEstimate{}
 	}
-	observe(c.estimator, p.device, p.view.sendTimeNs, p.serverTimeNs)
+	observe(c.estimator, p.device, p.view.SendTimeNs, p.serverTimeNs)
 	off, unc, ok := c.estimator.Estimate(p.device)
 	if !ok {
 		return hubEstimate{}
@@ -335,13 +336,13 @@ func (c *committer) estimate(p *pending) hubEstimate {
 
 // ackRefused lists a batch's refused events as the ack names them: one
 // range per run, with the fault's reason.
-func ackRefused(v *batchView) []*wirepb.Gap {
-	if len(v.refused) == 0 {
+func ackRefused(v *batchview.View) []*wirepb.Gap {
+	if len(v.Refused) == 0 {
 		return nil
 	}
-	out := make([]*wirepb.Gap, len(v.refused))
-	for i, r := range v.refused {
-		out[i] = &wirepb.Gap{FirstSeq: v.firstSeq + uint64(r.lo), LastSeq: v.firstSeq + uint64(r.hi), Reason: r.fault.Reason()}
+	out := make([]*wirepb.Gap, len(v.Refused))
+	for i, r := range v.Refused {
+		out[i] = &wirepb.Gap{FirstSeq: v.FirstSeq + uint64(r.Lo), LastSeq: v.FirstSeq + uint64(r.Hi), Reason: r.Fault.Reason()}
 	}
 	return out
 }
@@ -349,13 +350,13 @@ func ackRefused(v *batchView) []*wirepb.Gap {
 // freshRefused returns the parts of a batch's refused runs that lie in
 // fresh (what the entry applies): the entry records them, so a replay
 // skips exactly the events the live apply skipped.
-func freshRefused(v *batchView, fresh []ranges.SeqRange) []refusedRange {
+func freshRefused(v *batchview.View, fresh []ranges.SeqRange) []refusedRange {
 	var out []refusedRange
-	for _, r := range v.refused {
-		lo, hi := v.firstSeq+uint64(r.lo), v.firstSeq+uint64(r.hi)
+	for _, r := range v.Refused {
+		lo, hi := v.FirstSeq+uint64(r.Lo), v.FirstSeq+uint64(r.Hi)
 		for _, f := range fresh {
 			if a, b := max(lo, f.First), min(hi, f.Last); a <= b {
-				out = append(out, refusedRange{ranges.SeqRange{First: a, Last: b}, r.fault})
+				out = append(out, refusedRange{ranges.SeqRange{First: a, Last: b}, r.Fault})
 			}
 		}
 	}

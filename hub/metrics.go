@@ -3,6 +3,7 @@ package hub
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/wire"
 )
 
@@ -53,7 +54,7 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 		walDeleted:     prometheus.NewCounter(prometheus.CounterOpts(f("wal_deleted_entries_total", "Log entries deleted by retention."))),
 		consumerPanics: prometheus.NewCounter(prometheus.CounterOpts(f("consumer_panics_total", "Panics recovered in a Consumer's Apply."))),
 	}
-	for _, r := range allReasons {
+	for _, r := range batchview.AllReasons {
 		m.rejected.WithLabelValues(string(r))
 	}
 	for f := wire.FaultValue; f <= wire.FaultTime; f++ {

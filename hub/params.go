@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/batchview"
 )
 
 // APIError is the body of every 4xx and 5xx answer of the query API:
@@ -104,7 +105,7 @@ func (p params) time(name string) (time.Time, error) {
 // parseAPITime reads an RFC 3339 time or an integer of Unix milliseconds.
 func parseAPITime(name, s string) (time.Time, error) {
 	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
-		if ms < minTimeNs/1e6 || ms >= maxTimeNs/1e6 {
+		if ms < batchview.MinTimeNs/1e6 || ms >= batchview.MaxTimeNs/1e6 {
 			return time.Time{}, badParam(name, "%d Unix milliseconds is outside the years 2000 to 2200", ms)
 		}
 		return time.UnixMilli(ms).UTC(), nil
@@ -113,7 +114,7 @@ func parseAPITime(name, s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, badParam(name, "%q is neither RFC 3339 (2025-06-01T12:00:00Z) nor Unix milliseconds", s)
 	}
-	if !saneTime(t.UnixNano()) || t.Year() < 2000 || t.Year() >= 2200 {
+	if !batchview.SaneTime(t.UnixNano()) || t.Year() < 2000 || t.Year() >= 2200 {
 		return time.Time{}, badParam(name, "%q is outside the years 2000 to 2200", s)
 	}
 	return t.UTC(), nil

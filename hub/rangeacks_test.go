@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -22,7 +23,10 @@ func TestAckRoundMerges(t *testing.T) {
 		return &pending{kind: entryBatch, device: dev, stream: id, first: first, last: last, rangeAcks: ranged}
 	}
 	dup := func(p *pending) *pending { p.dup = true; return p }
-	rej := func(p *pending) *pending { p.rej = &Rejection{ReasonTime, "event 3 is stamped 2301"}; return p }
+	rej := func(p *pending) *pending {
+		p.rej = &batchview.Rejection{Reason: batchview.ReasonTime, Detail: "event 3 is stamped 2301"}
+		return p
+	}
 	// An ack naming refused events answers its batch alone.
 	refused := func(p *pending) *pending {
 		p.refused = []*wirepb.Gap{{FirstSeq: p.first, LastSeq: p.first, Reason: "bad_value"}}

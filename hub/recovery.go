@@ -246,7 +246,7 @@ func (s *Server) replayEntry(e *walEntry) error {
 	if err != nil {
 		return err
 	}
-	observe(s.opts.ClockEstimator, e.device, v.sendTimeNs, e.serverTimeNs)
+	observe(s.opts.ClockEstimator, e.device, v.SendTimeNs, e.serverTimeNs)
 	return s.app.applyEntry(e, v)
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -137,16 +138,16 @@ func TestRefusedEventsApplyTheRest(t *testing.T) {
 // maxRefusedRuns is rejected whole, naming the first fault.
 func TestRefusedRunsBound(t *testing.T) {
 	lim := limitsWithDefaults(wire.Limits{})
-	b := makeBatch("d1", wire.NewStreamID(), 1, 2*maxRefusedRuns+4)
+	b := makeBatch("d1", wire.NewStreamID(), 1, 2*batchview.MaxRefusedRuns+4)
 	for i := 0; i < len(b.Events); i += 2 {
 		b.Events[i].Value = nan()
 	}
-	var v batchView
-	err := parseBatchFrame(&v, encodeBatch(t, b), lim)
+	var v batchview.View
+	err := batchview.ParseBatchFrame(&v, encodeBatch(t, b), lim)
 	if err == nil {
-		err = validateBatch(&v, "d1")
+		err = batchview.ValidateBatch(&v, "d1")
 	}
-	if r := asRejection(err); err == nil || r.Reason != ReasonValue {
+	if r := batchview.AsRejection(err); err == nil || r.Reason != batchview.ReasonValue {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -72,17 +73,17 @@ func (r *registry) device(id string) *deviceState {
 }
 
 // applyBatch records an applied batch entry whose parsed payload is v.
-func (r *registry) applyBatch(e *walEntry, v *batchView) {
+func (r *registry) applyBatch(e *walEntry, v *batchview.View) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d := r.device(e.device)
 	d.LastSeenNs = max(d.LastSeenNs, e.serverTimeNs)
-	if v.hasBacklog {
-		d.Backlog = Backlog{Events: v.backlog.Events, Bytes: v.backlog.Bytes, OldestNs: v.backlog.OldestNs}
+	if v.HasBacklog {
+		d.Backlog = Backlog{Events: v.Backlog.Events, Bytes: v.Backlog.Bytes, OldestNs: v.Backlog.OldestNs}
 	}
-	if v.hasClock {
-		c := v.clock
-		d.AgentClock = &clockState{OffsetNs: c.offsetNs, UncertaintyNs: c.uncertaintyNs, DriftPPM: c.driftPPM, Method: int32(c.method), SampledAtNs: c.sampledAtNs}
+	if v.HasClock {
+		c := v.Clock
+		d.AgentClock = &clockState{OffsetNs: c.OffsetNs, UncertaintyNs: c.UncertaintyNs, DriftPPM: c.DriftPPM, Method: int32(c.Method), SampledAtNs: c.SampledAtNs}
 	}
 	if e.est.ok {
 		d.HubClock = &clockState{OffsetNs: e.est.offsetNs, UncertaintyNs: e.est.uncertaintyNs, Method: int32(wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE), SampledAtNs: e.serverTimeNs}
@@ -101,8 +102,8 @@ func (r *registry) applyBatch(e *walEntry, v *batchView) {
 	}
 	s.Batches++
 	s.LastServerNs = e.serverTimeNs
-	for _, g := range v.gaps {
-		s.addGap(g.first, g.last, string(g.reason))
+	for _, g := range v.Gaps {
+		s.addGap(g.First, g.Last, string(g.Reason))
 	}
 }
 

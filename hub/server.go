@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/hub/clockest"
 	"edgeflow/hub/timeservice"
 	"edgeflow/internal/lograte"
@@ -84,7 +85,7 @@ func New(opts Options) (*Server, error) {
 		}
 		s.brokerSec = sec
 	}
-	s.views.New = func() any { return new(batchView) }
+	s.views.New = func() any { return new(batchview.View) }
 	m, err := newMetrics(opts.Registerer, s.reg.counts)
 	if err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)

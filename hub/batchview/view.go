@@ -1,4 +1,4 @@
-package hub
+package batchview
 
 import (
 	"encoding/binary"
@@ -16,21 +16,21 @@ import (
 // instead of copying it: parsing a batch of 1000 events costs no allocation
 // per event (wire.DecodeBatch costs about six). Its slices are reused from
 // batch to batch, so a view belongs to one pending batch at a time.
-type batchView struct {
-	device     []byte
-	streamID   []byte
-	firstSeq   uint64
-	sendTimeNs int64
-	hasBacklog bool
-	backlog    wirepb.Backlog
-	hasClock   bool
-	clock      clockView
-	rangeAcks  bool // the agent takes one ack for a run of batches
-	gaps       []gapView
-	events     []eventView
-	tags       []tagView
+type View struct {
+	Device     []byte
+	StreamID   []byte
+	FirstSeq   uint64
+	SendTimeNs int64
+	HasBacklog bool
+	Backlog    wirepb.Backlog
+	HasClock   bool
+	Clock      ClockView
+	RangeAcks  bool // the agent takes one ack for a run of batches
+	Gaps       []GapView
+	Events     []EventView
+	Tags       []TagView
 	fastErr    error        // the rejection eventFieldFast found
-	refused    []refusedRun // events the hub refuses one by one (validateEvents)
+	Refused    []RefusedRun // events the hub refuses one by one (validateEvents)
 	// badStrings marks the strings of a columnar batch that are not valid
 	// UTF-8 (nil when all are): the events using one as metric or tag are
 	// refused, the others applied.
@@ -39,85 +39,85 @@ type batchView struct {
 	// columnar: the events are in cols, and events and tags are built
 	// from them only when something asks for them (eventList): checking
 	// and logging a batch reads the columns.
-	columnar bool
+	Columnar bool
 }
 
 // len is the number of events in the batch.
-func (v *batchView) len() int {
-	if v.columnar {
+func (v *View) Len() int {
+	if v.Columnar {
 		return v.cols.Len()
 	}
-	return len(v.events)
+	return len(v.Events)
 }
 
 // eventList returns the batch's events, building them from the columns
 // of a columnar batch the first time.
-func (v *batchView) eventList() []eventView {
-	if !v.columnar || len(v.events) == v.cols.Len() {
-		return v.events
+func (v *View) EventList() []EventView {
+	if !v.Columnar || len(v.Events) == v.cols.Len() {
+		return v.Events
 	}
 	c := &v.cols
-	v.tags = v.tags[:0]
+	v.Tags = v.Tags[:0]
 	for _, t := range c.Tags {
-		v.tags = append(v.tags, tagView{key: c.Strings[t.Key], value: c.Strings[t.Value]})
+		v.Tags = append(v.Tags, TagView{Key: c.Strings[t.Key], Value: c.Strings[t.Value]})
 	}
 	n := c.Len()
-	if cap(v.events) < n {
-		v.events = make([]eventView, 0, n)
+	if cap(v.Events) < n {
+		v.Events = make([]EventView, 0, n)
 	}
-	v.events = v.events[:n]
-	for i := range v.events {
+	v.Events = v.Events[:n]
+	for i := range v.Events {
 		set := c.TagSet[i]
-		v.events[i] = eventView{
-			metric:        c.Strings[c.Metric[i]],
-			value:         c.Value[i],
-			deviceTimeNs:  c.Time[i],
-			monoNs:        c.Mono[i],
-			bootID:        c.Strings[c.Boot[i]],
-			offsetNs:      c.Offset[i],
-			uncertaintyNs: c.Uncertainty[i],
-			method:        wirepb.TimeMethod(int32(c.Method[i])),
-			tagLo:         c.SetStart[set],
-			tagHi:         c.SetStart[set+1],
+		v.Events[i] = EventView{
+			Metric:        c.Strings[c.Metric[i]],
+			Value:         c.Value[i],
+			DeviceTimeNs:  c.Time[i],
+			MonoNs:        c.Mono[i],
+			BootID:        c.Strings[c.Boot[i]],
+			OffsetNs:      c.Offset[i],
+			UncertaintyNs: c.Uncertainty[i],
+			Method:        wirepb.TimeMethod(int32(c.Method[i])),
+			TagLo:         c.SetStart[set],
+			TagHi:         c.SetStart[set+1],
 		}
 	}
-	return v.events
+	return v.Events
 }
 
 // clockView is the agent's ClockEstimate.
-type clockView struct {
-	offsetNs, uncertaintyNs int64
-	driftPPM                float64
-	method                  wirepb.TimeMethod
-	sampledAtNs             int64
+type ClockView struct {
+	OffsetNs, UncertaintyNs int64
+	DriftPPM                float64
+	Method                  wirepb.TimeMethod
+	SampledAtNs             int64
 }
 
 // gapView is one reported Gap.
-type gapView struct {
-	first, last uint64
-	reason      []byte
+type GapView struct {
+	First, Last uint64
+	Reason      []byte
 }
 
 // eventView is one Event; its tags are view.tags[tagLo:tagHi].
-type eventView struct {
-	metric        []byte
-	value         float64
-	deviceTimeNs  int64
-	monoNs        int64
-	bootID        []byte
-	offsetNs      int64
-	uncertaintyNs int64
-	method        wirepb.TimeMethod
-	tagLo, tagHi  int32
+type EventView struct {
+	Metric        []byte
+	Value         float64
+	DeviceTimeNs  int64
+	MonoNs        int64
+	BootID        []byte
+	OffsetNs      int64
+	UncertaintyNs int64
+	Method        wirepb.TimeMethod
+	TagLo, TagHi  int32
 	fault         wire.Fault // found while parsing (a string not valid UTF-8)
 }
 
 // tagView is one Tag.
-type tagView struct{ key, value []byte }
+type TagView struct{ Key, Value []byte }
 
 // reset empties v for reuse, keeping its slices' capacity.
-func (v *batchView) reset() {
-	*v = batchView{gaps: v.gaps[:0], events: v.events[:0], tags: v.tags[:0], cols: v.cols, refused: v.refused[:0]}
+func (v *View) reset() {
+	*v = View{Gaps: v.Gaps[:0], Events: v.Events[:0], Tags: v.Tags[:0], cols: v.cols, Refused: v.Refused[:0]}
 }
 
 // field is one decoded protobuf field: v for scalar types, b for bytes.
@@ -214,7 +214,7 @@ func (f field) str(what string, maxLen int) ([]byte, error) {
 // checkStr checks a string's length and UTF-8.
 func checkStr(b []byte, what string, maxLen int) ([]byte, error) {
 	if len(b) > maxLen {
-		return nil, reject(ReasonTooLarge, "%s is %d bytes, limit %d", what, len(b), maxLen)
+		return nil, Reject(ReasonTooLarge, "%s is %d bytes, limit %d", what, len(b), maxLen)
 	}
 	if !utf8.Valid(b) {
 		return nil, malformed("%s is not valid UTF-8", what)
@@ -225,7 +225,7 @@ func checkStr(b []byte, what string, maxLen int) ([]byte, error) {
 // parseBatchFrame fills v from a batch frame in any codec, bounding counts
 // and sizes by lim (whose fields must all be set). A columnar batch is read
 // from its columns, not rewritten as protobuf first.
-func parseBatchFrame(v *batchView, payload []byte, lim wire.Limits) error {
+func ParseBatchFrame(v *View, payload []byte, lim wire.Limits) error {
 	v.reset() // a failed unframe must not describe the view's last batch
 	body, columnar, err := wire.UnframeBatch(payload, lim)
 	switch {
@@ -234,14 +234,14 @@ func parseBatchFrame(v *batchView, payload []byte, lim wire.Limits) error {
 	case columnar:
 		return v.fromColumns(body, lim)
 	}
-	return parseBatchView(v, body, lim)
+	return ParseBatchView(v, body, lim)
 }
 
 // fromColumns fills v from a columnar batch body, leaving the events in
 // their columns (eventList builds them; they then share the tag ranges of
 // their tag sets, and strings point into the body). Each string is checked
 // once, as the protobuf path checks each use.
-func (v *batchView) fromColumns(body []byte, lim wire.Limits) error {
+func (v *View) fromColumns(body []byte, lim wire.Limits) error {
 	c := &v.cols
 	if err := c.Decode(body, lim); err != nil {
 		return err
@@ -264,13 +264,13 @@ func (v *batchView) fromColumns(body []byte, lim wire.Limits) error {
 			}
 		}
 	}
-	v.columnar = true
+	v.Columnar = true
 	return nil
 }
 
 // columnStringFault says whether event i of a columnar batch uses a
 // string that is not valid UTF-8 as its metric or a tag.
-func (v *batchView) columnStringFault(i int) wire.Fault {
+func (v *View) columnStringFault(i int) wire.Fault {
 	c := &v.cols
 	if v.badStrings[c.Metric[i]] {
 		return wire.FaultMetric
@@ -286,57 +286,57 @@ func (v *batchView) columnStringFault(i int) wire.Fault {
 
 // parseBatchView fills v from a decompressed batch body, bounding counts
 // and sizes by lim (whose fields must all be set).
-func parseBatchView(v *batchView, body []byte, lim wire.Limits) error {
+func ParseBatchView(v *View, body []byte, lim wire.Limits) error {
 	v.reset()
 	return forFields(body, func(f field) error { return v.batchField(f, lim) })
 }
 
 // batchField stores one top-level Batch field.
-func (v *batchView) batchField(f field, lim wire.Limits) error {
+func (v *View) batchField(f field, lim wire.Limits) error {
 	var err error
 	switch f.num {
 	case wire.FieldBatchDeviceID:
-		v.device, err = f.str("device id", lim.MaxStringBytes)
+		v.Device, err = f.str("device id", lim.MaxStringBytes)
 	case wire.FieldBatchStreamID:
 		err = f.expect(protowire.BytesType, "stream id")
-		v.streamID = f.b
+		v.StreamID = f.b
 	case wire.FieldBatchFirstSeq:
 		err = f.expect(protowire.VarintType, "first_seq")
-		v.firstSeq = f.v
+		v.FirstSeq = f.v
 	case wire.FieldBatchEvents:
 		if err = f.expect(protowire.BytesType, "event"); err == nil {
 			err = v.addEvent(f.b, lim)
 		}
 	case wire.FieldBatchSendTime:
 		err = f.expect(protowire.VarintType, "send_time")
-		v.sendTimeNs = int64(f.v)
+		v.SendTimeNs = int64(f.v)
 	case wire.FieldBatchGaps:
 		if err = f.expect(protowire.BytesType, "gap"); err == nil {
 			err = v.addGap(f.b, lim)
 		}
 	case wire.FieldBatchBacklog:
 		if err = f.expect(protowire.BytesType, "backlog"); err == nil {
-			v.hasBacklog = true
-			err = parseBacklog(&v.backlog, f.b)
+			v.HasBacklog = true
+			err = parseBacklog(&v.Backlog, f.b)
 		}
 	case wire.FieldBatchClock:
 		if err = f.expect(protowire.BytesType, "clock"); err == nil {
-			v.hasClock = true
-			err = parseClock(&v.clock, f.b)
+			v.HasClock = true
+			err = parseClock(&v.Clock, f.b)
 		}
 	case wire.FieldBatchRangeAcks:
 		err = f.expect(protowire.VarintType, "range_acks")
-		v.rangeAcks = f.v != 0
+		v.RangeAcks = f.v != 0
 	}
 	return err
 }
 
 // addEvent parses one Event and appends it.
-func (v *batchView) addEvent(b []byte, lim wire.Limits) error {
-	if len(v.events) >= lim.MaxEvents {
-		return reject(ReasonTooLarge, "more than %d events in one batch", lim.MaxEvents)
+func (v *View) addEvent(b []byte, lim wire.Limits) error {
+	if len(v.Events) >= lim.MaxEvents {
+		return Reject(ReasonTooLarge, "more than %d events in one batch", lim.MaxEvents)
 	}
-	e := eventView{tagLo: int32(len(v.tags))}
+	e := EventView{TagLo: int32(len(v.Tags))}
 	for len(b) > 0 {
 		// Fast path for the fields every event has, in the shape the agent
 		// writes them (one-byte tags, short strings); anything else takes
@@ -346,19 +346,19 @@ func (v *batchView) addEvent(b []byte, lim wire.Limits) error {
 			b = b[n:]
 			continue
 		} else if n < 0 {
-			return fmt.Errorf("event %d: %w", len(v.events), v.fastErr)
+			return fmt.Errorf("event %d: %w", len(v.Events), v.fastErr)
 		}
 		f, rest, err := nextField(b)
 		if err != nil {
-			return fmt.Errorf("event %d: %w", len(v.events), err)
+			return fmt.Errorf("event %d: %w", len(v.Events), err)
 		}
 		b = rest
 		if err := v.eventField(&e, f, lim); err != nil {
-			return fmt.Errorf("event %d: %w", len(v.events), err)
+			return fmt.Errorf("event %d: %w", len(v.Events), err)
 		}
 	}
-	e.tagHi = int32(len(v.tags))
-	v.events = append(v.events, e)
+	e.TagHi = int32(len(v.Tags))
+	v.Events = append(v.Events, e)
 	return nil
 }
 
@@ -366,7 +366,7 @@ func (v *batchView) addEvent(b []byte, lim wire.Limits) error {
 // fixed64 value, a varint of a known number, or a string or tag shorter
 // than 128 bytes, and returns the bytes it took; 0 means "take the general
 // path", -1 a rejected field (the error is in v.fastErr).
-func (v *batchView) eventFieldFast(e *eventView, b []byte, lim wire.Limits) int {
+func (v *View) eventFieldFast(e *EventView, b []byte, lim wire.Limits) int {
 	if len(b) < 2 {
 		return 0
 	}
@@ -375,7 +375,7 @@ func (v *batchView) eventFieldFast(e *eventView, b []byte, lim wire.Limits) int 
 		if len(b) < 9 {
 			return 0
 		}
-		e.value = math.Float64frombits(binary.LittleEndian.Uint64(b[1:]))
+		e.Value = math.Float64frombits(binary.LittleEndian.Uint64(b[1:]))
 		return 9
 	case wire.FieldEventDeviceTime << 3, wire.FieldEventMono << 3, wire.FieldEventOffset << 3, wire.FieldEventUncertainty << 3, wire.FieldEventMethod << 3: // varints
 		x, m := uvarint(b[1:])
@@ -384,15 +384,15 @@ func (v *batchView) eventFieldFast(e *eventView, b []byte, lim wire.Limits) int 
 		}
 		switch t >> 3 {
 		case wire.FieldEventDeviceTime:
-			e.deviceTimeNs = int64(x)
+			e.DeviceTimeNs = int64(x)
 		case wire.FieldEventMono:
-			e.monoNs = int64(x)
+			e.MonoNs = int64(x)
 		case wire.FieldEventOffset:
-			e.offsetNs = int64(x)
+			e.OffsetNs = int64(x)
 		case wire.FieldEventUncertainty:
-			e.uncertaintyNs = int64(x)
+			e.UncertaintyNs = int64(x)
 		case wire.FieldEventMethod:
-			e.method = wirepb.TimeMethod(int32(x))
+			e.Method = wirepb.TimeMethod(int32(x))
 		}
 		return 1 + m
 	case wire.FieldEventMetric<<3 | 2, wire.FieldEventTags<<3 | 2, wire.FieldEventBootID<<3 | 2: // metric, tag, boot id
@@ -404,11 +404,11 @@ func (v *batchView) eventFieldFast(e *eventView, b []byte, lim wire.Limits) int 
 		var err error
 		switch t >> 3 {
 		case wire.FieldEventMetric:
-			e.metric, err = v.eventStr(e, val, "metric name", wire.FaultMetric, lim)
+			e.Metric, err = v.eventStr(e, val, "metric name", wire.FaultMetric, lim)
 		case wire.FieldEventTags:
 			err = v.addTag(e, val, lim)
 		case wire.FieldEventBootID:
-			e.bootID, err = checkStr(val, "boot id", lim.MaxStringBytes)
+			e.BootID, err = checkStr(val, "boot id", lim.MaxStringBytes)
 		}
 		if err != nil {
 			v.fastErr = err
@@ -438,47 +438,47 @@ func uvarint(b []byte) (x uint64, m int) {
 }
 
 // eventField stores one Event field.
-func (v *batchView) eventField(e *eventView, f field, lim wire.Limits) error {
+func (v *View) eventField(e *EventView, f field, lim wire.Limits) error {
 	var err error
 	switch f.num {
 	case wire.FieldEventMetric:
 		if err = f.expect(protowire.BytesType, "metric name"); err == nil {
-			e.metric, err = v.eventStr(e, f.b, "metric name", wire.FaultMetric, lim)
+			e.Metric, err = v.eventStr(e, f.b, "metric name", wire.FaultMetric, lim)
 		}
 	case wire.FieldEventValue:
 		err = f.expect(protowire.Fixed64Type, "value")
-		e.value = math.Float64frombits(f.v)
+		e.Value = math.Float64frombits(f.v)
 	case wire.FieldEventTags:
 		if err = f.expect(protowire.BytesType, "tag"); err == nil {
 			err = v.addTag(e, f.b, lim)
 		}
 	case wire.FieldEventDeviceTime:
 		err = f.expect(protowire.VarintType, "device_time")
-		e.deviceTimeNs = int64(f.v)
+		e.DeviceTimeNs = int64(f.v)
 	case wire.FieldEventMono:
 		err = f.expect(protowire.VarintType, "mono")
-		e.monoNs = int64(f.v)
+		e.MonoNs = int64(f.v)
 	case wire.FieldEventBootID:
-		e.bootID, err = f.str("boot id", lim.MaxStringBytes)
+		e.BootID, err = f.str("boot id", lim.MaxStringBytes)
 	case wire.FieldEventOffset:
 		err = f.expect(protowire.VarintType, "offset")
-		e.offsetNs = int64(f.v)
+		e.OffsetNs = int64(f.v)
 	case wire.FieldEventUncertainty:
 		err = f.expect(protowire.VarintType, "uncertainty")
-		e.uncertaintyNs = int64(f.v)
+		e.UncertaintyNs = int64(f.v)
 	case wire.FieldEventMethod:
 		err = f.expect(protowire.VarintType, "method")
-		e.method = wirepb.TimeMethod(int32(f.v))
+		e.Method = wirepb.TimeMethod(int32(f.v))
 	}
 	return err
 }
 
 // addTag parses one Tag of e.
-func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
-	if len(v.tags)-int(e.tagLo) >= lim.MaxTags {
-		return reject(ReasonTooLarge, "more than %d tags on one event", lim.MaxTags)
+func (v *View) addTag(e *EventView, b []byte, lim wire.Limits) error {
+	if len(v.Tags)-int(e.TagLo) >= lim.MaxTags {
+		return Reject(ReasonTooLarge, "more than %d tags on one event", lim.MaxTags)
 	}
-	var t tagView
+	var t TagView
 	for len(b) > 0 {
 		// Fast path: key or value shorter than 128 bytes.
 		if len(b) >= 2 && (b[0] == wire.FieldTagKey<<3|2 || b[0] == wire.FieldTagValue<<3|2) && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
@@ -488,9 +488,9 @@ func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
 				return err
 			}
 			if b[0]>>3 == wire.FieldTagKey {
-				t.key = val
+				t.Key = val
 			} else {
-				t.value = val
+				t.Value = val
 			}
 			b = b[2+l:]
 			continue
@@ -505,9 +505,9 @@ func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
 			if err = f.expect(protowire.BytesType, "tag"); err == nil {
 				var val []byte
 				if val, err = v.eventStr(e, f.b, "tag key or value", wire.FaultTag, lim); f.num == wire.FieldTagKey {
-					t.key = val
+					t.Key = val
 				} else {
-					t.value = val
+					t.Value = val
 				}
 			}
 		}
@@ -515,7 +515,7 @@ func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
 			return err
 		}
 	}
-	v.tags = append(v.tags, t)
+	v.Tags = append(v.Tags, t)
 	return nil
 }
 
@@ -523,9 +523,9 @@ func (v *batchView) addTag(e *eventView, b []byte, lim wire.Limits) error {
 // limit rejects the batch (a bound), one that is not valid UTF-8 marks the
 // event refused with fault and is kept as it is (the event is never
 // applied).
-func (v *batchView) eventStr(e *eventView, b []byte, what string, fault wire.Fault, lim wire.Limits) ([]byte, error) {
+func (v *View) eventStr(e *EventView, b []byte, what string, fault wire.Fault, lim wire.Limits) ([]byte, error) {
 	if len(b) > lim.MaxStringBytes {
-		return nil, reject(ReasonTooLarge, "%s is %d bytes, limit %d", what, len(b), lim.MaxStringBytes)
+		return nil, Reject(ReasonTooLarge, "%s is %d bytes, limit %d", what, len(b), lim.MaxStringBytes)
 	}
 	if !utf8.Valid(b) && e.fault == wire.FaultNone {
 		e.fault = fault
@@ -534,28 +534,28 @@ func (v *batchView) eventStr(e *eventView, b []byte, what string, fault wire.Fau
 }
 
 // addGap parses one Gap and appends it.
-func (v *batchView) addGap(b []byte, lim wire.Limits) error {
-	if len(v.gaps) >= lim.MaxGaps {
-		return reject(ReasonTooLarge, "more than %d gaps in one batch", lim.MaxGaps)
+func (v *View) addGap(b []byte, lim wire.Limits) error {
+	if len(v.Gaps) >= lim.MaxGaps {
+		return Reject(ReasonTooLarge, "more than %d gaps in one batch", lim.MaxGaps)
 	}
-	var g gapView
+	var g GapView
 	err := forFields(b, func(f field) (err error) {
 		switch f.num {
 		case wire.FieldGapFirstSeq:
 			err = f.expect(protowire.VarintType, "gap first_seq")
-			g.first = f.v
+			g.First = f.v
 		case wire.FieldGapLastSeq:
 			err = f.expect(protowire.VarintType, "gap last_seq")
-			g.last = f.v
+			g.Last = f.v
 		case wire.FieldGapReason:
-			g.reason, err = f.str("gap reason", lim.MaxStringBytes)
+			g.Reason, err = f.str("gap reason", lim.MaxStringBytes)
 		}
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	v.gaps = append(v.gaps, g)
+	v.Gaps = append(v.Gaps, g)
 	return nil
 }
 
@@ -578,24 +578,24 @@ func parseBacklog(bl *wirepb.Backlog, b []byte) error {
 }
 
 // parseClock merges a ClockEstimate message into c.
-func parseClock(c *clockView, b []byte) error {
+func parseClock(c *ClockView, b []byte) error {
 	return forFields(b, func(f field) (err error) {
 		switch f.num {
 		case wire.FieldClockOffset:
 			err = f.expect(protowire.VarintType, "clock offset")
-			c.offsetNs = int64(f.v)
+			c.OffsetNs = int64(f.v)
 		case wire.FieldClockUncertainty:
 			err = f.expect(protowire.VarintType, "clock uncertainty")
-			c.uncertaintyNs = int64(f.v)
+			c.UncertaintyNs = int64(f.v)
 		case wire.FieldClockDrift:
 			err = f.expect(protowire.Fixed64Type, "clock drift")
-			c.driftPPM = math.Float64frombits(f.v)
+			c.DriftPPM = math.Float64frombits(f.v)
 		case wire.FieldClockMethod:
 			err = f.expect(protowire.VarintType, "clock method")
-			c.method = wirepb.TimeMethod(int32(f.v))
+			c.Method = wirepb.TimeMethod(int32(f.v))
 		case wire.FieldClockSampledAt:
 			err = f.expect(protowire.VarintType, "clock sampled_at")
-			c.sampledAtNs = int64(f.v)
+			c.SampledAtNs = int64(f.v)
 		}
 		return err
 	})

@@ -1,10 +1,11 @@
-package hub
+package batchview
 
 import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
+	"edgeflow/hub/internal/hubtest"
 	"edgeflow/wire"
 )
 
@@ -14,17 +15,17 @@ import (
 //
 //	go test ./hub/ -run '^$' -bench BenchmarkParseBatchView
 func BenchmarkParseBatchView(b *testing.B) {
-	lim := limitsWithDefaults(wire.Limits{})
-	body, err := wire.Unframe(wire.MsgBatch, encodeBatch(b, makeBatch("dev-p", wire.NewStreamID(), 1, 1000)), lim)
+	lim := wire.DefaultLimits
+	body, err := wire.Unframe(wire.MsgBatch, hubtest.EncodeBatch(b, hubtest.MakeBatch("dev-p", wire.NewStreamID(), 1, 1000)), lim)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var v batchView
+	var v View
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := parseBatchView(&v, body, lim); err != nil || len(v.events) != 1000 {
-			b.Fatal(len(v.events), err)
+		if err := ParseBatchView(&v, body, lim); err != nil || len(v.Events) != 1000 {
+			b.Fatal(len(v.Events), err)
 		}
 	}
 	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "events/s")
@@ -36,18 +37,18 @@ func BenchmarkParseBatchView(b *testing.B) {
 //
 //	go test ./hub/ -run '^$' -bench BenchmarkValidateColumns
 func BenchmarkValidateColumns(b *testing.B) {
-	lim := limitsWithDefaults(wire.Limits{})
-	body, err := proto.Marshal(makeBatch("dev-p", wire.NewStreamID(), 1, 1000))
+	lim := wire.DefaultLimits
+	body, err := proto.Marshal(hubtest.MakeBatch("dev-p", wire.NewStreamID(), 1, 1000))
 	if err != nil {
 		b.Fatal(err)
 	}
 	frame := wire.FrameWith(wire.MsgBatch, wire.CodecColumns, body)
-	var v batchView
-	if err := parseBatchFrame(&v, frame, lim); err != nil || !v.columnar {
-		b.Fatal(v.columnar, err)
+	var v View
+	if err := ParseBatchFrame(&v, frame, lim); err != nil || !v.Columnar {
+		b.Fatal(v.Columnar, err)
 	}
 	for b.Loop() {
-		if err := validateBatch(&v, "dev-p"); err != nil {
+		if err := ValidateBatch(&v, "dev-p"); err != nil {
 			b.Fatal(err)
 		}
 	}

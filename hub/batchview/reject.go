@@ -1,4 +1,4 @@
-package hub
+package batchview
 
 import (
 	"errors"
@@ -40,7 +40,7 @@ const (
 )
 
 // allReasons lists every Reason, so the counter shows zeros from the start.
-var allReasons = [...]Reason{
+var AllReasons = [...]Reason{
 	ReasonMalformed, ReasonTooLarge, ReasonVersion, ReasonDeviceMismatch, ReasonStreamID,
 	ReasonNoEvents, ReasonFirstSeq, ReasonSeqOverflow, ReasonSeqAhead, ReasonFragmented,
 	ReasonTime, ReasonValue, ReasonMetric, ReasonTag, ReasonMethod, ReasonGap, ReasonInternal,
@@ -67,18 +67,18 @@ func (r *Rejection) Error() string { return r.Detail }
 func (r *Rejection) AckReason() string { return string(r.Reason) + ": " + r.Detail }
 
 // reject builds a *Rejection.
-func reject(reason Reason, format string, args ...any) error {
+func Reject(reason Reason, format string, args ...any) error {
 	return &Rejection{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
 
 // malformed builds a ReasonMalformed rejection.
 func malformed(format string, args ...any) error {
-	return reject(ReasonMalformed, format, args...)
+	return Reject(ReasonMalformed, format, args...)
 }
 
 // asRejection classifies err: a *Rejection anywhere in the chain, or a wire
 // decode error, or else malformed.
-func asRejection(err error) *Rejection {
+func AsRejection(err error) *Rejection {
 	var r *Rejection
 	if errors.As(err, &r) {
 		if msg := err.Error(); msg != r.Detail {

@@ -1,10 +1,11 @@
-package hub
+package batchview
 
 import (
 	"math"
 	"math/rand/v2"
 	"testing"
 
+	"edgeflow/hub/internal/hubtest"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -22,7 +23,7 @@ func TestColumnsValid(t *testing.T) {
 		func(c *wire.Columns, i int) { c.Value[i] = math.NaN() },
 		func(c *wire.Columns, i int) { c.Value[i] = math.Inf(1 - 2*rng.IntN(2)) },
 		func(c *wire.Columns, i int) { c.Metric[i] = 0 }, // the empty string
-		func(c *wire.Columns, i int) { c.Method[i] = uint64(maxMethod) + 1 },
+		func(c *wire.Columns, i int) { c.Method[i] = uint64(MaxMethod) + 1 },
 		func(c *wire.Columns, i int) { c.Method[i] = math.MaxUint64 },                         // -1 as int32
 		func(c *wire.Columns, i int) { c.Method[i] = 1<<32 + uint64(good) },                   // truncates to NTP: passes
 		func(c *wire.Columns, i int) { c.Uncertainty[i] = -1 - rng.Int64N(1e9) },              // negative
@@ -32,7 +33,7 @@ func TestColumnsValid(t *testing.T) {
 		func(c *wire.Columns, i int) {
 			c.Time[i], c.Method[i] = 5, uint64(wirepb.TimeMethod_TIME_METHOD_UNTRUSTED) // passes
 		},
-		func(c *wire.Columns, i int) { c.Time[i] = maxTimeNs }, // 2200: out
+		func(c *wire.Columns, i int) { c.Time[i] = MaxTimeNs }, // 2200: out
 	}
 	passes, fails := 0, 0
 	for round := range 3000 {
@@ -46,7 +47,7 @@ func TestColumnsValid(t *testing.T) {
 			c.Metric = append(c.Metric, uint32(1+rng.IntN(2)))
 			c.Method = append(c.Method, uint64(good))
 			c.Uncertainty = append(c.Uncertainty, rng.Int64N(1e6))
-			c.Time = append(c.Time, baseTimeNs+rng.Int64N(1e12))
+			c.Time = append(c.Time, hubtest.BaseTimeNs+rng.Int64N(1e12))
 			c.Offset = append(c.Offset, rng.Int64N(2e9)-1e9)
 		}
 		for range rng.IntN(3) {
@@ -55,11 +56,11 @@ func TestColumnsValid(t *testing.T) {
 		want := true
 		for i := range n {
 			m := wirepb.TimeMethod(int32(c.Method[i]))
-			if checkEvent(c.Value[i], len(c.Strings[c.Metric[i]]), m, c.Uncertainty[i], c.Time[i], c.Offset[i]) != wire.FaultNone {
+			if CheckEvent(c.Value[i], len(c.Strings[c.Metric[i]]), m, c.Uncertainty[i], c.Time[i], c.Offset[i]) != wire.FaultNone {
 				want = false
 			}
 		}
-		if got := columnsValid(c); got != want {
+		if got := ColumnsValid(c); got != want {
 			t.Fatalf("round %d: columnsValid %v, checkEvent says %v for %+v", round, got, want, c)
 		}
 		if want {

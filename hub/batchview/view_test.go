@@ -1,17 +1,15 @@
-package hub
+package batchview
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
+	"edgeflow/hub/internal/hubtest"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -19,7 +17,7 @@ import (
 // randomBatch builds a batch with random content, valid or not.
 func randomBatch(rng *rand.Rand) *wirepb.Batch {
 	sid := wire.NewStreamID()
-	b := makeBatch("dev-r", sid, 1+rng.Uint64N(1000), 1+rng.IntN(50))
+	b := hubtest.MakeBatch("dev-r", sid, 1+rng.Uint64N(1000), 1+rng.IntN(50))
 	for _, e := range b.Events {
 		e.Method = wirepb.TimeMethod(rng.IntN(6))
 		e.Value = rng.NormFloat64()
@@ -40,8 +38,8 @@ func randomBatch(rng *rand.Rand) *wirepb.Batch {
 // wire.DecodeBatch on the same payloads.
 func TestBatchViewMatchesWire(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	lim := limitsWithDefaults(wire.Limits{})
-	var v batchView // reused, as the hub's views are
+	lim := wire.DefaultLimits
+	var v View // reused, as the hub's views are
 	columnar := 0
 	for i := 0; i < 300; i++ {
 		body, err := proto.Marshal(randomBatch(rng))
@@ -57,7 +55,7 @@ func TestBatchViewMatchesWire(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := parseBatchFrame(&v, payload, lim); err != nil {
+			if err := ParseBatchFrame(&v, payload, lim); err != nil {
 				t.Fatalf("%v: %v", codec, err)
 			}
 			compareView(t, &v, want)
@@ -82,12 +80,12 @@ func FuzzBatchViewColumns(f *testing.F) {
 			f.Add(frame[4:])
 		}
 	}
-	lim := limitsWithDefaults(wire.Limits{})
+	lim := wire.DefaultLimits
 	f.Fuzz(func(t *testing.T, cols []byte) {
 		payload := append([]byte{0xE7, wire.SchemaVersion, byte(wire.CodecColumns), byte(wire.MsgBatch)}, cols...)
 		want, werr := wire.DecodeBatch(payload, lim)
-		var v batchView
-		verr := parseBatchFrame(&v, payload, lim)
+		var v View
+		verr := ParseBatchFrame(&v, payload, lim)
 		if werr != nil {
 			return
 		}
@@ -114,11 +112,11 @@ func FuzzBatchViewMatchesWire(f *testing.F) {
 		}
 		f.Add(body)
 	}
-	lim := limitsWithDefaults(wire.Limits{})
+	lim := wire.DefaultLimits
 	f.Fuzz(func(t *testing.T, body []byte) {
 		want, werr := wire.DecodeBatch(wire.FrameWith(wire.MsgBatch, wire.CodecNone, body), lim)
-		var v batchView
-		verr := parseBatchView(&v, body, lim)
+		var v View
+		verr := ParseBatchView(&v, body, lim)
 		if werr != nil {
 			return
 		}
@@ -137,36 +135,36 @@ func FuzzBatchViewMatchesWire(f *testing.F) {
 // difference between the two parsers, and deliberate.
 func wrongWireType(err error) bool { return strings.Contains(err.Error(), "has wire type") }
 
-func compareView(t *testing.T, v *batchView, w *wirepb.Batch) {
+func compareView(t *testing.T, v *View, w *wirepb.Batch) {
 	t.Helper()
-	if string(v.device) != w.DeviceId || string(v.streamID) != string(w.StreamId) || v.firstSeq != w.FirstSeq ||
-		v.sendTimeNs != w.SendTimeNs || v.len() != len(w.Events) || len(v.gaps) != len(w.Gaps) ||
-		v.hasClock != (w.Clock != nil) || v.hasBacklog != (w.Backlog != nil) || v.rangeAcks != w.RangeAcks {
+	if string(v.Device) != w.DeviceId || string(v.StreamID) != string(w.StreamId) || v.FirstSeq != w.FirstSeq ||
+		v.SendTimeNs != w.SendTimeNs || v.Len() != len(w.Events) || len(v.Gaps) != len(w.Gaps) ||
+		v.HasClock != (w.Clock != nil) || v.HasBacklog != (w.Backlog != nil) || v.RangeAcks != w.RangeAcks {
 		t.Fatalf("header differs: view %+v", v)
 	}
-	if w.Clock != nil && (v.clock.offsetNs != w.Clock.OffsetNs || v.clock.method != w.Clock.Method) {
+	if w.Clock != nil && (v.Clock.OffsetNs != w.Clock.OffsetNs || v.Clock.Method != w.Clock.Method) {
 		t.Fatalf("clock differs")
 	}
-	evs := v.eventList()
+	evs := v.EventList()
 	if len(evs) != len(w.Events) {
 		t.Fatalf("%d events listed, %d in the batch", len(evs), len(w.Events))
 	}
 	for i, e := range w.Events {
 		g := evs[i]
-		if string(g.metric) != e.Metric || math.Float64bits(g.value) != math.Float64bits(e.Value) || g.deviceTimeNs != e.DeviceTimeNs || g.monoNs != e.MonoNs ||
-			string(g.bootID) != e.BootId || g.offsetNs != e.OffsetNs || g.uncertaintyNs != e.UncertaintyNs ||
-			g.method != e.Method || int(g.tagHi-g.tagLo) != len(e.Tags) {
+		if string(g.Metric) != e.Metric || math.Float64bits(g.Value) != math.Float64bits(e.Value) || g.DeviceTimeNs != e.DeviceTimeNs || g.MonoNs != e.MonoNs ||
+			string(g.BootID) != e.BootId || g.OffsetNs != e.OffsetNs || g.UncertaintyNs != e.UncertaintyNs ||
+			g.Method != e.Method || int(g.TagHi-g.TagLo) != len(e.Tags) {
 			t.Fatalf("event %d differs: %+v vs %v", i, g, e)
 		}
 		for j, tg := range e.Tags {
-			vt := v.tags[int(g.tagLo)+j]
-			if string(vt.key) != tg.Key || string(vt.value) != tg.Value {
+			vt := v.Tags[int(g.TagLo)+j]
+			if string(vt.Key) != tg.Key || string(vt.Value) != tg.Value {
 				t.Fatalf("event %d tag %d differs", i, j)
 			}
 		}
 	}
 	for i, g := range w.Gaps {
-		if v.gaps[i].first != g.FirstSeq || v.gaps[i].last != g.LastSeq || string(v.gaps[i].reason) != g.Reason {
+		if v.Gaps[i].First != g.FirstSeq || v.Gaps[i].Last != g.LastSeq || string(v.Gaps[i].Reason) != g.Reason {
 			t.Fatalf("gap %d differs", i)
 		}
 	}
@@ -211,35 +209,35 @@ func TestValidateBatch(t *testing.T) {
 		{"inverted gap", "d1", func(b *wirepb.Batch) { b.Gaps = []*wirepb.Gap{{FirstSeq: 9, LastSeq: 8}} }, ReasonGap},
 		{"gap over events", "d1", func(b *wirepb.Batch) { b.Gaps = []*wirepb.Gap{{FirstSeq: 1, LastSeq: 12}} }, ReasonGap},
 	}
-	lim := limitsWithDefaults(wire.Limits{})
+	lim := wire.DefaultLimits
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := makeBatch("d1", sid, 10, 5)
+			b := hubtest.MakeBatch("d1", sid, 10, 5)
 			tt.mutate(b)
-			body, err := wire.Unframe(wire.MsgBatch, encodeBatch(t, b), lim)
+			body, err := wire.Unframe(wire.MsgBatch, hubtest.EncodeBatch(t, b), lim)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var v batchView
-			if err = parseBatchView(&v, body, lim); err == nil {
-				err = validateBatch(&v, tt.topic)
+			var v View
+			if err = ParseBatchView(&v, body, lim); err == nil {
+				err = ValidateBatch(&v, tt.topic)
 			}
 			// The same batch as columns, which the hub checks without
 			// building its events: the same verdict, in the same words.
-			var cv batchView
-			cerr := parseBatchFrame(&cv, columnFrame(t, b), lim)
+			var cv View
+			cerr := ParseBatchFrame(&cv, columnFrame(t, b), lim)
 			if cerr == nil {
-				cerr = validateBatch(&cv, tt.topic)
+				cerr = ValidateBatch(&cv, tt.topic)
 			}
-			if !cv.columnar || fmt.Sprint(cerr) != fmt.Sprint(err) || fmt.Sprint(cv.refused) != fmt.Sprint(v.refused) {
-				t.Fatalf("as columns (columnar %v): %v %v; as protobuf: %v %v", cv.columnar, cerr, cv.refused, err, v.refused)
+			if !cv.Columnar || fmt.Sprint(cerr) != fmt.Sprint(err) || fmt.Sprint(cv.Refused) != fmt.Sprint(v.Refused) {
+				t.Fatalf("as columns (columnar %v): %v %v; as protobuf: %v %v", cv.Columnar, cerr, cv.Refused, err, v.Refused)
 			}
 			// A fault of one event refuses that event alone: the batch
 			// passes, its view lists the event.
-			if err == nil && len(v.refused) > 0 {
-				r := v.refused[0]
-				if len(v.refused) != 1 || r.lo != r.hi || Reason(r.fault.Reason()) != tt.want {
-					t.Fatalf("refused %+v, want one event refused for %s", v.refused, tt.want)
+			if err == nil && len(v.Refused) > 0 {
+				r := v.Refused[0]
+				if len(v.Refused) != 1 || r.Lo != r.Hi || Reason(r.Fault.Reason()) != tt.want {
+					t.Fatalf("refused %+v, want one event refused for %s", v.Refused, tt.want)
 				}
 				return
 			}
@@ -249,7 +247,7 @@ func TestValidateBatch(t *testing.T) {
 				}
 				return
 			}
-			if r := asRejection(err); err == nil || r.Reason != tt.want {
+			if r := AsRejection(err); err == nil || r.Reason != tt.want {
 				t.Fatalf("got %v, want %s", err, tt.want)
 			}
 		})
@@ -260,7 +258,7 @@ func TestValidateBatch(t *testing.T) {
 // sends a short batch as protobuf).
 func columnFrame(t *testing.T, b *wirepb.Batch) []byte {
 	t.Helper()
-	hdr, evs := splitBatch(t, b)
+	hdr, evs := hubtest.SplitBatch(t, b)
 	chunk, ok := wire.AppendColumnChunk(nil, evs)
 	if !ok {
 		t.Fatal("the batch has no columnar form")
@@ -270,114 +268,4 @@ func columnFrame(t *testing.T, b *wirepb.Batch) []byte {
 		t.Fatal(err)
 	}
 	return frame
-}
-
-// syncPath is the hub's message path run synchronously on real parts (a
-// Server's decode, the committer on a real store, the applier), for the
-// fuzz target.
-type syncPath struct {
-	s *Server
-}
-
-func newSyncPath(t testing.TB) *syncPath {
-	o := testOptions(t, t.TempDir())
-	o.NoSync, o.Consumers = true, []Consumer{newCountingConsumer()}
-	s, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.st, err = openStore(o.DataDir, false, s.log); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.st.close() })
-	if err := s.recoverState(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return &syncPath{s: s}
-}
-
-// handle runs one message through decode, commit, ack and apply, and the
-// logged entry through the replay decoder. It returns the ack, or an error
-// for a message that cannot be answered (bad topic).
-func (p *syncPath) handle(topic string, payload []byte) (*wirepb.Ack, error) {
-	s := p.s
-	device, kind, err := wire.ParseTopic(topic)
-	if err != nil {
-		return nil, err
-	}
-	if kind != wire.KindBatch {
-		s.handle(topic, payload) // statuses etc.: must not panic
-		select {
-		case pd := <-s.com.in:
-			if err := s.com.commit([]*pending{pd}); err != nil {
-				return nil, err
-			}
-			return nil, s.app.applyEntry(&pd.entry, nil)
-		default:
-			return nil, nil
-		}
-	}
-	pd := s.decode(inMsg{device, payload, baseTimeNs})
-	if err := s.com.commit([]*pending{pd}); err != nil {
-		return nil, err
-	}
-	m, ok := s.ackMessage(pd.device, s.ackFor(pd))
-	if !ok {
-		return nil, nil
-	}
-	ack, err := wire.DecodeAck(m.Payload, wire.Limits{})
-	if err != nil {
-		return nil, err
-	}
-	if pd.accepted {
-		if err := s.app.applyEntry(&pd.entry, pd.view); err != nil {
-			return nil, err
-		}
-		e, err := decodeWALEntry(pd.entry.seq, pd.entry.encode())
-		if err != nil {
-			return nil, err
-		}
-		if _, err := s.app.parseStored(e); err != nil {
-			return nil, err
-		}
-	}
-	return ack, nil
-}
-
-// FuzzHandleBatch feeds arbitrary bytes on arbitrary topics through the
-// batch path: it must never panic and must answer every batch topic with
-// an ack (or an error for an unusable topic).
-func FuzzHandleBatch(f *testing.F) {
-	sid := wire.NewStreamID()
-	good := makeBatch("d1", sid, 1, 3)
-	big := makeBatch("d1", sid, 100, 400) // compressed frame
-	f.Add("edge/v1/d1/batch", encodeBatch(f, good))
-	f.Add("edge/v1/d1/batch", encodeBatch(f, big))
-	f.Add("edge/v1/d2/batch", encodeBatch(f, good))
-	f.Add("edge/v1/d1/status", []byte{0xE7, 1, 0, 5})
-	f.Add("edge/v1/d1/batch", []byte{0xE7, 1, 1, 1, 0xff, 0xff, 0xff, 0xff, 0x0f})
-	f.Add("nope", []byte("x"))
-	p := newSyncPath(f)
-	f.Fuzz(func(t *testing.T, topic string, payload []byte) {
-		ack, err := p.handle(topic, payload)
-		if n := counterValue(t, p.s.m.panics); n != 0 {
-			t.Fatalf("recovered %v panics", n)
-		}
-		_, kind, terr := wire.ParseTopic(topic)
-		if terr == nil && kind == wire.KindBatch && err == nil && ack == nil {
-			t.Fatalf("batch topic answered with neither an ack nor an error")
-		}
-		if ack != nil && ack.Status == wirepb.AckStatus_ACK_STATUS_REJECTED && ack.Reason == "" {
-			t.Fatalf("rejection without a reason")
-		}
-	})
-}
-
-// counterValue reads a counter.
-func counterValue(t testing.TB, c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
 }
