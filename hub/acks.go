@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"edgeflow/hub/batchview"
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -79,7 +80,7 @@ type ackRound struct {
 
 // ackItem is one batch's ack, before runs are merged.
 type ackItem struct {
-	key    streamKey
+	key    hublog.StreamKey
 	a      *wirepb.Ack
 	ranged bool // may join a run: OK or DUPLICATE, and the agent said range_acks
 }
@@ -88,8 +89,8 @@ type ackItem struct {
 // messages.
 func (r *ackRound) add(s *Server, g []*pending) {
 	for _, p := range g {
-		if p.kind != entryBatch {
-			if p.kind == entryStatus {
+		if p.kind != hublog.KindBatch {
+			if p.kind == hublog.KindStatus {
 				s.m.statuses.Inc()
 			}
 			continue
@@ -98,7 +99,7 @@ func (r *ackRound) add(s *Server, g []*pending) {
 		r.arrived = append(r.arrived, p.serverTimeNs)
 		// An ack naming refused events answers its batch alone: a run's
 		// ack has one range and no room for them.
-		r.items = append(r.items, ackItem{streamKey{p.device, p.stream}, a, p.rangeAcks && wire.RunAckStatus(a.Status) && len(a.Refused) == 0})
+		r.items = append(r.items, ackItem{hublog.StreamKey{Device: p.device, ID: p.stream}, a, p.rangeAcks && wire.RunAckStatus(a.Status) && len(a.Refused) == 0})
 	}
 }
 
@@ -108,10 +109,10 @@ func (r *ackRound) add(s *Server, g []*pending) {
 // sequence number first; agents take acks in any order.
 func (r *ackRound) messages(s *Server) []Message {
 	slices.SortFunc(r.items, func(x, y ackItem) int {
-		if c := strings.Compare(x.key.device, y.key.device); c != 0 {
+		if c := strings.Compare(x.key.Device, y.key.Device); c != 0 {
 			return c
 		}
-		if c := bytes.Compare(x.key.id[:], y.key.id[:]); c != 0 {
+		if c := bytes.Compare(x.key.ID[:], y.key.ID[:]); c != 0 {
 			return c
 		}
 		return cmp.Compare(x.a.FirstSeq, y.a.FirstSeq)
@@ -119,7 +120,7 @@ func (r *ackRound) messages(s *Server) []Message {
 	msgs := make([]Message, 0, len(r.items))
 	var run *ackItem // the last ack kept, which the next may extend
 	keep := func() {
-		if m, ok := s.ackMessage(run.key.device, run.a); ok {
+		if m, ok := s.ackMessage(run.key.Device, run.a); ok {
 			msgs = append(msgs, m)
 		}
 	}
@@ -181,11 +182,11 @@ func refusedEvents(gs []*wirepb.Gap) uint64 {
 // refused one by one (its new sequence numbers only: a redelivery counts
 // nothing again).
 func (s *Server) countRefused(p *pending) {
-	if len(p.entry.refused) == 0 {
+	if len(p.entry.Refused) == 0 {
 		return
 	}
-	for _, r := range p.entry.refused {
-		s.m.refused.WithLabelValues(r.fault.Reason()).Add(float64(r.Len()))
+	for _, r := range p.entry.Refused {
+		s.m.refused.WithLabelValues(r.Fault.Reason()).Add(float64(r.Len()))
 	}
 	r := p.refused[0]
 	s.rejLog.log(s.log, "batch", p.device, "events refused, the rest of the batch applied", &batchview.Rejection{Reason: batchview.Reason(r.Reason), Detail: fmt.Sprintf("%d events refused, first [%d, %d] %s", refusedEvents(p.refused), r.FirstSeq, r.LastSeq, r.Reason)})

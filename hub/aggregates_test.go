@@ -18,6 +18,7 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -314,12 +315,12 @@ func sameAnswers(t *testing.T, when string, want, got [][]byte) {
 // engineCheckpoint reads the engine's entry of the last checkpoint.
 func engineCheckpoint(t *testing.T, dir string) []byte {
 	t.Helper()
-	st, err := openStore(dir, true, quietLogger(t))
+	st, err := hublog.OpenStore(dir, true, quietLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.close()
-	_, state, err := st.loadCheckpoint()
+	defer st.Close()
+	_, state, err := st.LoadCheckpoint()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +334,7 @@ func engineCheckpoint(t *testing.T, dir string) []byte {
 func countPartialKeys(t *testing.T, s *Server, gen uint64) int {
 	n := 0
 	var drop []uint64
-	_, err := dropGenerations(s.st.db, func(g uint64) bool { drop = append(drop, g); return false })
+	_, err := hublog.DropGenerations(s.st.DB, func(g uint64) bool { drop = append(drop, g); return false })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,9 +442,9 @@ func TestEventsBeforeDeviceIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.DropPrefix([]byte{prefixDeviceLog})
+	err = db.DropPrefix([]byte{hublog.PrefixDeviceLog})
 	if err == nil {
-		err = db.Update(func(txn *badger.Txn) error { return txn.Delete([]byte(keyDeviceLogSince)) })
+		err = db.Update(func(txn *badger.Txn) error { return txn.Delete([]byte(hublog.KeyDeviceLogSince)) })
 	}
 	if cerr := db.Close(); err == nil {
 		err = cerr
@@ -453,12 +454,12 @@ func TestEventsBeforeDeviceIndex(t *testing.T) {
 	}
 
 	s2 := startHub(t, o)
-	if since := time.Unix(0, s2.st.deviceLogSince); since.Before(time.Now()) {
+	if since := time.Unix(0, s2.st.DeviceLogSince); since.Before(time.Now()) {
 		t.Fatalf("index complete since %v: before the entries already logged", since)
 	}
 	d2 := newDevice(t, "tcp://"+s2.BrokerAddr(), "old1")
 	d2.send(timedBatch("old1", d2.stream, 1, []int64{at(3)}, []float64{3}))
-	if n := countKeys(t, s2.st.db, prefixDeviceLog); n != 1 {
+	if n := countKeys(t, s2.st.DB, hublog.PrefixDeviceLog); n != 1 {
 		t.Fatalf("%d index keys, want the new batch's 1", n)
 	}
 	r, got := eventValues(t, s2, "old1", base, base.Add(time.Minute))

@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"edgeflow/hub/hublog"
 	"edgeflow/wire/wirepb"
 )
 
@@ -30,7 +31,7 @@ func addDevices(t *testing.T, s *Server, ids []string) {
 	rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 	now := time.Now().UnixNano()
 	for i, id := range shuffled {
-		e := &walEntry{kind: entryStatus, device: id, serverTimeNs: now + int64(i)}
+		e := &hublog.Entry{Kind: hublog.KindStatus, Device: id, ServerTimeNs: now + int64(i)}
 		s.reg.applyStatus(e, &wirepb.Status{Online: i%2 == 0, TimeNs: now, Version: "v" + id})
 	}
 }

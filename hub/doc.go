@@ -20,24 +20,17 @@
 // applyLagBytes of payload (while it encodes a checkpoint, for one) before
 // the committer waits for it: acks do not wait for the applier.
 //
-// # Storage layout (one Badger directory)
+// # Storage
 //
-//	w<walSeq:8><serverTimeNs:8>      -> log entry (metadata + payload as received)
-//	r<device>\x00<streamID:16>       -> applied sequence ranges of the stream
-//	c                                -> newest checkpoint pointer (position, chunks, CRC-32Cs)
-//	c1                               -> the checkpoint before it (see checkpoint.go)
-//	k<gen:8><chunk:4>                -> checkpoint state chunks of both
-//	x<recordedAtNs:8>                -> a recorded loss to store damage (see damage.go)
-//	a<gen:8><series:4><bucket:8>     -> evicted aggregate partial, base resolution
-//	d<gen:8><tier:1><series:4><bucket:8> -> downsampled aggregate partial (see partials.go)
-//
-// The applied ranges are written in the same transaction as the log entries
-// that produced them, so the dedup state is never ahead of or behind the log.
-// Everything else the hub holds in memory (registry, consumer state) is a
-// function of the log: a restart loads the newest usable checkpoint and
-// replays the log entries after its position through the same apply path.
-// Retention keeps the log after the older checkpoint, so a damaged newest
-// one costs a longer replay, not data.
+// The log, the applied ranges, the checkpoints, the device log index,
+// the stored aggregate partials and the damage records live in one Badger
+// directory, owned by package hublog, whose doc shows every key. The
+// applied ranges are written in the same transaction as the log entries
+// that produced them, so the dedup state is never ahead of or behind the
+// log. Everything else the hub holds in memory (registry, consumer state)
+// is a function of the log: a restart loads the newest usable checkpoint
+// and replays the log entries after its position through the same apply
+// path.
 //
 // # Partial overlap
 //

@@ -3,13 +3,12 @@ package hub
 import (
 	"cmp"
 	"context"
+	"edgeflow/hub/hublog"
 	"errors"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
-
-	badger "github.com/dgraph-io/badger/v4"
 )
 
 // Bounds of GET /v1/events. The endpoint reads the log itself (the engine
@@ -27,7 +26,7 @@ const (
 	maxEventsMatch    = 1_000_000
 	maxEventsLimit    = 10_000
 	defaultEventLimit = 1000
-	eventsSlack       = time.Minute // server times are only nearly ordered by position
+	eventsSlack       = hublog.ServerTimeSlack
 	defaultArrival    = time.Hour
 )
 
@@ -114,14 +113,14 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsRespon
 	fromNs, toNs := q.from.UnixNano(), q.to.UnixNano()
 	var matched []EventJSON
 	var reads string // what the scan reads, for the error past maxEventsScan
-	fn := func(e *walEntry) error {
+	fn := func(e *hublog.Entry) error {
 		if out.Scanned++; out.Scanned > maxEventsScan {
 			return badParam("from", "the range needs more than %d log entries read (%s): narrow from/to or arrived_within", maxEventsScan, reads)
 		}
 		if out.Scanned%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if e.kind != entryBatch || e.device != q.device || e.serverTimeNs >= endNs {
+		if e.Kind != hublog.KindBatch || e.Device != q.device || e.ServerTimeNs >= endNs {
 			return nil
 		}
 		v, err := app.parseStored(e)
@@ -140,17 +139,17 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsRespon
 		return nil
 	}
 	var err error
-	if startNs >= s.st.deviceLogSince {
+	if startNs >= s.st.DeviceLogSince {
 		// The device's own entries, through the device log index.
 		reads = "the device's batches that arrived between from - max_future_skew - 1m and to + arrived_within"
-		err = s.st.deviceEntries(q.device, startNs, endNs, fn)
+		err = s.st.DeviceEntries(q.device, startNs, endNs, fn)
 	} else {
 		// Before the index: the whole fleet's entries, by position.
-		reads = "the whole fleet's batches that arrived between from and to + arrived_within; the device index covers arrivals after " + rfc3339(time.Unix(0, s.st.deviceLogSince))
+		reads = "the whole fleet's batches that arrived between from and to + arrived_within; the device index covers arrivals after " + rfc3339(time.Unix(0, s.st.DeviceLogSince))
 		var start uint64
-		if start, err = s.st.firstWALAtOrAfter(startNs); err == nil {
-			err = s.st.replay(start-1, func(e *walEntry) error {
-				if e.serverTimeNs >= endNs+int64(eventsSlack) {
+		if start, err = s.st.FirstWALAtOrAfter(startNs); err == nil {
+			err = s.st.Replay(start-1, func(e *hublog.Entry) error {
+				if e.ServerTimeNs >= endNs+int64(eventsSlack) {
 					return errStopScan
 				}
 				return fn(e)
@@ -173,12 +172,12 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsRespon
 	return out, nil
 }
 
-func eventJSON(e *walEntry, ev *AppliedEvent) EventJSON {
-	out := EventJSON{Stream: e.stream.String(), Seq: ev.Seq, Metric: ev.Metric, Value: ev.Value,
+func eventJSON(e *hublog.Entry, ev *AppliedEvent) EventJSON {
+	out := EventJSON{Stream: e.Stream.String(), Seq: ev.Seq, Metric: ev.Metric, Value: ev.Value,
 		Time: rfc3339(time.Unix(0, ev.EventTimeNs)), TimeMs: ev.EventTimeNs / 1e6, UncertaintyNs: ev.UncertaintyNs,
 		Method:     methodName(int32(ev.Method)),
-		DeviceTime: rfc3339(time.Unix(0, ev.DeviceTimeNs)), ServerTime: rfc3339(time.Unix(0, e.serverTimeNs)),
-		LogPosition: e.seq, eventNs: ev.EventTimeNs}
+		DeviceTime: rfc3339(time.Unix(0, ev.DeviceTimeNs)), ServerTime: rfc3339(time.Unix(0, e.ServerTimeNs)),
+		LogPosition: e.Seq, eventNs: ev.EventTimeNs}
 	if len(ev.Tags) > 0 {
 		out.Tags = make(map[string]string, len(ev.Tags))
 		for _, t := range ev.Tags {
@@ -186,48 +185,4 @@ func eventJSON(e *walEntry, ev *AppliedEvent) EventJSON {
 		}
 	}
 	return out
-}
-
-// firstWALAtOrAfter returns the smallest log position whose entry has a
-// server time at or after ns, by binary search over positions (server
-// times grow with positions up to the reordering eventsSlack covers). It
-// returns the position after the last entry when there is none.
-func (st *store) firstWALAtOrAfter(ns int64) (uint64, error) {
-	var lo, hi uint64
-	err := st.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixWAL}})
-		defer it.Close()
-		at := func(seq uint64) (uint64, int64, bool, error) {
-			it.Seek(walSeekKey(seq))
-			if !it.Valid() {
-				return 0, 0, false, nil
-			}
-			p, t, err := parseWALKey(it.Item().Key())
-			return p, t, true, err
-		}
-		first, _, ok, err := at(0)
-		if err != nil || !ok {
-			lo, hi = 1, 1
-			return err
-		}
-		last, err := st.lastWALSeq()
-		if err != nil {
-			return err
-		}
-		lo, hi = first, last+1
-		for lo < hi {
-			mid := lo + (hi-lo)/2
-			p, t, ok, err := at(mid)
-			if err != nil {
-				return err
-			}
-			if !ok || t >= ns {
-				hi = mid
-			} else {
-				lo = p + 1
-			}
-		}
-		return nil
-	})
-	return max(lo, 1), err
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -25,10 +26,10 @@ func newSyncPath(t testing.TB) *syncPath {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.st, err = openStore(o.DataDir, false, s.log); err != nil {
+	if s.st, err = hublog.OpenStore(o.DataDir, false, s.log); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.st.close() })
+	t.Cleanup(func() { _ = s.st.Close() })
 	if err := s.recoverState(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func (p *syncPath) handle(topic string, payload []byte) (*wirepb.Ack, error) {
 		if err := s.app.applyEntry(&pd.entry, pd.view); err != nil {
 			return nil, err
 		}
-		e, err := decodeWALEntry(pd.entry.seq, pd.entry.encode())
+		e, err := hublog.DecodeEntry(pd.entry.Seq, pd.entry.Encode())
 		if err != nil {
 			return nil, err
 		}

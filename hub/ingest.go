@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"edgeflow/hub/batchview"
+	"edgeflow/hub/hublog"
 	"edgeflow/internal/lograte"
 	"edgeflow/wire"
 )
@@ -78,7 +79,7 @@ func (s *Server) handleStatus(device string, payload []byte, now int64) {
 		s.rejLog.log(s.log, "status", device, "bad status message", err)
 		return
 	}
-	p := &pending{kind: entryStatus, device: device, serverTimeNs: now, payload: payload}
+	p := &pending{kind: hublog.KindStatus, device: device, serverTimeNs: now, payload: payload}
 	s.enqueue(func() { s.com.in <- p })
 }
 
@@ -92,7 +93,7 @@ func (s *Server) decodeLoop(in <-chan inMsg) {
 // decode unframes, parses and validates one batch. A failure yields a
 // pending with a rejection (or an internal error, for a panic).
 func (s *Server) decode(msg inMsg) (p *pending) {
-	p = &pending{kind: entryBatch, device: msg.device, serverTimeNs: msg.serverTimeNs, payload: msg.payload}
+	p = &pending{kind: hublog.KindBatch, device: msg.device, serverTimeNs: msg.serverTimeNs, payload: msg.payload}
 	defer func() {
 		if r := recover(); r != nil {
 			s.m.panics.Inc()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"edgeflow/hub/batchview"
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -20,7 +21,7 @@ func TestAckRoundMerges(t *testing.T) {
 	s := startHub(t, testOptions(t, t.TempDir()))
 	a, b, c := wire.NewStreamID(), wire.NewStreamID(), wire.NewStreamID()
 	batch := func(dev string, id wire.StreamID, first, last uint64, ranged bool) *pending {
-		return &pending{kind: entryBatch, device: dev, stream: id, first: first, last: last, rangeAcks: ranged}
+		return &pending{kind: hublog.KindBatch, device: dev, stream: id, first: first, last: last, rangeAcks: ranged}
 	}
 	dup := func(p *pending) *pending { p.dup = true; return p }
 	rej := func(p *pending) *pending {
@@ -40,7 +41,7 @@ func TestAckRoundMerges(t *testing.T) {
 		rej(batch("d1", a, 31, 40, true)),
 		batch("d1", a, 41, 50, true),
 		batch("d1", a, 61, 70, true),
-		{kind: entryStatus, device: "d1"},
+		{kind: hublog.KindStatus, device: "d1"},
 		batch("d3", c, 1, 10, false), batch("d3", c, 11, 20, false),
 		dup(batch("d3", c, 21, 30, true)), dup(batch("d3", c, 31, 40, true)),
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"edgeflow/hub/batchview"
+	"edgeflow/hub/hublog"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -73,11 +74,11 @@ func (r *registry) device(id string) *deviceState {
 }
 
 // applyBatch records an applied batch entry whose parsed payload is v.
-func (r *registry) applyBatch(e *walEntry, v *batchview.View) {
+func (r *registry) applyBatch(e *hublog.Entry, v *batchview.View) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d := r.device(e.device)
-	d.LastSeenNs = max(d.LastSeenNs, e.serverTimeNs)
+	d := r.device(e.Device)
+	d.LastSeenNs = max(d.LastSeenNs, e.ServerTimeNs)
 	if v.HasBacklog {
 		d.Backlog = Backlog{Events: v.Backlog.Events, Bytes: v.Backlog.Bytes, OldestNs: v.Backlog.OldestNs}
 	}
@@ -85,23 +86,23 @@ func (r *registry) applyBatch(e *walEntry, v *batchview.View) {
 		c := v.Clock
 		d.AgentClock = &clockState{OffsetNs: c.OffsetNs, UncertaintyNs: c.UncertaintyNs, DriftPPM: c.DriftPPM, Method: int32(c.Method), SampledAtNs: c.SampledAtNs}
 	}
-	if e.est.ok {
-		d.HubClock = &clockState{OffsetNs: e.est.offsetNs, UncertaintyNs: e.est.uncertaintyNs, Method: int32(wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE), SampledAtNs: e.serverTimeNs}
+	if e.Est.OK {
+		d.HubClock = &clockState{OffsetNs: e.Est.OffsetNs, UncertaintyNs: e.Est.UncertaintyNs, Method: int32(wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE), SampledAtNs: e.ServerTimeNs}
 	}
-	s := d.Streams[e.stream.String()]
+	s := d.Streams[e.Stream.String()]
 	if s == nil {
 		s = &streamInfo{}
-		d.Streams[e.stream.String()] = s
+		d.Streams[e.Stream.String()] = s
 	}
-	for _, fr := range e.appliedRanges() {
+	for _, fr := range e.AppliedRanges() {
 		s.Applied.Add(fr.First, fr.Last)
 	}
-	for _, r := range e.refused {
+	for _, r := range e.Refused {
 		s.Refused.Add(r.First, r.Last)
-		s.addGap(r.First, r.Last, RefusedGapPrefix+r.fault.Reason())
+		s.addGap(r.First, r.Last, RefusedGapPrefix+r.Fault.Reason())
 	}
 	s.Batches++
-	s.LastServerNs = e.serverTimeNs
+	s.LastServerNs = e.ServerTimeNs
 	for _, g := range v.Gaps {
 		s.addGap(g.First, g.Last, string(g.Reason))
 	}
@@ -125,11 +126,11 @@ func (s *streamInfo) addGap(first, last uint64, reason string) {
 }
 
 // applyStatus records a status entry.
-func (r *registry) applyStatus(e *walEntry, st *wirepb.Status) {
+func (r *registry) applyStatus(e *hublog.Entry, st *wirepb.Status) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d := r.device(e.device)
-	d.LastSeenNs = max(d.LastSeenNs, e.serverTimeNs)
+	d := r.device(e.Device)
+	d.LastSeenNs = max(d.LastSeenNs, e.ServerTimeNs)
 	if c := st.GetConnection(); !st.GetOnline() && c != 0 && d.Online && d.Connection != 0 && c != d.Connection {
 		// The will (or goodbye) of a connection older than the online one:
 		// a broker that took the session over published it when it closed

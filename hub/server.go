@@ -13,6 +13,7 @@ import (
 
 	"edgeflow/hub/batchview"
 	"edgeflow/hub/clockest"
+	"edgeflow/hub/hublog"
 	"edgeflow/hub/timeservice"
 	"edgeflow/internal/lograte"
 )
@@ -27,7 +28,7 @@ type Server struct {
 	reg    *registry
 	app    *applier
 	agg    *aggregates // nil without Options.Aggregate
-	st     *store
+	st     *hublog.Store
 	com    *committer
 	tr     Transport
 	views  sync.Pool
@@ -42,9 +43,9 @@ type Server struct {
 	inClosed    bool
 	timeSvc     atomic.Pointer[TimeRequestHandler]
 	applierReqs chan applierReq
-	ckptMu      sync.Mutex    // one checkpoint at a time; guards lastCkpt
-	lastCkpt    *checkpoint   // the last checkpoint written (or recovered)
-	ckptPos     atomic.Uint64 // log position covered by the older retained checkpoint
+	ckptMu      sync.Mutex         // one checkpoint at a time; guards lastCkpt
+	lastCkpt    *hublog.Checkpoint // the last checkpoint written (or recovered)
+	ckptPos     atomic.Uint64      // log position covered by the older retained checkpoint
 	dm          *damageMetrics
 	ready       atomic.Bool
 	recovered   atomic.Bool // the state is recovered: queries may run
@@ -236,16 +237,16 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.bindBroker(); err != nil {
 		return err
 	}
-	st, err := openStore(s.opts.DataDir, !s.opts.NoSync, s.log)
+	st, err := hublog.OpenStore(s.opts.DataDir, !s.opts.NoSync, s.log)
 	if err != nil {
 		return err
 	}
 	s.st = st
-	if st.deviceLogSince, err = st.loadDeviceLogSince(s.opts.Now().UnixNano()); err != nil {
-		return fmt.Errorf("hub store %s: %w", st.dir, err)
+	if st.DeviceLogSince, err = st.LoadDeviceLogSince(s.opts.Now().UnixNano()); err != nil {
+		return fmt.Errorf("hub store %s: %w", st.Dir, err)
 	}
 	if s.agg != nil {
-		s.agg.store.bind(st.db)
+		s.agg.store.Bind(st.DB)
 	}
 	if err := s.recoverState(ctx); err != nil {
 		return err
@@ -376,7 +377,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 		if !s.skipFinalCheckpoint && s.com != nil {
 			errs = append(errs, s.checkpointNow())
 		}
-		errs = append(errs, s.st.close())
+		errs = append(errs, s.st.Close())
 	}
 	if s.tr != nil {
 		errs = append(errs, s.tr.Close())

@@ -1,4 +1,4 @@
-package hub
+package hublog
 
 import (
 	"errors"
@@ -87,7 +87,7 @@ type LogDamageError struct {
 // Error implements error.
 func (e *LogDamageError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: hub store %s: %d log entries at positions %s cannot be read", ErrLogDamaged, e.Dir, e.Positions.Count(), formatRanges(&e.Positions))
+	fmt.Fprintf(&b, "%s: hub store %s: %d log entries at positions %s cannot be read", ErrLogDamaged, e.Dir, e.Positions.Count(), FormatRanges(&e.Positions))
 	if !e.FromServerTime.IsZero() {
 		fmt.Fprintf(&b, " (server time %s to %s)", e.FromServerTime.UTC().Format(time.RFC3339Nano), e.ToServerTime.UTC().Format(time.RFC3339Nano))
 	}
@@ -105,7 +105,7 @@ func (e *LogDamageError) Error() string {
 func (e *LogDamageError) Unwrap() []error { return []error{ErrLogDamaged, ErrCorrupt} }
 
 // formatRanges writes ranges as "3-7, 9"; past a dozen it says how many more.
-func formatRanges(s *ranges.RangeSet) string {
+func FormatRanges(s *ranges.RangeSet) string {
 	var parts []string
 	for i, r := range s.Ranges() {
 		if i == 12 {

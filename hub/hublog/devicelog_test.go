@@ -1,4 +1,4 @@
-package hub
+package hublog
 
 import (
 	"fmt"
@@ -15,22 +15,22 @@ import (
 // by the checkpoint position) comes back once, across devices whose ids
 // are prefixes of each other, and nothing that is kept.
 func TestExpiredDeviceLogKeysResumes(t *testing.T) {
-	st, err := openStore(t.TempDir(), false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	st, err := OpenStore(t.TempDir(), false, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.close()
+	defer st.Close()
 	const cutoff, pos = 100, 50
 	var want []string
 	seq := uint64(0)
-	err = st.db.Update(func(txn *badger.Txn) error {
+	err = st.DB.Update(func(txn *badger.Txn) error {
 		for _, dev := range []string{"a", "a1", "b", "c"} {
 			for _, ts := range []int64{10, 20, 30, 150, 200} {
 				seq++
 				if dev == "b" && ts == 30 {
 					seq = 60 // beyond the checkpoint: kept, and so is what follows
 				}
-				k := deviceLogKey(dev, ts, seq)
+				k := DeviceLogKey(dev, ts, seq)
 				if ts < cutoff && seq <= pos {
 					want = append(want, fmt.Sprintf("%s/%d/%d", dev, ts, seq))
 				}
@@ -50,12 +50,12 @@ func TestExpiredDeviceLogKeysResumes(t *testing.T) {
 		if calls > 100 {
 			t.Fatal("no end to the walk")
 		}
-		keys, next, err := st.expiredDeviceLogKeys(cutoff, pos, from, 2)
+		keys, next, err := st.ExpiredDeviceLogKeys(cutoff, pos, from, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range keys {
-			dev, ts, seq, err := parseDeviceLogKey(k)
+			dev, ts, seq, err := ParseDeviceLogKey(k)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package hub
+package hublog
 
 import (
 	"encoding/binary"
@@ -10,16 +10,16 @@ import (
 )
 
 // entryKind says what a log entry holds.
-type entryKind byte
+type Kind byte
 
 // Log entry kinds.
 const (
-	entryBatch  entryKind = 1 // an accepted batch (payload: the batch frame)
-	entryStatus entryKind = 2 // a device status message (payload: the status frame)
+	KindBatch  Kind = 1 // an accepted batch (payload: the batch frame)
+	KindStatus Kind = 2 // a device status message (payload: the status frame)
 	// entryTick moves the consumers' processing time to the entry's server
 	// time (no payload). Ticks are logged so that a replay or a rebuild
 	// sees them at the same log positions as the live run did.
-	entryTick entryKind = 3
+	KindTick Kind = 3
 )
 
 // entryVersion is the version byte that starts every log entry value.
@@ -31,14 +31,6 @@ const (
 	entryVersionRefused = 2
 )
 
-// Key prefixes of the hub's Badger store; see the package doc.
-const (
-	prefixWAL        = 'w'
-	prefixRanges     = 'r'
-	keyCheckpoint    = "c"
-	prefixCheckpoint = 'k'
-)
-
 // ErrCorrupt is wrapped by errors about stored data the hub cannot read.
 // The message names the key; see ErrStoreDamaged and ErrLogDamaged for
 // what the operator can do.
@@ -47,39 +39,39 @@ var ErrCorrupt = errors.New("hub: corrupt store")
 // hubEstimate is the hub's own clock estimate of a device when a batch was
 // logged; it is stored with the entry so a replay corrects times exactly as
 // the first apply did.
-type hubEstimate struct {
-	ok                      bool
-	offsetNs, uncertaintyNs int64
+type HubEstimate struct {
+	OK                      bool
+	OffsetNs, UncertaintyNs int64
 }
 
 // walEntry is one log entry: metadata the hub decided when it accepted the
 // message, and the payload as received.
-type walEntry struct {
-	seq          uint64
-	kind         entryKind
-	serverTimeNs int64
-	device       string
-	stream       wire.StreamID
-	firstSeq     uint64
-	count        uint64
-	fresh        []ranges.SeqRange // the sequence ranges this entry applies (refused ones included)
+type Entry struct {
+	Seq          uint64
+	Kind         Kind
+	ServerTimeNs int64
+	Device       string
+	Stream       wire.StreamID
+	FirstSeq     uint64
+	Count        uint64
+	Fresh        []ranges.SeqRange // the sequence ranges this entry applies (refused ones included)
 	// refused are the parts of fresh whose events the hub refused one by
 	// one (ascending): done for dedup, recorded as gaps, never applied.
-	refused []refusedRange
-	est     hubEstimate
-	payload []byte
+	Refused []RefusedRange
+	Est     HubEstimate
+	Payload []byte
 }
 
 // refusedRange is a run of sequence numbers of an entry whose events the
 // hub refused, and why.
-type refusedRange struct {
+type RefusedRange struct {
 	ranges.SeqRange
-	fault wire.Fault
+	Fault wire.Fault
 }
 
 // refusedAt reports whether sequence number seq of e was refused.
-func (e *walEntry) refusedAt(seq uint64) bool {
-	for _, r := range e.refused {
+func (e *Entry) RefusedAt(seq uint64) bool {
+	for _, r := range e.Refused {
 		if seq >= r.First && seq <= r.Last {
 			return true
 		}
@@ -88,14 +80,14 @@ func (e *walEntry) refusedAt(seq uint64) bool {
 }
 
 // appliedRanges is fresh without the refused ranges: the events applied.
-func (e *walEntry) appliedRanges() []ranges.SeqRange {
-	if len(e.refused) == 0 {
-		return e.fresh
+func (e *Entry) AppliedRanges() []ranges.SeqRange {
+	if len(e.Refused) == 0 {
+		return e.Fresh
 	}
 	var out []ranges.SeqRange
-	for _, f := range e.fresh {
+	for _, f := range e.Fresh {
 		next := f.First
-		for _, r := range e.refused {
+		for _, r := range e.Refused {
 			if r.Last < next || r.First > f.Last {
 				continue
 			}
@@ -111,86 +103,41 @@ func (e *walEntry) appliedRanges() []ranges.SeqRange {
 	return out
 }
 
-// walKey is w<seq:8><serverTimeNs:8>: ordered by position, and retention
-// reads an entry's age from its key without reading the value.
-func walKey(seq uint64, serverTimeNs int64) []byte {
-	k := make([]byte, 17)
-	k[0] = prefixWAL
-	binary.BigEndian.PutUint64(k[1:], seq)
-	binary.BigEndian.PutUint64(k[9:], uint64(serverTimeNs))
-	return k
-}
-
-// parseWALKey returns the position and server time in a log key.
-func parseWALKey(k []byte) (seq uint64, serverTimeNs int64, err error) {
-	if len(k) != 17 || k[0] != prefixWAL {
-		return 0, 0, fmt.Errorf("%w: log key %x", ErrCorrupt, k)
-	}
-	return binary.BigEndian.Uint64(k[1:]), int64(binary.BigEndian.Uint64(k[9:])), nil
-}
-
-// walSeekKey is the smallest log key at position seq or after.
-func walSeekKey(seq uint64) []byte {
-	k := make([]byte, 9)
-	k[0] = prefixWAL
-	binary.BigEndian.PutUint64(k[1:], seq)
-	return k
-}
-
-// rangesKey is r<device>\x00<streamID:16>. Device ids never hold a 0 byte.
-func rangesKey(device string, stream wire.StreamID) []byte {
-	k := make([]byte, 0, 2+len(device)+16)
-	k = append(k, prefixRanges)
-	k = append(k, device...)
-	k = append(k, 0)
-	return append(k, stream[:]...)
-}
-
-// parseRangesKey splits a ranges key.
-func parseRangesKey(k []byte) (string, wire.StreamID, error) {
-	var id wire.StreamID
-	if len(k) < 1+1+1+16 || k[0] != prefixRanges || k[len(k)-17] != 0 {
-		return "", id, fmt.Errorf("%w: ranges key %x", ErrCorrupt, k)
-	}
-	copy(id[:], k[len(k)-16:])
-	return string(k[1 : len(k)-17]), id, nil
-}
-
 // encode appends the entry's value: version, kind, metadata, payload.
-func (e *walEntry) encode() []byte {
-	b := make([]byte, 0, 64+len(e.device)+16*len(e.fresh)+24*len(e.refused)+len(e.payload))
+func (e *Entry) Encode() []byte {
+	b := make([]byte, 0, 64+len(e.Device)+16*len(e.Fresh)+24*len(e.Refused)+len(e.Payload))
 	version := byte(entryVersion)
-	if len(e.refused) > 0 {
+	if len(e.Refused) > 0 {
 		version = entryVersionRefused
 	}
-	b = append(b, version, byte(e.kind))
-	b = binary.AppendVarint(b, e.serverTimeNs)
-	b = binary.AppendUvarint(b, uint64(len(e.device)))
-	b = append(b, e.device...)
-	b = append(b, e.stream[:]...)
-	b = binary.AppendUvarint(b, e.firstSeq)
-	b = binary.AppendUvarint(b, e.count)
-	b = binary.AppendUvarint(b, uint64(len(e.fresh)))
-	for _, r := range e.fresh {
+	b = append(b, version, byte(e.Kind))
+	b = binary.AppendVarint(b, e.ServerTimeNs)
+	b = binary.AppendUvarint(b, uint64(len(e.Device)))
+	b = append(b, e.Device...)
+	b = append(b, e.Stream[:]...)
+	b = binary.AppendUvarint(b, e.FirstSeq)
+	b = binary.AppendUvarint(b, e.Count)
+	b = binary.AppendUvarint(b, uint64(len(e.Fresh)))
+	for _, r := range e.Fresh {
 		b = binary.AppendUvarint(b, r.First)
 		b = binary.AppendUvarint(b, r.Last-r.First)
 	}
-	if e.est.ok {
+	if e.Est.OK {
 		b = append(b, 1)
-		b = binary.AppendVarint(b, e.est.offsetNs)
-		b = binary.AppendVarint(b, e.est.uncertaintyNs)
+		b = binary.AppendVarint(b, e.Est.OffsetNs)
+		b = binary.AppendVarint(b, e.Est.UncertaintyNs)
 	} else {
 		b = append(b, 0)
 	}
 	if version == entryVersionRefused {
-		b = binary.AppendUvarint(b, uint64(len(e.refused)))
-		for _, r := range e.refused {
+		b = binary.AppendUvarint(b, uint64(len(e.Refused)))
+		for _, r := range e.Refused {
 			b = binary.AppendUvarint(b, r.First)
 			b = binary.AppendUvarint(b, r.Last-r.First)
-			b = append(b, byte(r.fault))
+			b = append(b, byte(r.Fault))
 		}
 	}
-	return append(b, e.payload...)
+	return append(b, e.Payload...)
 }
 
 // entryReader decodes the fields of an entry value in order.
@@ -239,27 +186,27 @@ func (r *entryReader) bytes(n uint64) []byte {
 }
 
 // decodeWALEntry parses an entry value; the payload aliases v.
-func decodeWALEntry(seq uint64, v []byte) (*walEntry, error) {
+func DecodeEntry(seq uint64, v []byte) (*Entry, error) {
 	if len(v) < 2 || (v[0] != entryVersion && v[0] != entryVersionRefused) {
 		return nil, fmt.Errorf("%w: log entry %d: unknown version", ErrCorrupt, seq)
 	}
-	e := &walEntry{seq: seq, kind: entryKind(v[1])}
+	e := &Entry{Seq: seq, Kind: Kind(v[1])}
 	r := entryReader{b: v[2:]}
-	e.serverTimeNs = r.varint()
-	e.device = string(r.bytes(r.uvarint()))
-	copy(e.stream[:], r.bytes(16))
-	e.firstSeq = r.uvarint()
-	e.count = r.uvarint()
+	e.ServerTimeNs = r.varint()
+	e.Device = string(r.bytes(r.uvarint()))
+	copy(e.Stream[:], r.bytes(16))
+	e.FirstSeq = r.uvarint()
+	e.Count = r.uvarint()
 	n := r.uvarint()
 	if n > uint64(len(r.b)) {
 		r.err = errors.New("bad range count")
 	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		first := r.uvarint()
-		e.fresh = append(e.fresh, ranges.SeqRange{First: first, Last: first + r.uvarint()})
+		e.Fresh = append(e.Fresh, ranges.SeqRange{First: first, Last: first + r.uvarint()})
 	}
 	if flag := r.bytes(1); r.err == nil && flag[0] == 1 {
-		e.est = hubEstimate{ok: true, offsetNs: r.varint(), uncertaintyNs: r.varint()}
+		e.Est = HubEstimate{OK: true, OffsetNs: r.varint(), UncertaintyNs: r.varint()}
 	}
 	if v[0] == entryVersionRefused {
 		n := r.uvarint()
@@ -271,13 +218,13 @@ func decodeWALEntry(seq uint64, v []byte) (*walEntry, error) {
 			last := first + r.uvarint()
 			f := r.bytes(1)
 			if r.err == nil {
-				e.refused = append(e.refused, refusedRange{ranges.SeqRange{First: first, Last: last}, wire.Fault(f[0])})
+				e.Refused = append(e.Refused, RefusedRange{ranges.SeqRange{First: first, Last: last}, wire.Fault(f[0])})
 			}
 		}
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("%w: log entry %d: %v", ErrCorrupt, seq, r.err)
 	}
-	e.payload = r.b
+	e.Payload = r.b
 	return e, nil
 }

@@ -1,9 +1,8 @@
-package hub
+package hublog
 
 import (
 	"bytes"
 	"cmp"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -27,16 +26,15 @@ import (
 // generation is one engine lineage (a checkpoint chain); `hubd rebuild`
 // writes a new one, so a rebuild that stops half way never mixes its
 // partials with those the current checkpoint refers to.
-const (
-	prefixPartials = 'a'
-	prefixTiers    = 'd'
-)
 
 // partialKeyLen and tierKeyLen are the lengths of the two key layouts.
 const (
 	partialKeyLen = 1 + 8 + 4 + 8
 	tierKeyLen    = 1 + 8 + 1 + 4 + 8
 )
+
+// retainBatch bounds the deletions of one retention transaction.
+const RetainBatch = 10000
 
 // maxDeleteBatch bounds the keys one DeleteRange transaction deletes.
 const maxDeleteBatch = 10_000
@@ -57,7 +55,7 @@ const maxDeleteBatch = 10_000
 // refers to is durable. Replace deletes the fine partials and writes the
 // coarse ones in one Badger transaction, so a crash leaves either the fine
 // or the coarse partials of a span, never both nor neither.
-type badgerPartials struct {
+type BadgerPartials struct {
 	mu      sync.Mutex
 	db      *badger.DB // set by bind before the engine is used
 	gen     uint64
@@ -71,64 +69,29 @@ type partialID struct {
 	bucket int64
 }
 
-func newBadgerPartials() *badgerPartials {
-	return &badgerPartials{pending: map[partialID][]byte{}}
+func NewBadgerPartials() *BadgerPartials {
+	return &BadgerPartials{pending: map[partialID][]byte{}}
 }
 
 // bind attaches the store to the hub's Badger DB (opened in Start).
-func (p *badgerPartials) bind(db *badger.DB) { p.db = db }
+func (p *BadgerPartials) Bind(db *badger.DB) { p.db = db }
 
 // setGeneration selects the lineage the store reads and writes.
-func (p *badgerPartials) setGeneration(gen uint64) {
+func (p *BadgerPartials) SetGeneration(gen uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.gen = gen
 	clear(p.pending)
 }
 
-func (p *badgerPartials) generation() uint64 {
+func (p *BadgerPartials) Generation() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.gen
 }
 
-// partialKey is the key of a partial of any tier.
-func partialKey(gen uint64, tier uint8, series uint32, bucket int64) []byte {
-	if tier == 0 {
-		k := make([]byte, partialKeyLen)
-		k[0] = prefixPartials
-		binary.BigEndian.PutUint64(k[1:], gen)
-		binary.BigEndian.PutUint32(k[9:], series)
-		binary.BigEndian.PutUint64(k[13:], uint64(bucket)^(1<<63))
-		return k
-	}
-	k := make([]byte, tierKeyLen)
-	k[0] = prefixTiers
-	binary.BigEndian.PutUint64(k[1:], gen)
-	k[9] = tier
-	binary.BigEndian.PutUint32(k[10:], series)
-	binary.BigEndian.PutUint64(k[14:], uint64(bucket)^(1<<63))
-	return k
-}
-
-// seriesPrefix is the prefix of one tier's partials of a series.
-func seriesPrefix(gen uint64, tier uint8, series uint32) []byte {
-	k := partialKey(gen, tier, series, 0)
-	return k[:len(k)-8]
-}
-
-func parsePartialKey(k []byte) (gen uint64, tier uint8, series uint32, bucket int64, ok bool) {
-	switch {
-	case len(k) == partialKeyLen && k[0] == prefixPartials:
-		return binary.BigEndian.Uint64(k[1:]), 0, binary.BigEndian.Uint32(k[9:]), int64(binary.BigEndian.Uint64(k[13:]) ^ (1 << 63)), true
-	case len(k) == tierKeyLen && k[0] == prefixTiers && k[9] > 0:
-		return binary.BigEndian.Uint64(k[1:]), k[9], binary.BigEndian.Uint32(k[10:]), int64(binary.BigEndian.Uint64(k[14:]) ^ (1 << 63)), true
-	}
-	return 0, 0, 0, 0, false
-}
-
 // Put implements aggregate.PartialStore: it buffers data until flush.
-func (p *badgerPartials) Put(tier uint8, series uint32, bucket int64, data []byte) error {
+func (p *BadgerPartials) Put(tier uint8, series uint32, bucket int64, data []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pending[partialID{tier, series, bucket}] = data
@@ -136,7 +99,7 @@ func (p *badgerPartials) Put(tier uint8, series uint32, bucket int64, data []byt
 }
 
 // Get implements aggregate.PartialStore.
-func (p *badgerPartials) Get(tier uint8, series uint32, bucket int64) ([]byte, bool, error) {
+func (p *BadgerPartials) Get(tier uint8, series uint32, bucket int64) ([]byte, bool, error) {
 	p.mu.Lock()
 	data, ok := p.pending[partialID{tier, series, bucket}]
 	gen := p.gen
@@ -163,7 +126,7 @@ func (p *badgerPartials) Get(tier uint8, series uint32, bucket int64) ([]byte, b
 
 // Scan implements aggregate.PartialStore. The buffer is copied before
 // Badger is read: an entry that leaves the buffer meanwhile is in Badger.
-func (p *badgerPartials) Scan(tier uint8, series uint32, from, to int64, fn func(int64, []byte) bool) error {
+func (p *BadgerPartials) Scan(tier uint8, series uint32, from, to int64, fn func(int64, []byte) bool) error {
 	type entry struct {
 		bucket int64
 		data   []byte
@@ -238,7 +201,7 @@ func rangeKeys(txn *badger.Txn, gen uint64, tier uint8, series uint32, from, to 
 // dropPending forgets buffered partials of a tier's series in [from, to)
 // (Replace and DeleteRange run on the goroutine that flushes, so none is
 // being written meanwhile).
-func (p *badgerPartials) dropPending(tier uint8, series uint32, from, to int64) int {
+func (p *BadgerPartials) dropPending(tier uint8, series uint32, from, to int64) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
@@ -254,8 +217,8 @@ func (p *badgerPartials) dropPending(tier uint8, series uint32, from, to int64) 
 // Replace implements aggregate.PartialStore in one Badger transaction:
 // the fine partials' deletes and the coarse partials' writes commit
 // together or not at all.
-func (p *badgerPartials) Replace(series uint32, from uint8, lo, hi int64, to uint8, puts []aggregate.StoredPartial) error {
-	gen := p.generation()
+func (p *BadgerPartials) Replace(series uint32, from uint8, lo, hi int64, to uint8, puts []aggregate.StoredPartial) error {
+	gen := p.Generation()
 	err := p.db.Update(func(txn *badger.Txn) error {
 		for _, k := range rangeKeys(txn, gen, from, series, lo, hi, math.MaxInt) {
 			if err := txn.Delete(k); err != nil {
@@ -281,8 +244,8 @@ func (p *badgerPartials) Replace(series uint32, from uint8, lo, hi int64, to uin
 
 // DeleteRange implements aggregate.PartialStore, in transactions of at
 // most maxDeleteBatch keys (deleting is idempotent: no atomicity needed).
-func (p *badgerPartials) DeleteRange(tier uint8, series uint32, from, to int64) (int, error) {
-	gen := p.generation()
+func (p *BadgerPartials) DeleteRange(tier uint8, series uint32, from, to int64) (int, error) {
+	gen := p.Generation()
 	deleted := p.dropPending(tier, series, from, to)
 	for {
 		var keys [][]byte
@@ -291,7 +254,7 @@ func (p *badgerPartials) DeleteRange(tier uint8, series uint32, from, to int64) 
 			return nil
 		})
 		if err == nil && len(keys) > 0 {
-			err = deleteKeys(p.db, keys)
+			err = DeleteKeys(p.db, keys)
 		}
 		if err != nil {
 			return deleted, fmt.Errorf("delete partials of series %d: %w", series, err)
@@ -306,7 +269,7 @@ func (p *badgerPartials) DeleteRange(tier uint8, series uint32, from, to int64) 
 // flush writes the buffered partials. Only the goroutine that calls the
 // engine's Apply and Tick calls it, so no Put runs meanwhile; entries leave
 // the buffer only once written, and stay for the next flush on error.
-func (p *badgerPartials) flush() error {
+func (p *BadgerPartials) Flush() error {
 	p.mu.Lock()
 	if len(p.pending) == 0 {
 		p.mu.Unlock()
@@ -340,15 +303,15 @@ func (p *badgerPartials) flush() error {
 
 // dropGenerations deletes the partials of the generations drop selects;
 // it returns how many it deleted.
-func dropGenerations(db *badger.DB, drop func(gen uint64) bool) (int, error) {
+func DropGenerations(db *badger.DB, drop func(gen uint64) bool) (int, error) {
 	deleted := 0
-	for _, prefix := range []byte{prefixPartials, prefixTiers} {
+	for _, prefix := range []byte{PrefixPartials, prefixTiers} {
 		for {
 			var keys [][]byte
 			err := db.View(func(txn *badger.Txn) error {
 				it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefix}})
 				defer it.Close()
-				for it.Rewind(); it.Valid() && len(keys) < retainBatch; it.Next() {
+				for it.Rewind(); it.Valid() && len(keys) < RetainBatch; it.Next() {
 					gen, _, _, _, ok := parsePartialKey(it.Item().Key())
 					if !ok || drop(gen) {
 						keys = append(keys, it.Item().KeyCopy(nil))
@@ -362,7 +325,7 @@ func dropGenerations(db *badger.DB, drop func(gen uint64) bool) (int, error) {
 			if len(keys) == 0 {
 				break
 			}
-			if err := deleteKeys(db, keys); err != nil {
+			if err := DeleteKeys(db, keys); err != nil {
 				return deleted, err
 			}
 			deleted += len(keys)
@@ -373,9 +336,9 @@ func dropGenerations(db *badger.DB, drop func(gen uint64) bool) (int, error) {
 
 // maxPartialGeneration returns the largest generation of any stored
 // partial (found is false when there are none).
-func maxPartialGeneration(db *badger.DB) (gen uint64, found bool, err error) {
+func MaxPartialGeneration(db *badger.DB) (gen uint64, found bool, err error) {
 	err = db.View(func(txn *badger.Txn) error {
-		for _, prefix := range []byte{prefixPartials, prefixTiers} {
+		for _, prefix := range []byte{PrefixPartials, prefixTiers} {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefix}, Reverse: true})
 			it.Seek([]byte{prefix, 0xff})
 			if it.Valid() {

@@ -1,4 +1,4 @@
-package hub
+package hublog
 
 import (
 	"encoding/binary"
@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
@@ -17,21 +18,21 @@ import (
 
 // store is the hub's Badger directory: the log, the applied ranges and the
 // checkpoints.
-type store struct {
-	db   *badger.DB
-	dir  string
+type Store struct {
+	DB   *badger.DB
+	Dir  string
 	sync bool
 	log  *slog.Logger
 	// deviceLogSince is the server time from which on the device log
 	// index is complete (see devicelog.go); set by the hub at start.
-	deviceLogSince int64
+	DeviceLogSince int64
 	// ckpts are the retained usable checkpoints, newest first (see
 	// checkpoint.go); the checkpoint writer's lock guards them.
-	ckpts []*checkpoint
+	ckpts []*Checkpoint
 }
 
 // openStore opens (or creates) the Badger directory under dataDir.
-func openStore(dataDir string, sync bool, log *slog.Logger) (*store, error) {
+func OpenStore(dataDir string, sync bool, log *slog.Logger) (*Store, error) {
 	dir := filepath.Join(dataDir, "wal")
 	opts := badger.DefaultOptions(dir).
 		WithLogger(badgerLogger{log}).
@@ -48,44 +49,44 @@ func openStore(dataDir string, sync bool, log *slog.Logger) (*store, error) {
 	if err != nil {
 		return nil, classifyOpenError(dir, err)
 	}
-	return &store{db: db, dir: dir, sync: sync, log: log}, nil
+	return &Store{DB: db, Dir: dir, sync: sync, log: log}, nil
 }
 
 // close closes the store.
-func (s *store) close() error { return s.db.Close() }
+func (s *Store) Close() error { return s.DB.Close() }
 
 // flush makes everything written so far durable.
-func (s *store) flush() error {
+func (s *Store) Flush() error {
 	if !s.sync {
 		return nil
 	}
-	return s.db.Sync()
+	return s.DB.Sync()
 }
 
 // streamKey identifies a stream in the committer's dedup state.
-type streamKey struct {
-	device string
-	id     wire.StreamID
+type StreamKey struct {
+	Device string
+	ID     wire.StreamID
 }
 
 // dedupState is what the committer knows of a stream: the applied ranges
 // (durable in the ranges key) and the highest sequence number it has heard
 // of, including gaps.
-type dedupState struct {
-	applied ranges.RangeSet
-	horizon uint64
+type DedupState struct {
+	Applied ranges.RangeSet
+	Horizon uint64
 }
 
 // encodeDedup is the value of a ranges key: the range set, then the horizon.
-func encodeDedup(d *dedupState) []byte {
-	b := d.applied.AppendBinary(make([]byte, 0, 16+20*d.applied.Len()))
-	return binary.AppendUvarint(b, d.horizon)
+func EncodeDedup(d *DedupState) []byte {
+	b := d.Applied.AppendBinary(make([]byte, 0, 16+20*d.Applied.Len()))
+	return binary.AppendUvarint(b, d.Horizon)
 }
 
 // loadDedup reads every stream's applied ranges.
-func (s *store) loadDedup() (map[streamKey]*dedupState, error) {
-	out := map[streamKey]*dedupState{}
-	err := s.db.View(func(txn *badger.Txn) error {
+func (s *Store) LoadDedup() (map[StreamKey]*DedupState, error) {
+	out := map[StreamKey]*DedupState{}
+	err := s.DB.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixRanges}, PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -102,7 +103,7 @@ func (s *store) loadDedup() (map[streamKey]*dedupState, error) {
 				if n <= 0 {
 					return errors.New("bad horizon")
 				}
-				out[streamKey{dev, id}] = &dedupState{applied: rs, horizon: max(h, rs.Max())}
+				out[StreamKey{dev, id}] = &DedupState{Applied: rs, Horizon: max(h, rs.Max())}
 				return nil
 			})
 			if err != nil {
@@ -115,23 +116,23 @@ func (s *store) loadDedup() (map[streamKey]*dedupState, error) {
 }
 
 // lastWALSeq returns the position of the newest log entry (0: none).
-func (s *store) lastWALSeq() (uint64, error) {
+func (s *Store) LastWALSeq() (uint64, error) {
 	seq, _, err := s.lastWALEntry()
 	return seq, err
 }
 
 // lastWALEntry returns the position and server time of the newest log
 // entry (position 0: none).
-func (s *store) lastWALEntry() (seq uint64, serverTimeNs int64, err error) {
-	err = s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixWAL}, Reverse: true})
+func (s *Store) lastWALEntry() (seq uint64, serverTimeNs int64, err error) {
+	err = s.DB.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{PrefixWAL}, Reverse: true})
 		defer it.Close()
-		it.Seek([]byte{prefixWAL, 0xff})
+		it.Seek([]byte{PrefixWAL, 0xff})
 		if !it.Valid() {
 			return nil
 		}
 		var err error
-		seq, serverTimeNs, err = parseWALKey(it.Item().Key())
+		seq, serverTimeNs, err = ParseWALKey(it.Item().Key())
 		return err
 	})
 	return seq, serverTimeNs, err
@@ -139,21 +140,21 @@ func (s *store) lastWALEntry() (seq uint64, serverTimeNs int64, err error) {
 
 // walItemEntry reads and decodes the log entry at position seq from its
 // Badger item.
-func walItemEntry(item *badger.Item, seq uint64) (*walEntry, error) {
+func walItemEntry(item *badger.Item, seq uint64) (*Entry, error) {
 	v, err := item.ValueCopy(nil)
 	if err != nil {
 		return nil, fmt.Errorf("read log entry %d: %w", seq, err)
 	}
-	return decodeWALEntry(seq, v)
+	return DecodeEntry(seq, v)
 }
 
 // replay calls fn for each log entry after position from, in order.
-func (s *store) replay(from uint64, fn func(*walEntry) error) error {
-	return s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixWAL}, PrefetchValues: true, PrefetchSize: 16})
+func (s *Store) Replay(from uint64, fn func(*Entry) error) error {
+	return s.DB.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{PrefixWAL}, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Seek(walSeekKey(from + 1)); it.Valid(); it.Next() {
-			seq, _, err := parseWALKey(it.Item().Key())
+			seq, _, err := ParseWALKey(it.Item().Key())
 			if err != nil {
 				return err
 			}
@@ -170,7 +171,7 @@ func (s *store) replay(from uint64, fn func(*walEntry) error) error {
 }
 
 // deleteKeys deletes keys in one write batch.
-func deleteKeys(db *badger.DB, keys [][]byte) error {
+func DeleteKeys(db *badger.DB, keys [][]byte) error {
 	wb := db.NewWriteBatch()
 	for _, k := range keys {
 		if err := wb.Delete(k); err != nil {
@@ -216,4 +217,53 @@ func trim(s string) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// serverTimeSlack is how far the server times of log entries may run
+// backwards against their positions: an entry is stamped when it arrives
+// and logged in commit order, so times grow with positions only nearly.
+const ServerTimeSlack = time.Minute
+
+// firstWALAtOrAfter returns the smallest log position whose entry has a
+// server time at or after ns, by binary search over positions (server
+// times grow with positions up to the reordering eventsSlack covers). It
+// returns the position after the last entry when there is none.
+func (st *Store) FirstWALAtOrAfter(ns int64) (uint64, error) {
+	var lo, hi uint64
+	err := st.DB.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{PrefixWAL}})
+		defer it.Close()
+		at := func(seq uint64) (uint64, int64, bool, error) {
+			it.Seek(walSeekKey(seq))
+			if !it.Valid() {
+				return 0, 0, false, nil
+			}
+			p, t, err := ParseWALKey(it.Item().Key())
+			return p, t, true, err
+		}
+		first, _, ok, err := at(0)
+		if err != nil || !ok {
+			lo, hi = 1, 1
+			return err
+		}
+		last, err := st.LastWALSeq()
+		if err != nil {
+			return err
+		}
+		lo, hi = first, last+1
+		for lo < hi {
+			mid := lo + (hi-lo)/2
+			p, t, ok, err := at(mid)
+			if err != nil {
+				return err
+			}
+			if !ok || t >= ns {
+				hi = mid
+			} else {
+				lo = p + 1
+			}
+		}
+		return nil
+	})
+	return max(lo, 1), err
 }

@@ -1,4 +1,4 @@
-package hub
+package hublog
 
 import (
 	"bytes"
@@ -19,7 +19,6 @@ import (
 // no longer read, which it returns as empty) is detected, never parsed
 // into a wrong state. Retention keeps the log entries after the older of
 // the two, so recovery can fall back to it, and replay the log from there.
-const keyPrevCheckpoint = "c1"
 
 // ErrCheckpointDamaged is wrapped by the reason a stored checkpoint could
 // not be used; recovery then falls back to an older one or to the log.
@@ -35,7 +34,7 @@ var pointerMagic = []byte{'C', 'K', 2}
 
 // checkpoint is a pointer record: the log position the state covers and
 // where its chunks are.
-type checkpoint struct {
+type Checkpoint struct {
 	Pos        uint64 `json:"pos"`
 	Generation uint64 `json:"generation"`
 	Chunks     int    `json:"chunks"`
@@ -47,7 +46,7 @@ type checkpoint struct {
 }
 
 // encodePointer is a pointer's stored value.
-func encodePointer(ck *checkpoint) []byte {
+func EncodePointer(ck *Checkpoint) []byte {
 	body, _ := json.Marshal(ck)
 	out := append([]byte(nil), pointerMagic...)
 	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(body, castagnoli))
@@ -55,8 +54,8 @@ func encodePointer(ck *checkpoint) []byte {
 }
 
 // decodePointer reads a stored pointer, checking its checksum.
-func decodePointer(v []byte) (*checkpoint, error) {
-	ck := new(checkpoint)
+func DecodePointer(v []byte) (*Checkpoint, error) {
+	ck := new(Checkpoint)
 	switch {
 	case len(v) > 0 && v[0] == '{':
 		if err := json.Unmarshal(v, ck); err != nil {
@@ -80,32 +79,23 @@ func decodePointer(v []byte) (*checkpoint, error) {
 // Badger's transaction limit.
 const chunkSize = 1 << 20
 
-// chunkKey is k<generation:8><index:4>.
-func chunkKey(gen uint64, i int) []byte {
-	k := make([]byte, 13)
-	k[0] = prefixCheckpoint
-	binary.BigEndian.PutUint64(k[1:], gen)
-	binary.BigEndian.PutUint32(k[9:], uint32(i))
-	return k
-}
-
 // storedCheckpoint is one stored checkpoint as loaded: its pointer key,
 // the pointer and state, or why it cannot be used (wrapping
 // ErrCheckpointDamaged).
-type storedCheckpoint struct {
-	key   string
-	ck    *checkpoint
-	state []byte
-	err   error
+type StoredCheckpoint struct {
+	Key        string
+	Checkpoint *Checkpoint
+	State      []byte
+	Err        error
 }
 
 // loadCheckpoints reads the stored checkpoints, newest first. A damaged
 // one is returned with its err set; only a failure to read the store at
 // all is an error.
-func (s *store) loadCheckpoints() ([]storedCheckpoint, error) {
-	var out []storedCheckpoint
-	err := s.db.View(func(txn *badger.Txn) error {
-		for _, key := range []string{keyCheckpoint, keyPrevCheckpoint} {
+func (s *Store) LoadCheckpoints() ([]StoredCheckpoint, error) {
+	var out []StoredCheckpoint
+	err := s.DB.View(func(txn *badger.Txn) error {
+		for _, key := range []string{KeyCheckpoint, KeyPrevCheckpoint} {
 			item, err := txn.Get([]byte(key))
 			if errors.Is(err, badger.ErrKeyNotFound) {
 				continue
@@ -113,13 +103,13 @@ func (s *store) loadCheckpoints() ([]storedCheckpoint, error) {
 			if err != nil {
 				return err
 			}
-			sc := storedCheckpoint{key: key}
+			sc := StoredCheckpoint{Key: key}
 			v, err := item.ValueCopy(nil)
 			if err != nil {
 				return err
 			}
-			if sc.ck, sc.err = decodePointer(v); sc.err == nil {
-				sc.state, sc.err = readChunks(txn, sc.ck)
+			if sc.Checkpoint, sc.Err = DecodePointer(v); sc.Err == nil {
+				sc.State, sc.Err = readChunks(txn, sc.Checkpoint)
 			}
 			out = append(out, sc)
 		}
@@ -130,14 +120,14 @@ func (s *store) loadCheckpoints() ([]storedCheckpoint, error) {
 
 // loadCheckpoint returns the newest usable checkpoint and its state (nil,
 // nil: none usable), for callers that need no fallback details.
-func (s *store) loadCheckpoint() (*checkpoint, []byte, error) {
-	all, err := s.loadCheckpoints()
+func (s *Store) LoadCheckpoint() (*Checkpoint, []byte, error) {
+	all, err := s.LoadCheckpoints()
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, sc := range all {
-		if sc.err == nil {
-			return sc.ck, sc.state, nil
+		if sc.Err == nil {
+			return sc.Checkpoint, sc.State, nil
 		}
 	}
 	return nil, nil, nil
@@ -145,7 +135,7 @@ func (s *store) loadCheckpoint() (*checkpoint, []byte, error) {
 
 // readChunks concatenates a checkpoint's chunks and checks them against
 // the pointer.
-func readChunks(txn *badger.Txn, ck *checkpoint) ([]byte, error) {
+func readChunks(txn *badger.Txn, ck *Checkpoint) ([]byte, error) {
 	if ck.Chunks < 1 || ck.Bytes < 0 || ck.Bytes > ck.Chunks*chunkSize {
 		return nil, fmt.Errorf("%w: generation %d: pointer says %d chunks of %d bytes", ErrCheckpointDamaged, ck.Generation, ck.Chunks, ck.Bytes)
 	}
@@ -174,7 +164,7 @@ func readChunks(txn *badger.Txn, ck *checkpoint) ([]byte, error) {
 // retainedCheckpoints sets the checkpoints the store keeps (newest first,
 // at most two, usable ones only): the next write keeps the first as the
 // previous checkpoint.
-func (s *store) retainedCheckpoints(cks ...*checkpoint) {
+func (s *Store) RetainedCheckpoints(cks ...*Checkpoint) {
 	s.ckpts = s.ckpts[:0]
 	for _, ck := range cks {
 		if ck != nil && len(s.ckpts) < 2 {
@@ -185,7 +175,7 @@ func (s *store) retainedCheckpoints(cks ...*checkpoint) {
 
 // oldestRetainedPos is the log position of the older retained checkpoint:
 // retention must keep the log after it so recovery can fall back to it.
-func (s *store) oldestRetainedPos() uint64 {
+func (s *Store) OldestRetainedPos() uint64 {
 	if len(s.ckpts) == 0 {
 		return 0
 	}
@@ -196,14 +186,14 @@ func (s *store) oldestRetainedPos() uint64 {
 // chunks of a new generation first, then (once they are durable) the
 // pointers, the newest retained checkpoint becoming the previous one; then
 // it deletes the chunks of every other generation.
-func (s *store) writeCheckpoint(pos uint64, state []byte, nowNs int64) (*checkpoint, error) {
+func (s *Store) WriteCheckpoint(pos uint64, state []byte, nowNs int64) (*Checkpoint, error) {
 	gen, err := s.nextCheckpointGeneration()
 	if err != nil {
 		return nil, err
 	}
 	crc := crc32.Checksum(state, castagnoli)
-	ck := &checkpoint{Pos: pos, Generation: gen, Bytes: len(state), TimeNs: nowNs, StateCRC: &crc}
-	wb := s.db.NewWriteBatch()
+	ck := &Checkpoint{Pos: pos, Generation: gen, Bytes: len(state), TimeNs: nowNs, StateCRC: &crc}
+	wb := s.DB.NewWriteBatch()
 	for off := 0; off < len(state) || ck.Chunks == 0; off += chunkSize {
 		end := min(off+chunkSize, len(state))
 		if err := wb.Set(chunkKey(ck.Generation, ck.Chunks), state[off:end]); err != nil {
@@ -215,40 +205,40 @@ func (s *store) writeCheckpoint(pos uint64, state []byte, nowNs int64) (*checkpo
 	if err := wb.Flush(); err != nil {
 		return nil, fmt.Errorf("write checkpoint chunks: %w", err)
 	}
-	var prev *checkpoint
+	var prev *Checkpoint
 	if len(s.ckpts) > 0 {
 		prev = s.ckpts[0]
 	}
-	err = s.db.Update(func(txn *badger.Txn) error {
+	err = s.DB.Update(func(txn *badger.Txn) error {
 		if prev != nil {
-			if err := txn.Set([]byte(keyPrevCheckpoint), encodePointer(prev)); err != nil {
+			if err := txn.Set([]byte(KeyPrevCheckpoint), EncodePointer(prev)); err != nil {
 				return err
 			}
-		} else if err := txn.Delete([]byte(keyPrevCheckpoint)); err != nil {
+		} else if err := txn.Delete([]byte(KeyPrevCheckpoint)); err != nil {
 			return err
 		}
-		return txn.Set([]byte(keyCheckpoint), encodePointer(ck))
+		return txn.Set([]byte(KeyCheckpoint), EncodePointer(ck))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("write checkpoint pointer: %w", err)
 	}
-	if err := s.db.Sync(); err != nil {
+	if err := s.DB.Sync(); err != nil {
 		return nil, fmt.Errorf("sync checkpoint: %w", err)
 	}
-	s.retainedCheckpoints(ck, prev)
+	s.RetainedCheckpoints(ck, prev)
 	s.deleteUnretainedChunks()
 	return ck, nil
 }
 
 // nextCheckpointGeneration is one more than any generation in use, so a
 // new checkpoint never mixes its chunks with a damaged one's.
-func (s *store) nextCheckpointGeneration() (uint64, error) {
+func (s *Store) nextCheckpointGeneration() (uint64, error) {
 	var gen uint64
 	found := false
 	for _, ck := range s.ckpts {
 		gen, found = max(gen, ck.Generation), true
 	}
-	err := s.db.View(func(txn *badger.Txn) error {
+	err := s.DB.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixCheckpoint}, Reverse: true})
 		defer it.Close()
 		it.Seek([]byte{prefixCheckpoint, 0xff})
@@ -265,13 +255,13 @@ func (s *store) nextCheckpointGeneration() (uint64, error) {
 
 // deleteUnretainedChunks removes the chunks of generations no retained
 // checkpoint uses; failures only leak space until the next checkpoint.
-func (s *store) deleteUnretainedChunks() {
+func (s *Store) deleteUnretainedChunks() {
 	keep := map[uint64]bool{}
 	for _, ck := range s.ckpts {
 		keep[ck.Generation] = true
 	}
 	var keys [][]byte
-	err := s.db.View(func(txn *badger.Txn) error {
+	err := s.DB.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixCheckpoint}})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -283,7 +273,7 @@ func (s *store) deleteUnretainedChunks() {
 		return nil
 	})
 	if err == nil && len(keys) > 0 {
-		err = deleteKeys(s.db, keys)
+		err = DeleteKeys(s.DB, keys)
 	}
 	if err != nil {
 		s.log.Warn("delete old checkpoint chunks", "err", err)

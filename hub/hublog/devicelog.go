@@ -1,4 +1,4 @@
-package hub
+package hublog
 
 import (
 	"encoding/binary"
@@ -22,45 +22,16 @@ import (
 // them. keyDeviceLogSince records the server time from which on the index
 // is complete; a query that starts before it reads the log itself, as
 // before.
-const (
-	prefixDeviceLog   = 'e'
-	keyDeviceLogSince = "s"
-)
-
-// deviceLogKey is the index key of the batch entry at position seq.
-func deviceLogKey(device string, serverTimeNs int64, seq uint64) []byte {
-	k := binary.BigEndian.AppendUint64(deviceLogPrefix(device), uint64(serverTimeNs))
-	return binary.BigEndian.AppendUint64(k, seq)
-}
-
-// deviceLogPrefix is the prefix of all of device's index keys, with room
-// for the rest of a key.
-func deviceLogPrefix(device string) []byte {
-	k := make([]byte, 0, 2+len(device)+16)
-	k = append(k, prefixDeviceLog)
-	k = append(k, device...)
-	return append(k, 0)
-}
-
-// parseDeviceLogKey splits an index key. Device ids never hold a 0 byte,
-// so the last 0 before the 16 fixed bytes ends the device.
-func parseDeviceLogKey(k []byte) (device string, serverTimeNs int64, seq uint64, err error) {
-	if len(k) < 1+1+1+16 || k[0] != prefixDeviceLog || k[len(k)-17] != 0 {
-		return "", 0, 0, fmt.Errorf("%w: device log key %x", ErrCorrupt, k)
-	}
-	n := len(k) - 16
-	return string(k[1 : n-1]), int64(binary.BigEndian.Uint64(k[n:])), binary.BigEndian.Uint64(k[n+8:]), nil
-}
 
 // loadDeviceLogSince reads the server time from which the device index is
 // complete, recording it first if this store has none: the start of time
 // for an empty log, else a time after every entry already logged (server
-// times are ordered by position only up to eventsSlack).
-func (s *store) loadDeviceLogSince(nowNs int64) (int64, error) {
+// times are ordered by position only up to serverTimeSlack).
+func (s *Store) LoadDeviceLogSince(nowNs int64) (int64, error) {
 	var since int64
 	found := false
-	err := s.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get([]byte(keyDeviceLogSince))
+	err := s.DB.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(KeyDeviceLogSince))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}
@@ -86,10 +57,10 @@ func (s *store) loadDeviceLogSince(nowNs int64) (int64, error) {
 	}
 	since = math.MinInt64
 	if last > 0 {
-		since = max(lastNs, nowNs) + int64(eventsSlack)
+		since = max(lastNs, nowNs) + int64(ServerTimeSlack)
 	}
-	err = s.db.Update(func(txn *badger.Txn) error {
-		return txn.Set([]byte(keyDeviceLogSince), binary.AppendVarint(nil, since))
+	err = s.DB.Update(func(txn *badger.Txn) error {
+		return txn.Set([]byte(KeyDeviceLogSince), binary.AppendVarint(nil, since))
 	})
 	return since, err
 }
@@ -97,8 +68,8 @@ func (s *store) loadDeviceLogSince(nowNs int64) (int64, error) {
 // readEntry reads the log entry at position seq with server time
 // serverTimeNs; ok is false if it is gone (retention deletes entries
 // before their index keys).
-func (s *store) readEntry(txn *badger.Txn, seq uint64, serverTimeNs int64) (e *walEntry, ok bool, err error) {
-	item, err := txn.Get(walKey(seq, serverTimeNs))
+func (s *Store) readEntry(txn *badger.Txn, seq uint64, serverTimeNs int64) (e *Entry, ok bool, err error) {
+	item, err := txn.Get(WALKey(seq, serverTimeNs))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, false, nil
 	}
@@ -111,14 +82,14 @@ func (s *store) readEntry(txn *badger.Txn, seq uint64, serverTimeNs int64) (e *w
 
 // deviceEntries calls fn with each of device's batch entries whose server
 // time is in [fromNs, toNs), in server-time order.
-func (s *store) deviceEntries(device string, fromNs, toNs int64, fn func(*walEntry) error) error {
-	return s.db.View(func(txn *badger.Txn) error {
+func (s *Store) DeviceEntries(device string, fromNs, toNs int64, fn func(*Entry) error) error {
+	return s.DB.View(func(txn *badger.Txn) error {
 		prefix := deviceLogPrefix(device)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		// fromNs is never negative: the API takes no time before 2000.
 		for it.Seek(binary.BigEndian.AppendUint64(prefix, uint64(fromNs))); it.Valid(); it.Next() {
-			_, t, seq, err := parseDeviceLogKey(it.Item().Key())
+			_, t, seq, err := ParseDeviceLogKey(it.Item().Key())
 			if err != nil {
 				return err
 			}
@@ -145,12 +116,12 @@ func (s *store) deviceEntries(device string, fromNs, toNs int64, fn func(*walEnt
 // by device, skipping to the next device at its first key that is kept,
 // so a whole retention pass costs the expired keys plus one seek per
 // device.
-func (s *store) expiredDeviceLogKeys(cutoff int64, pos uint64, from []byte, limit int) (keys [][]byte, next []byte, err error) {
-	err = s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixDeviceLog}})
+func (s *Store) ExpiredDeviceLogKeys(cutoff int64, pos uint64, from []byte, limit int) (keys [][]byte, next []byte, err error) {
+	err = s.DB.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{PrefixDeviceLog}})
 		defer it.Close()
 		if from == nil {
-			from = []byte{prefixDeviceLog}
+			from = []byte{PrefixDeviceLog}
 		}
 		it.Seek(from)
 		for it.Valid() {
@@ -158,7 +129,7 @@ func (s *store) expiredDeviceLogKeys(cutoff int64, pos uint64, from []byte, limi
 				next = it.Item().KeyCopy(nil)
 				return nil
 			}
-			dev, t, seq, err := parseDeviceLogKey(it.Item().Key())
+			dev, t, seq, err := ParseDeviceLogKey(it.Item().Key())
 			if err != nil {
 				return err
 			}
