@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"edgeflow/hub/batchview"
+	"edgeflow/hub/broker"
 	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -107,7 +108,7 @@ func (r *ackRound) add(s *Server, g []*pending) {
 // batches need not come in order (the broker's client may hand over
 // messages concurrently), so the acks are sorted by stream and first
 // sequence number first; agents take acks in any order.
-func (r *ackRound) messages(s *Server) []Message {
+func (r *ackRound) messages(s *Server) []broker.Message {
 	slices.SortFunc(r.items, func(x, y ackItem) int {
 		if c := strings.Compare(x.key.Device, y.key.Device); c != 0 {
 			return c
@@ -117,7 +118,7 @@ func (r *ackRound) messages(s *Server) []Message {
 		}
 		return cmp.Compare(x.a.FirstSeq, y.a.FirstSeq)
 	})
-	msgs := make([]Message, 0, len(r.items))
+	msgs := make([]broker.Message, 0, len(r.items))
 	var run *ackItem // the last ack kept, which the next may extend
 	keep := func() {
 		if m, ok := s.ackMessage(run.key.Device, run.a); ok {
@@ -193,13 +194,13 @@ func (s *Server) countRefused(p *pending) {
 }
 
 // ackMessage encodes an ack for device's ack topic.
-func (s *Server) ackMessage(device string, a *wirepb.Ack) (Message, bool) {
+func (s *Server) ackMessage(device string, a *wirepb.Ack) (broker.Message, bool) {
 	payload, err := wire.EncodeAck(a)
 	if err != nil {
 		s.log.Error("encode ack", "device", device, "err", err)
-		return Message{}, false
+		return broker.Message{}, false
 	}
-	return Message{Topic: wire.AckTopic(device), Payload: payload, AtMostOnce: !s.opts.AcksAtLeastOnce}, true
+	return broker.Message{Topic: wire.AckTopic(device), Payload: payload, AtMostOnce: !s.opts.AcksAtLeastOnce}, true
 }
 
 // log writes one line unless one was written less than an interval ago;

@@ -26,6 +26,8 @@ var (
 	splitBatch  = hubtest.SplitBatch
 )
 
+type lockedBuffer = hubtest.LockedBuffer
+
 // testOptions are options for a hub on loopback with free ports.
 func testOptions(t testing.TB, dir string) Options {
 	return Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0", Logger: quietLogger(t),

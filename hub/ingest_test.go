@@ -20,8 +20,8 @@ import (
 // DUPLICATE for a redelivery, REJECTED with a reason for bad batches while
 // the next good batch still flows, OK for a partial overlap (only the new
 // part applied), and the registry shows it all.
-func deliveryScenario(t *testing.T, s *Server, broker string, cc *countingConsumer) {
-	d := newDevice(t, broker, "dev-a")
+func deliveryScenario(t *testing.T, s *Server, brokerURL string, cc *countingConsumer) {
+	d := newDevice(t, brokerURL, "dev-a")
 	ack := d.send(makeBatch("dev-a", d.stream, 1, 100))
 	if ack.Status != wirepb.AckStatus_ACK_STATUS_OK || ack.FirstSeq != 1 || ack.LastSeq != 100 || string(ack.StreamId) != string(d.stream[:]) {
 		t.Fatalf("first batch: %v", ack)

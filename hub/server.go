@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"edgeflow/hub/batchview"
+	"edgeflow/hub/broker"
 	"edgeflow/hub/clockest"
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/timeservice"
@@ -30,13 +31,13 @@ type Server struct {
 	agg    *aggregates // nil without Options.Aggregate
 	st     *hublog.Store
 	com    *committer
-	tr     Transport
+	tr     broker.Transport
 	views  sync.Pool
 	rejLog rateLog
 
-	limiter   *rateLimiter   // nil: no per-device event rate limit
-	queries   *queryGate     // bounds the expensive HTTP queries running at once
-	brokerSec BrokerSecurity // the embedded broker's, loaded by New
+	limiter   *rateLimiter          // nil: no per-device event rate limit
+	queries   *queryGate            // bounds the expensive HTTP queries running at once
+	brokerSec broker.BrokerSecurity // the embedded broker's, loaded by New
 
 	workers     []chan inMsg
 	inMu        sync.RWMutex // write-locked to close the pipeline's inputs
@@ -187,7 +188,7 @@ func (s *Server) Publish(topic string, payload []byte) error {
 	if s.tr == nil {
 		return errors.New("hub: not started")
 	}
-	return s.tr.Publish([]Message{{Topic: topic, Payload: payload}})
+	return s.tr.Publish([]broker.Message{{Topic: topic, Payload: payload}})
 }
 
 // Run starts the server, waits until ctx is done or the log fails, and
@@ -266,7 +267,7 @@ func (s *Server) Start(ctx context.Context) error {
 // brokerDesc describes the transport for logs.
 func (s *Server) brokerDesc() string {
 	if s.opts.MQTTURL != "" {
-		return redactURL(s.opts.MQTTURL)
+		return broker.RedactURL(s.opts.MQTTURL)
 	}
 	return "embedded " + s.BrokerAddr()
 }
@@ -318,7 +319,7 @@ func (s *Server) bindBroker() error {
 func (s *Server) startTransport() error {
 	if s.tr == nil {
 		if s.opts.MQTTURL == "" {
-			tr, err := NewSecureEmbeddedBroker(EmbeddedOptions{Addr: s.opts.MQTTListen, Listener: s.brokerLn,
+			tr, err := broker.NewSecureEmbeddedBroker(broker.EmbeddedOptions{Addr: s.opts.MQTTListen, Listener: s.brokerLn,
 				MaxPacket: uint32(s.opts.Limits.MaxFrameBytes + 64<<10), ClientQueue: s.opts.MQTTClientQueue, Security: s.brokerSec,
 				Registerer: s.opts.Registerer, Logger: s.log})
 			if err != nil {
@@ -326,14 +327,14 @@ func (s *Server) startTransport() error {
 			}
 			s.tr = tr
 		} else {
-			s.tr = NewExternalBroker(ExternalOptions{URL: s.opts.MQTTURL, ClientID: s.opts.ClientID,
+			s.tr = broker.NewExternalBroker(broker.ExternalOptions{URL: s.opts.MQTTURL, ClientID: s.opts.ClientID,
 				Username: s.opts.Username, Password: s.opts.Password, Group: s.opts.Group,
-				TLS: ExternalTLS{CAFile: s.opts.MQTTCAFile, CertFile: s.opts.MQTTCertFile, KeyFile: s.opts.MQTTKeyFile,
+				TLS: broker.ExternalTLS{CAFile: s.opts.MQTTCAFile, CertFile: s.opts.MQTTCertFile, KeyFile: s.opts.MQTTKeyFile,
 					ServerName: s.opts.MQTTServerName},
 				Timeout: s.opts.PublishTimeout, Logger: s.log})
 		}
 	}
-	if it, ok := s.tr.(identifiedTransport); ok {
+	if it, ok := s.tr.(broker.IdentifiedTransport); ok {
 		return it.StartIdentified(s.handleFrom)
 	}
 	return s.tr.Start(s.handle)
@@ -341,7 +342,7 @@ func (s *Server) startTransport() error {
 
 // BrokerAddr returns the embedded broker's listen address ("" otherwise).
 func (s *Server) BrokerAddr() string {
-	if b, ok := s.tr.(brokerAddr); ok {
+	if b, ok := s.tr.(broker.BrokerAddr); ok {
 		return b.Addr()
 	}
 	if s.brokerLn != nil {

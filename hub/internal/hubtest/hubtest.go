@@ -4,9 +4,11 @@
 package hubtest
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,4 +73,25 @@ func SplitBatch(t testing.TB, b *wirepb.Batch) (*wirepb.Batch, [][]byte) {
 		evs = append(evs, raw)
 	}
 	return h, evs
+}
+
+// LockedBuffer is a bytes.Buffer that a logger may write while the test
+// reads it.
+type LockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (l *LockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns what was written so far.
+func (l *LockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -1,4 +1,4 @@
-package hub
+package broker
 
 import (
 	"crypto/tls"
@@ -141,7 +141,7 @@ func NewExternalBroker(o ExternalOptions) Transport {
 		SetOnConnectHandler(e.onConnect).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			e.subscribed.Store(false)
-			o.Logger.Warn("broker connection lost", "url", redactURL(o.URL), "err", err)
+			o.Logger.Warn("broker connection lost", "url", RedactURL(o.URL), "err", err)
 		})
 	if o.Username != "" {
 		co.SetUsername(o.Username).SetPassword(o.Password)
@@ -168,11 +168,11 @@ func (e *externalBroker) Start(h MessageHandler) error {
 	go e.ackLoop()
 	tok := e.client.Connect()
 	if !tok.WaitTimeout(e.opts.Timeout) {
-		e.opts.Logger.Warn("broker not reachable yet, retrying in the background", "url", redactURL(e.opts.URL))
+		e.opts.Logger.Warn("broker not reachable yet, retrying in the background", "url", RedactURL(e.opts.URL))
 		return nil
 	}
 	if err := tok.Error(); err != nil {
-		return fmt.Errorf("connect %s: %w", redactURL(e.opts.URL), err)
+		return fmt.Errorf("connect %s: %w", RedactURL(e.opts.URL), err)
 	}
 	return nil
 }
@@ -196,11 +196,11 @@ func (e *externalBroker) trySubscribe(c paho.Client) bool {
 	e.subscribe.Lock()
 	defer e.subscribe.Unlock()
 	if err := e.subscribeAll(c); err != nil {
-		e.opts.Logger.Error("subscribe failed: the hub is not ready and tries again", "url", redactURL(e.opts.URL), "client_id", e.opts.ClientID, "err", err)
+		e.opts.Logger.Error("subscribe failed: the hub is not ready and tries again", "url", RedactURL(e.opts.URL), "client_id", e.opts.ClientID, "err", err)
 		return false
 	}
 	e.subscribed.Store(true)
-	e.opts.Logger.Info("connected to broker", "url", redactURL(e.opts.URL), "client_id", e.opts.ClientID)
+	e.opts.Logger.Info("connected to broker", "url", RedactURL(e.opts.URL), "client_id", e.opts.ClientID)
 	return true
 }
 
@@ -339,7 +339,7 @@ func (e *externalBroker) Close() error {
 // logs and errors. A URL it cannot take apart, or one without // (such as
 // user:pass@host:1883, which parses as scheme "user"), may hold a password
 // anywhere, so it is not shown at all.
-func redactURL(s string) string {
+func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.Opaque != "" {
 		return "(unparsable broker url)"

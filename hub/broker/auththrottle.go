@@ -1,4 +1,4 @@
-package hub
+package broker
 
 import (
 	"container/list"
@@ -56,14 +56,14 @@ type AuthThrottle struct {
 
 // EnsureDefaults fills zero fields.
 func (o *AuthThrottle) EnsureDefaults() {
-	setDefault(&o.ClientFailures, 3)
-	setDefault(&o.SourceFailures, 20)
-	setDefault(&o.Backoff, time.Second)
-	setDefault(&o.MaxBackoff, time.Minute)
-	setDefault(&o.Forget, 10*time.Minute)
-	setDefault(&o.Tracked, 8192)
-	setDefault(&o.Concurrent, max(1, runtime.GOMAXPROCS(0)/2))
-	setDefault(&o.Queue, 16)
+	defaultTo(&o.ClientFailures, 3)
+	defaultTo(&o.SourceFailures, 20)
+	defaultTo(&o.Backoff, time.Second)
+	defaultTo(&o.MaxBackoff, time.Minute)
+	defaultTo(&o.Forget, 10*time.Minute)
+	defaultTo(&o.Tracked, 8192)
+	defaultTo(&o.Concurrent, max(1, runtime.GOMAXPROCS(0)/2))
+	defaultTo(&o.Queue, 16)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -256,4 +256,12 @@ func (f *failTable) forget(key string) {
 func (f *failTable) remove(el *list.Element) {
 	delete(f.m, el.Value.(*failEntry).key)
 	f.ll.Remove(el)
+}
+
+// defaultTo sets *p to d when *p is the zero value.
+func defaultTo[T comparable](p *T, d T) {
+	var zero T
+	if *p == zero {
+		*p = d
+	}
 }

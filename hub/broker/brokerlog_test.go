@@ -1,7 +1,8 @@
-package hub
+package broker
 
 import (
 	"bytes"
+	"edgeflow/hub/internal/hubtest"
 	"errors"
 	"io"
 	"log/slog"
@@ -17,7 +18,7 @@ import (
 // (a CONNECT's holds the password) never reach the hub's log.
 func TestBrokerLogDropsPackets(t *testing.T) {
 	var buf bytes.Buffer
-	l := slog.New(minLevel{slog.NewTextHandler(&buf, nil), slog.LevelWarn}).With("component", "broker")
+	l := slog.New(MinLevel{slog.NewTextHandler(&buf, nil), slog.LevelWarn}).With("component", "broker")
 	l.Warn("error processing packet", "client", "dev-1", "pk", struct{ Password []byte }{[]byte("hunter2")})
 	l.Info("below the minimum", "pk", "x")
 	out := buf.String()
@@ -32,10 +33,10 @@ func TestBrokerLogDropsPackets(t *testing.T) {
 // TestBrokerLogConnectionEnds: mochi logs the end of a connection that
 // ended in an error as a warning without a message. One the peer closed or
 // reset (a device losing power or link) is not a warning; any other gets a
-// message. Checked on records, then on a real embedded broker.
+// message. Checked on records, then on a real embedded
 func TestBrokerLogConnectionEnds(t *testing.T) {
 	var buf bytes.Buffer
-	l := slog.New(minLevel{slog.NewTextHandler(&buf, nil), slog.LevelWarn}).With("component", "broker")
+	l := slog.New(MinLevel{slog.NewTextHandler(&buf, nil), slog.LevelWarn}).With("component", "broker")
 	l.Warn("", "error", io.EOF)
 	l.Warn("", "error", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)})
 	if buf.Len() != 0 {
@@ -46,7 +47,7 @@ func TestBrokerLogConnectionEnds(t *testing.T) {
 		t.Fatalf("log line: %s", out)
 	}
 
-	var logs lockedBuffer
+	var logs hubtest.LockedBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	tr, err := NewSecureEmbeddedBroker(EmbeddedOptions{Addr: "127.0.0.1:0", Logger: logger})
 	if err != nil {
@@ -56,7 +57,7 @@ func TestBrokerLogConnectionEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	addr := tr.(brokerAddr).Addr()
+	addr := tr.(BrokerAddr).Addr()
 	// A client that connects and goes away without DISCONNECT.
 	c, err := net.Dial("tcp", addr)
 	if err != nil {

@@ -1,4 +1,4 @@
-package hub
+package broker
 
 import (
 	"crypto/tls"
@@ -17,14 +17,14 @@ import (
 // (mochi-mqtt). The hub talks to it through the broker's inline client:
 // no TCP loop-back, and an incoming batch is handed to the hub on the
 // sending client's goroutine, so a busy hub slows that sender's reads.
-type embeddedBroker struct {
-	srv    *mqtt.Server
+type Embedded struct {
+	Srv    *mqtt.Server
 	tcp    listeners.Listener
 	subs   [3]string
 	paused atomic.Bool
 	log    *slog.Logger
-	auth   *deviceAuth
-	direct *handoff
+	Auth   *DeviceAuth
+	Direct *Handoff
 }
 
 // The inline subscription ids are 1, 2 and 3: the index in subs plus 1.
@@ -39,8 +39,8 @@ func NewEmbeddedBroker(addr string, maxPacket uint32, log *slog.Logger) (Transpo
 // defaultClientQueue and maxClientQueue are the default and the bound of
 // Options.MQTTClientQueue.
 const (
-	defaultClientQueue = 1024
-	maxClientQueue     = 1 << 20
+	DefaultClientQueue = 1024
+	MaxClientQueue     = 1 << 20
 )
 
 // EmbeddedOptions configure the embedded broker.
@@ -69,34 +69,34 @@ type EmbeddedOptions struct {
 func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumPacketSize = o.MaxPacket
-	caps.MaximumClientWritesPending = defaultClientQueue
+	caps.MaximumClientWritesPending = DefaultClientQueue
 	if o.ClientQueue > 0 {
-		caps.MaximumClientWritesPending = int32(min(o.ClientQueue, maxClientQueue))
+		caps.MaximumClientWritesPending = int32(min(o.ClientQueue, MaxClientQueue))
 	}
 	srv := mqtt.New(&mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,
-		Logger:       slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}).With("component", "broker"),
+		Logger:       slog.New(MinLevel{o.Logger.Handler(), slog.LevelWarn}).With("component", "broker"),
 	})
 	blog := o.Logger.With("component", "broker")
 	auth := newDeviceAuth(o.Security, nil, blog)
 	auth.srv = srv
-	e := &embeddedBroker{srv: srv, log: o.Logger, auth: auth}
-	e.direct = newHandoff(e)
+	e := &Embedded{Srv: srv, log: o.Logger, Auth: auth}
+	e.Direct = newHandoff(e)
 	retain := &retainGuard{maxBytes: o.Security.MaxRetainedBytes, log: newBrokerLog(blog, auth.thr.o.Now)}
 	if retain.maxBytes <= 0 {
 		retain.maxBytes = DefaultMaxRetainedBytes
 	}
 	if o.Registerer != nil {
-		m, err := newBrokerMetrics(o.Registerer, auth.connections, e.direct, auth.thr)
+		m, err := newBrokerMetrics(o.Registerer, auth.connections, e.Direct, auth.thr)
 		if err != nil {
 			return nil, fmt.Errorf("embedded broker metrics: %w", err)
 		}
-		auth.m, retain.refused = m, m.retained
+		auth.Metrics, retain.refused = m, m.Retained
 	}
 	// Order matters: the retain guard takes the retain flag off before the
 	// handoff looks at it (it routes retained messages).
-	for _, h := range []mqtt.Hook{auth, retain, e.direct} {
+	for _, h := range []mqtt.Hook{auth, retain, e.Direct} {
 		if err := srv.AddHook(h, nil); err != nil {
 			return nil, fmt.Errorf("embedded broker: %w", err)
 		}
@@ -121,40 +121,40 @@ func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 }
 
 // Addr returns the address the broker listens on.
-func (e *embeddedBroker) Addr() string { return e.tcp.Address() }
+func (e *Embedded) Addr() string { return e.tcp.Address() }
 
 // Start subscribes the inline client.
-func (e *embeddedBroker) Start(h MessageHandler) error {
+func (e *Embedded) Start(h MessageHandler) error {
 	return e.StartIdentified(func(topic, _ string, payload []byte) { h(topic, payload) })
 }
 
 // StartIdentified subscribes the inline client and passes each message's
 // publisher identity (see BrokerSecurity) along with it.
-func (e *embeddedBroker) StartIdentified(h IdentifiedHandler) error {
-	secure := e.auth.sec.enabled()
+func (e *Embedded) StartIdentified(h IdentifiedHandler) error {
+	secure := e.Auth.sec.enabled()
 	fn := func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
 		if e.paused.Load() {
 			return
 		}
 		id := ""
 		if secure {
-			id = e.auth.identityOf(pk.Origin)
+			id = e.Auth.identityOf(pk.Origin)
 		}
 		h(pk.TopicName, id, pk.Payload)
 	}
 	for i, f := range e.subs {
-		if err := e.srv.Subscribe(f, i+1, fn); err != nil {
+		if err := e.Srv.Subscribe(f, i+1, fn); err != nil {
 			return fmt.Errorf("embedded broker subscribe %s: %w", f, err)
 		}
 	}
-	e.direct.start(h)
+	e.Direct.start(h)
 	return nil
 }
 
 // Publish hands msgs to the broker, which queues them for the subscribers.
-func (e *embeddedBroker) Publish(msgs []Message) error {
+func (e *Embedded) Publish(msgs []Message) error {
 	for _, m := range msgs {
-		if err := e.srv.Publish(m.Topic, m.Payload, false, m.qos()); err != nil {
+		if err := e.Srv.Publish(m.Topic, m.Payload, false, m.qos()); err != nil {
 			return fmt.Errorf("publish %s: %w", m.Topic, err)
 		}
 	}
@@ -162,18 +162,18 @@ func (e *embeddedBroker) Publish(msgs []Message) error {
 }
 
 // Connected is always true: the broker is in the process.
-func (e *embeddedBroker) Connected() bool { return true }
+func (e *Embedded) Connected() bool { return true }
 
 // Pause unsubscribes the inline client.
-func (e *embeddedBroker) Pause() {
+func (e *Embedded) Pause() {
 	e.paused.Store(true)
 	for i, f := range e.subs {
-		_ = e.srv.Unsubscribe(f, i+1)
+		_ = e.Srv.Unsubscribe(f, i+1)
 	}
 }
 
 // Close stops the broker and disconnects its clients.
-func (e *embeddedBroker) Close() error { return e.srv.Close() }
+func (e *Embedded) Close() error { return e.Srv.Close() }
 
 // IdentifiedHandler receives one incoming message with the verified
 // identity (device id) of the client that published it; identity is ""
@@ -182,9 +182,9 @@ func (e *embeddedBroker) Close() error { return e.srv.Close() }
 type IdentifiedHandler func(topic, identity string, payload []byte)
 
 // identifiedTransport is a Transport that knows who published a message.
-type identifiedTransport interface {
+type IdentifiedTransport interface {
 	StartIdentified(h IdentifiedHandler) error
 }
 
 // brokerAddr is implemented by transports that listen themselves.
-type brokerAddr interface{ Addr() string }
+type BrokerAddr interface{ Addr() string }
