@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"edgeflow/hub/batchview"
+	"edgeflow/hub/hubapi"
 	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -148,7 +149,7 @@ func (a *applier) build(e *hublog.Entry, v *batchview.View) *AppliedBatch {
 		Events: b.Events[:0],
 	}
 	if v.HasBacklog {
-		b.Backlog = Backlog{Events: v.Backlog.Events, Bytes: v.Backlog.Bytes, OldestNs: v.Backlog.OldestNs}
+		b.Backlog = hubapi.Backlog{Events: v.Backlog.Events, Bytes: v.Backlog.Bytes, OldestNs: v.Backlog.OldestNs}
 	}
 	a.tags = a.tags[:0]
 	evs := v.EventList()

@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"edgeflow/hub/hubapi"
 	"edgeflow/hub/hublog"
 	"edgeflow/wire/wirepb"
 )
@@ -83,7 +84,7 @@ func TestDevicesAPIParamErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			code, ctype, body := apiGet(t, s, tt.path)
-			var e APIError
+			var e hubapi.APIError
 			if err := json.Unmarshal(body, &e); err != nil || code != 400 || e.Param != tt.param || e.Error == "" {
 				t.Fatalf("got %d %s; want 400 naming %q with a reason", code, body, tt.param)
 			}
@@ -128,7 +129,7 @@ func TestDevicesAPIPaging(t *testing.T) {
 					q.Set("after", after)
 				}
 				code, _, body := apiGet(t, s, "/v1/devices?"+q.Encode())
-				var resp DevicesResponse
+				var resp hubapi.DevicesResponse
 				if err := json.Unmarshal(body, &resp); err != nil || code != 200 {
 					t.Fatalf("page %d: %d %s", page, code, body)
 				}
@@ -166,7 +167,7 @@ func TestDevicesAPIPaging(t *testing.T) {
 		if _, ok := resp["next"]; ok {
 			t.Fatalf("next on the only page: %s", resp["next"])
 		}
-		var page DevicesResponse
+		var page hubapi.DevicesResponse
 		if err := json.Unmarshal(body, &page); err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +179,7 @@ func TestDevicesAPIPaging(t *testing.T) {
 
 	t.Run("after an absent id", func(t *testing.T) {
 		code, _, body := apiGet(t, s, "/v1/devices?limit=3&after=dev-05x")
-		var resp DevicesResponse
+		var resp hubapi.DevicesResponse
 		if err := json.Unmarshal(body, &resp); err != nil || code != 200 {
 			t.Fatalf("%d %s", code, body)
 		}
@@ -211,12 +212,12 @@ func TestDevicesAPIUnknownDevice(t *testing.T) {
 	addDevices(t, s, []string{"pump-1"})
 
 	code, _, body := apiGet(t, s, "/v1/devices/pump-1")
-	var d DeviceInfo
+	var d hubapi.DeviceInfo
 	if err := json.Unmarshal(body, &d); err != nil || code != 200 || d.ID != "pump-1" || d.Status != "online" {
 		t.Fatalf("known device: %d %s", code, body)
 	}
 	code, ctype, body := apiGet(t, s, "/v1/devices/pump-2")
-	var e APIError
+	var e hubapi.APIError
 	if err := json.Unmarshal(body, &e); err != nil || code != 404 || !strings.Contains(e.Error, "pump-2") {
 		t.Fatalf("unknown device: %d %s; want 404 with a JSON error naming it", code, body)
 	}
@@ -361,7 +362,7 @@ func jsonFields(v any) []string {
 // paging parameters, next, and the error answers.
 func TestOpenAPIDeviceSchemas(t *testing.T) {
 	doc := readOpenAPI(t)
-	for name, v := range map[string]any{"DeviceInfo": DeviceInfo{}, "ClockInfo": ClockInfo{}, "Backlog": Backlog{}, "StreamInfo": StreamInfo{}, "Error": APIError{}} {
+	for name, v := range map[string]any{"DeviceInfo": hubapi.DeviceInfo{}, "ClockInfo": hubapi.ClockInfo{}, "Backlog": hubapi.Backlog{}, "StreamInfo": hubapi.StreamInfo{}, "Error": hubapi.APIError{}} {
 		sch, ok := doc.Components.Schemas[name]
 		if !ok {
 			t.Errorf("components/schemas/%s is missing", name)
@@ -387,7 +388,7 @@ func TestOpenAPIDeviceSchemas(t *testing.T) {
 		t.Errorf("/v1/devices parameters %v, want %v", params, want)
 	}
 	body := list.Responses["200"].Content["application/json"].Schema
-	for _, field := range jsonFields(DevicesResponse{}) {
+	for _, field := range jsonFields(hubapi.DevicesResponse{}) {
 		if _, ok := body.Properties[field]; !ok {
 			t.Errorf("/v1/devices 200 lacks %q", field)
 		}

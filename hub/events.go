@@ -3,6 +3,7 @@ package hub
 import (
 	"cmp"
 	"context"
+	"edgeflow/hub/hubapi"
 	"edgeflow/hub/hublog"
 	"errors"
 	"net/http"
@@ -29,38 +30,6 @@ const (
 	eventsSlack       = hublog.ServerTimeSlack
 	defaultArrival    = time.Hour
 )
-
-// EventsResponse is the body of GET /v1/events.
-type EventsResponse struct {
-	Device string      `json:"device"`
-	From   string      `json:"from"`
-	To     string      `json:"to"`
-	Events []EventJSON `json:"events"`
-	// Truncated is true when more events matched than limit; NextFrom is
-	// the event time of the first one left out (from=NextFrom continues,
-	// repeating events at exactly that time).
-	Truncated bool   `json:"truncated"`
-	NextFrom  string `json:"next_from,omitempty"`
-	// Scanned counts the log entries read.
-	Scanned int `json:"scanned"`
-}
-
-// EventJSON is one stored event as the hub applied it.
-type EventJSON struct {
-	Stream        string            `json:"stream"`
-	Seq           uint64            `json:"seq"`
-	Metric        string            `json:"metric"`
-	Value         float64           `json:"value"`
-	Tags          map[string]string `json:"tags,omitempty"`
-	Time          string            `json:"time"`
-	TimeMs        int64             `json:"time_ms"`
-	UncertaintyNs int64             `json:"uncertainty_ns"`
-	Method        string            `json:"method"`
-	DeviceTime    string            `json:"device_time"`
-	ServerTime    string            `json:"server_time"`
-	LogPosition   uint64            `json:"log_position"`
-	eventNs       int64
-}
 
 // eventsQuery is a parsed /v1/events request.
 type eventsQuery struct {
@@ -105,17 +74,17 @@ var errStopScan = errors.New("stop scan")
 // storedEvents reads the device's events in [from, to) from the log and
 // returns them in event-time order (then stream, then sequence).
 // It stops with ctx's error when ctx is done.
-func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsResponse, error) {
-	out := &EventsResponse{Device: q.device, From: rfc3339(q.from), To: rfc3339(q.to), Events: []EventJSON{}}
+func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*hubapi.EventsResponse, error) {
+	out := &hubapi.EventsResponse{Device: q.device, From: hubapi.RFC3339(q.from), To: hubapi.RFC3339(q.to), Events: []hubapi.EventJSON{}}
 	startNs := q.from.Add(-s.agg.eng.Options().MaxFutureSkew - eventsSlack).UnixNano()
 	endNs := q.to.Add(q.arrival).UnixNano()
 	app := newApplier(nil, nil, nil, s.opts.Limits)
 	fromNs, toNs := q.from.UnixNano(), q.to.UnixNano()
-	var matched []EventJSON
+	var matched []hubapi.EventJSON
 	var reads string // what the scan reads, for the error past maxEventsScan
 	fn := func(e *hublog.Entry) error {
 		if out.Scanned++; out.Scanned > maxEventsScan {
-			return badParam("from", "the range needs more than %d log entries read (%s): narrow from/to or arrived_within", maxEventsScan, reads)
+			return hubapi.BadParam("from", "the range needs more than %d log entries read (%s): narrow from/to or arrived_within", maxEventsScan, reads)
 		}
 		if out.Scanned%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
@@ -132,7 +101,7 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsRespon
 				continue
 			}
 			if len(matched) == maxEventsMatch {
-				return badParam("to", "more than %d events match: narrow from/to or add metric", maxEventsMatch)
+				return hubapi.BadParam("to", "more than %d events match: narrow from/to or add metric", maxEventsMatch)
 			}
 			matched = append(matched, eventJSON(e, &ev))
 		}
@@ -145,7 +114,7 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsRespon
 		err = s.st.DeviceEntries(q.device, startNs, endNs, fn)
 	} else {
 		// Before the index: the whole fleet's entries, by position.
-		reads = "the whole fleet's batches that arrived between from and to + arrived_within; the device index covers arrivals after " + rfc3339(time.Unix(0, s.st.DeviceLogSince))
+		reads = "the whole fleet's batches that arrived between from and to + arrived_within; the device index covers arrivals after " + hubapi.RFC3339(time.Unix(0, s.st.DeviceLogSince))
 		var start uint64
 		if start, err = s.st.FirstWALAtOrAfter(startNs); err == nil {
 			err = s.st.Replay(start-1, func(e *hublog.Entry) error {
@@ -159,8 +128,8 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsRespon
 	if err != nil && !errors.Is(err, errStopScan) {
 		return nil, err
 	}
-	slices.SortFunc(matched, func(a, b EventJSON) int {
-		return cmp.Or(cmp.Compare(a.eventNs, b.eventNs), strings.Compare(a.Stream, b.Stream), cmp.Compare(a.Seq, b.Seq))
+	slices.SortFunc(matched, func(a, b hubapi.EventJSON) int {
+		return cmp.Or(cmp.Compare(a.EventNs, b.EventNs), strings.Compare(a.Stream, b.Stream), cmp.Compare(a.Seq, b.Seq))
 	})
 	if len(matched) > q.limit {
 		out.Truncated, out.NextFrom = true, matched[q.limit].Time
@@ -172,12 +141,12 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsRespon
 	return out, nil
 }
 
-func eventJSON(e *hublog.Entry, ev *AppliedEvent) EventJSON {
-	out := EventJSON{Stream: e.Stream.String(), Seq: ev.Seq, Metric: ev.Metric, Value: ev.Value,
-		Time: rfc3339(time.Unix(0, ev.EventTimeNs)), TimeMs: ev.EventTimeNs / 1e6, UncertaintyNs: ev.UncertaintyNs,
+func eventJSON(e *hublog.Entry, ev *AppliedEvent) hubapi.EventJSON {
+	out := hubapi.EventJSON{Stream: e.Stream.String(), Seq: ev.Seq, Metric: ev.Metric, Value: ev.Value,
+		Time: hubapi.RFC3339(time.Unix(0, ev.EventTimeNs)), TimeMs: ev.EventTimeNs / 1e6, UncertaintyNs: ev.UncertaintyNs,
 		Method:     methodName(int32(ev.Method)),
-		DeviceTime: rfc3339(time.Unix(0, ev.DeviceTimeNs)), ServerTime: rfc3339(time.Unix(0, e.ServerTimeNs)),
-		LogPosition: e.Seq, eventNs: ev.EventTimeNs}
+		DeviceTime: hubapi.RFC3339(time.Unix(0, ev.DeviceTimeNs)), ServerTime: hubapi.RFC3339(time.Unix(0, e.ServerTimeNs)),
+		LogPosition: e.Seq, EventNs: ev.EventTimeNs}
 	if len(ev.Tags) > 0 {
 		out.Tags = make(map[string]string, len(ev.Tags))
 		for _, t := range ev.Tags {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"edgeflow/dashboard"
+	"edgeflow/hub/hubapi"
 	"edgeflow/wire"
 )
 
@@ -50,19 +51,11 @@ const (
 	maxDevicesLimit = 10000
 )
 
-// DevicesResponse is the body of GET /v1/devices: one page of devices,
-// sorted by id. Next is set only when more devices follow; a client asks
-// again with after=Next until it is absent.
-type DevicesResponse struct {
-	Devices []DeviceInfo `json:"devices"`
-	Next    string       `json:"next,omitempty"`
-}
-
 // Devices returns what the hub knows of every device, sorted by id.
-func (s *Server) Devices() []DeviceInfo { return s.reg.list() }
+func (s *Server) Devices() []hubapi.DeviceInfo { return s.reg.list() }
 
 // Device returns what the hub knows of one device.
-func (s *Server) Device(id string) (DeviceInfo, bool) { return s.reg.get(id) }
+func (s *Server) Device(id string) (hubapi.DeviceInfo, bool) { return s.reg.get(id) }
 
 // serveDevices answers GET /v1/devices?limit=&after=.
 func (s *Server) serveDevices(w http.ResponseWriter, r *http.Request) {
@@ -79,12 +72,12 @@ func (s *Server) serveDevices(w http.ResponseWriter, r *http.Request) {
 	after := p.str("after")
 	if after != "" {
 		if err := wire.ValidateDeviceID(after); err != nil {
-			writeAPIError(w, badParam("after", "is not a device id: %v", err))
+			writeAPIError(w, hubapi.BadParam("after", "is not a device id: %v", err))
 			return
 		}
 	}
 	devs, next := s.reg.page(after, limit)
-	writeJSON(w, http.StatusOK, DevicesResponse{Devices: devs, Next: next})
+	writeJSON(w, http.StatusOK, hubapi.DevicesResponse{Devices: devs, Next: next})
 }
 
 // serveDevice answers GET /v1/devices/{id}.
@@ -95,12 +88,12 @@ func (s *Server) serveDevice(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if err := wire.ValidateDeviceID(id); err != nil {
-		writeAPIError(w, badParam("id", "is not a device id: %v", err))
+		writeAPIError(w, hubapi.BadParam("id", "is not a device id: %v", err))
 		return
 	}
 	d, ok := s.Device(id)
 	if !ok {
-		writeJSON(w, http.StatusNotFound, APIError{Error: fmt.Sprintf("device %q unknown", id)})
+		writeJSON(w, http.StatusNotFound, hubapi.APIError{Error: fmt.Sprintf("device %q unknown", id)})
 		return
 	}
 	writeJSON(w, http.StatusOK, d)

@@ -10,6 +10,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/hub/hubapi"
 	"edgeflow/hub/ranges"
 	"edgeflow/internal/testbroker"
 	"edgeflow/wire"
@@ -91,7 +92,7 @@ func checkDeviceAPI(t *testing.T, s *Server, id string, stream wire.StreamID) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var info DeviceInfo
+	var info hubapi.DeviceInfo
 	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET device: %v %d", err, resp.StatusCode)
 	}

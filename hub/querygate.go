@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/hubapi"
 )
 
 // queryGate bounds the expensive queries (GET /v1/aggregates, /v1/events,
@@ -115,7 +116,7 @@ func (s *Server) gated(h http.HandlerFunc) http.HandlerFunc {
 			}
 			g.busy.WithLabelValues(r.URL.Path).Inc()
 			w.Header().Set("Retry-After", g.retryAfter())
-			writeJSON(w, http.StatusTooManyRequests, APIError{
+			writeJSON(w, http.StatusTooManyRequests, hubapi.APIError{
 				Error: fmt.Sprintf("busy: %d queries are running (http-max-queries) and none ended within %v (http-query-wait); retry later", cap(g.slots), g.wait),
 				Limit: "http-max-queries", Max: cap(g.slots)})
 			return
@@ -147,7 +148,7 @@ func (s *Server) writeQueryError(w http.ResponseWriter, r *http.Request, err err
 		}
 	case errors.Is(err, context.DeadlineExceeded):
 		g.stopped.WithLabelValues(r.URL.Path, "deadline").Inc()
-		writeJSON(w, http.StatusServiceUnavailable, APIError{Error: fmt.Sprintf("the query ran longer than %v (http-query-timeout): narrow from/to, window or group_by", g.budget)})
+		writeJSON(w, http.StatusServiceUnavailable, hubapi.APIError{Error: fmt.Sprintf("the query ran longer than %v (http-query-timeout): narrow from/to, window or group_by", g.budget)})
 		return
 	case errors.Is(err, context.Canceled):
 		g.stopped.WithLabelValues(r.URL.Path, "client_gone").Inc()

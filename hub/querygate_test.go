@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/hubapi"
 )
 
 // TestQueryGate: with every query slot taken, /v1/aggregates, /v1/events
@@ -31,7 +32,7 @@ func TestQueryGate(t *testing.T) {
 	}
 	for ep, path := range gatedPaths {
 		rec := serve(h, path)
-		var e APIError
+		var e hubapi.APIError
 		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" ||
 			json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Limit != "http-max-queries" || e.Max != 1 || !strings.Contains(e.Error, "busy") {
 			t.Fatalf("%s with every slot taken: %d Retry-After %q %s", ep, rec.Code, rec.Header().Get("Retry-After"), rec.Body)
@@ -57,7 +58,7 @@ func TestQueryGate(t *testing.T) {
 
 	over := aggPath("temp", "tumbling:1m", base, base.Add(time.Hour), "")
 	rec := serve(h, over)
-	var e APIError
+	var e hubapi.APIError
 	if rec.Code != 400 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Limit != "max_query_results" || e.Max != 5 {
 		t.Fatalf("over the cap: %d %s", rec.Code, rec.Body)
 	}
@@ -125,7 +126,7 @@ func gateHub(t *testing.T) (s *Server, base time.Time, small string) {
 	d.send(timedBatch("gate-1", d.stream, 1, times, values))
 	small = aggPath("temp", "tumbling:1m", base, base.Add(3*time.Minute), "")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var r AggregatesResponse
+		var r hubapi.AggregatesResponse
 		if code, _ := getJSON(t, s.Handler(), small, &r); code == 200 && len(r.Windows) == 3 {
 			return s, base, small
 		}
@@ -148,7 +149,7 @@ func TestFetchPartialsRetriesBusyHub(t *testing.T) {
 	got := make(chan result, 1)
 	go func() {
 		q := aggregate.Query{Metric: "temp", GroupBy: []string{"device"}}
-		ps, err := FetchPartials(context.Background(), http.DefaultClient, "http://"+s.HTTPAddr(), "", q, base, base.Add(time.Hour))
+		ps, err := hubapi.FetchPartials(context.Background(), http.DefaultClient, "http://"+s.HTTPAddr(), "", q, base, base.Add(time.Hour))
 		got <- result{ps, err}
 	}()
 	for counterValue(t, s.queries.busy.WithLabelValues("/v1/partials")) == 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/hubapi"
 )
 
 // Bounds of GET /v1/stream.
@@ -28,36 +29,6 @@ type streamReq struct {
 	cursor         uint64 // next merged-stream offset to send
 }
 
-// StreamUpdate is the data of the final, revised and watermark events of
-// GET /v1/stream. Windows holds the window's results for the requested
-// metric (when metric is given).
-type StreamUpdate struct {
-	Window      string       `json:"window,omitempty"`
-	Metric      string       `json:"metric,omitempty"`
-	Start       string       `json:"start,omitempty"`
-	End         string       `json:"end,omitempty"`
-	StartMs     int64        `json:"start_ms,omitempty"`
-	EndMs       int64        `json:"end_ms,omitempty"`
-	Watermark   string       `json:"watermark,omitempty"`
-	WatermarkMs int64        `json:"watermark_ms,omitempty"`
-	Windows     []WindowJSON `json:"windows,omitempty"`
-}
-
-// StreamEventJSON is one event of the merged stream (SSE event "event",
-// whose id is Offset).
-type StreamEventJSON struct {
-	Offset uint64            `json:"offset"`
-	Device string            `json:"device"`
-	Stream string            `json:"stream"`
-	Seq    uint64            `json:"seq"`
-	Metric string            `json:"metric"`
-	Tags   map[string]string `json:"tags,omitempty"`
-	Value  float64           `json:"value"`
-	Time   string            `json:"time"`
-	TimeMs int64             `json:"time_ms"`
-	Late   bool              `json:"late"`
-}
-
 func (s *Server) parseStream(r *http.Request) (*streamReq, error) {
 	p, err := newParams(r, "metric", "window", "group_by", "aggs", "events", "from")
 	if err != nil {
@@ -65,10 +36,10 @@ func (s *Server) parseStream(r *http.Request) (*streamReq, error) {
 	}
 	q := &streamReq{metric: p.str("metric"), window: p.str("window"), groupBy: p.list("group_by")}
 	if q.window != "" && !s.configuredWindow(q.window) {
-		return nil, badParam("window", "no configured window %q (updates are announced for configured windows)", q.window)
+		return nil, hubapi.BadParam("window", "no configured window %q (updates are announced for configured windows)", q.window)
 	}
 	if q.metric == "" && (p.has("group_by") || p.has("aggs")) {
-		return nil, badParam("metric", "is required with group_by or aggs")
+		return nil, hubapi.BadParam("metric", "is required with group_by or aggs")
 	}
 	if q.aggs, err = aggregate.ParseAggs(p.list("aggs")); err != nil {
 		return nil, err
@@ -80,7 +51,7 @@ func (s *Server) parseStream(r *http.Request) (*streamReq, error) {
 	if id := r.Header.Get("Last-Event-ID"); id != "" && !p.has("from") {
 		n, err := strconv.ParseUint(id, 10, 64)
 		if err != nil {
-			return nil, badParam("Last-Event-ID", "%q is not an event id of this stream", id)
+			return nil, hubapi.BadParam("Last-Event-ID", "%q is not an event id of this stream", id)
 		}
 		q.cursor, q.events = n+1, true
 	}
@@ -161,12 +132,12 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 func (s *Server) sendUpdate(out *sseWriter, q *streamReq, u aggregate.Update) {
 	switch u.Kind {
 	case aggregate.UpdateWatermark:
-		out.event("watermark", "", StreamUpdate{Watermark: rfc3339(u.Watermark), WatermarkMs: u.Watermark.UnixMilli()})
+		out.event("watermark", "", hubapi.StreamUpdate{Watermark: hubapi.RFC3339(u.Watermark), WatermarkMs: u.Watermark.UnixMilli()})
 	case aggregate.UpdateFinal, aggregate.UpdateRevised:
 		if (q.window != "" && u.Window != q.window) || (q.metric != "" && u.Metric != "" && u.Metric != q.metric) {
 			return
 		}
-		su := StreamUpdate{Window: u.Window, Metric: u.Metric, Start: rfc3339(u.Start), End: rfc3339(u.End),
+		su := hubapi.StreamUpdate{Window: u.Window, Metric: u.Metric, Start: hubapi.RFC3339(u.Start), End: hubapi.RFC3339(u.End),
 			StartMs: u.Start.UnixMilli(), EndMs: u.End.UnixMilli()}
 		if q.metric != "" {
 			su.Metric = q.metric
@@ -181,7 +152,7 @@ func (s *Server) sendUpdate(out *sseWriter, q *streamReq, u aggregate.Update) {
 }
 
 // updateWindows queries the metric's windows that an update is about.
-func (s *Server) updateWindows(q *streamReq, u aggregate.Update) []WindowJSON {
+func (s *Server) updateWindows(q *streamReq, u aggregate.Update) []hubapi.WindowJSON {
 	aq := aggregate.Query{Metric: q.metric, WindowName: u.Window, From: u.Start, To: u.Start.Add(1), GroupBy: q.groupBy, Aggs: q.aggs}
 	if u.Window == "" {
 		aq.Window = aggregate.WindowSpec{Kind: aggregate.Tumbling, Size: u.End.Sub(u.Start)}
@@ -190,7 +161,7 @@ func (s *Server) updateWindows(q *streamReq, u aggregate.Update) []WindowJSON {
 	if err != nil {
 		return nil
 	}
-	return windowsJSON(res, aq.Aggs)
+	return hubapi.WindowsJSON(res, aq.Aggs)
 }
 
 // sendStreamEvents writes the merged stream from q.cursor up to its end.
@@ -206,9 +177,9 @@ func (s *Server) sendStreamEvents(out *sseWriter, q *streamReq) {
 			return
 		}
 		for _, e := range evs {
-			out.event("event", strconv.FormatUint(e.Offset, 10), StreamEventJSON{Offset: e.Offset, Device: e.Device,
-				Stream: streamHex(e.Stream), Seq: e.Seq, Metric: e.Metric, Tags: tagMap(e.Tags), Value: e.Value,
-				Time: rfc3339(e.Time), TimeMs: e.Time.UnixMilli(), Late: e.Late})
+			out.event("event", strconv.FormatUint(e.Offset, 10), hubapi.StreamEventJSON{Offset: e.Offset, Device: e.Device,
+				Stream: hubapi.StreamHex(e.Stream), Seq: e.Seq, Metric: e.Metric, Tags: hubapi.TagMap(e.Tags), Value: e.Value,
+				Time: hubapi.RFC3339(e.Time), TimeMs: e.Time.UnixMilli(), Late: e.Late})
 		}
 		q.cursor = next
 	}

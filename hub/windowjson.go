@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/hubapi"
 )
 
 // writeAggregates writes the body of GET /v1/aggregates: byte for byte
@@ -22,14 +23,14 @@ import (
 // buffer, with no WindowJSON, pointer or reflection per window. A day of
 // 10 s windows is 8,640 of them, and encoding them through reflection
 // took ten times as long as the query.
-func writeAggregates(w http.ResponseWriter, head AggregatesResponse, res []aggregate.WindowResult, aggs aggregate.Aggs) {
+func writeAggregates(w http.ResponseWriter, head hubapi.AggregatesResponse, res []aggregate.WindowResult, aggs aggregate.Aggs) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = encodeAggregates(w, head, res, aggs)
 }
 
 // encodeAggregates is writeAggregates' encoder, for tests.
-func encodeAggregates(w io.Writer, head AggregatesResponse, res []aggregate.WindowResult, aggs aggregate.Aggs) error {
-	head.Windows = []WindowJSON{}
+func encodeAggregates(w io.Writer, head hubapi.AggregatesResponse, res []aggregate.WindowResult, aggs aggregate.Aggs) error {
+	head.Windows = []hubapi.WindowJSON{}
 	pre, err := json.Marshal(head)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/hubapi"
 )
 
 // TestWindowJSONMatchesEncodingJSON: the streamed /v1/aggregates body is
@@ -49,9 +50,9 @@ func TestWindowJSONMatchesEncodingJSON(t *testing.T) {
 				Count: uint64(r.IntN(3)) * r.Uint64N(1<<40), Sum: f(), Min: f(), Max: f(), Avg: f(), Last: f(), LastTime: start.Add(time.Duration(r.Int64N(1e9))),
 				P50: f(), P95: f(), P99: f(), Final: r.IntN(2) == 0, Revision: r.Uint64(), Late: r.Uint64N(100), Behind: r.IntN(5) - 1})
 		}
-		head := AggregatesResponse{Metric: labels[r.IntN(len(labels))], Window: "tumbling:10s", From: "2025-06-01T00:00:00Z", To: "2025-06-02T00:00:00Z", Aggs: aggs.Names()}
+		head := hubapi.AggregatesResponse{Metric: labels[r.IntN(len(labels))], Window: "tumbling:10s", From: "2025-06-01T00:00:00Z", To: "2025-06-02T00:00:00Z", Aggs: aggs.Names()}
 		want := head
-		want.Windows = windowsJSON(res, aggs)
+		want.Windows = hubapi.WindowsJSON(res, aggs)
 		var wb, gb bytes.Buffer
 		if err := json.NewEncoder(&wb).Encode(want); err != nil {
 			t.Fatal(err)

@@ -15,7 +15,7 @@
 //
 // `hubd query --hub URL --hub URL ... --metric M --window tumbling:1m
 // --from T --to T` answers a windowed-aggregate query merged across hubs
-// that each own part of the fleet; see hub.QueryHubs and `hubd query --help`.
+// that each own part of the fleet; see hubapi.QueryHubs and `hubd query --help`.
 package main
 
 import (
