@@ -55,7 +55,8 @@
 // [start, end) is final once the hub watermark reaches end +
 // AllowedLateness. An event for a final window within LateHorizon still
 // merges in and counts as late; an event beyond the horizon goes to the
-// late-events log.
+// late-events log. A stream the hub retires (Engine.RetireStream) leaves
+// the watermark, Behind and Streams; its (device, id) may start again.
 //
 // The merged stream keeps pending events as per-stream sorted runs (a
 // stream's events arrive almost in order) and releases them with a k-way

@@ -7,10 +7,11 @@ import (
 )
 
 // Snapshot versions: 2 added the quarantine (after the late log); a
-// version 1 snapshot restores with an empty one.
+// version 1 snapshot restores with an empty one. 3 added each stream's
+// retired flag (RetireStream); older snapshots have none retired.
 const (
 	snapshotMagic   = "EFAGG"
-	snapshotVersion = 2
+	snapshotVersion = 3
 )
 
 // Snapshot encodes the engine's whole state (and a Snapshotter store's
@@ -98,7 +99,7 @@ func (e *Engine) decode(b []byte) ([]storedEntry, error) {
 			ErrIncompatibleSnapshot, res, acc, e.opt.Resolution, e.opt.SketchAccuracy)
 	}
 	e.decodeClock(d)
-	e.decodeStreams(d)
+	e.decodeStreams(d, v)
 	e.decodeSeries(d)
 	e.decodeMerged(d)
 	e.decodeLateLog(d)
@@ -164,10 +165,11 @@ func (e *Engine) encodeStreams(enc *encoder) {
 		enc.bool(st.has)
 		enc.varint(st.lastArrival)
 		enc.bool(st.backlog)
+		enc.bool(st.retired)
 	}
 }
 
-func (e *Engine) decodeStreams(d *decoder) {
+func (e *Engine) decodeStreams(d *decoder, version uint64) {
 	for n := d.count(20); n > 0 && d.err == nil; n-- {
 		device := d.str()
 		var id StreamID
@@ -177,9 +179,19 @@ func (e *Engine) decodeStreams(d *decoder) {
 		}
 		copy(id[:], d.b)
 		d.b = d.b[len(id):]
+		wm, has, last, backlog := d.varint(), d.bool(), d.varint(), d.bool()
+		if version >= 3 && d.bool() {
+			// A retired slot is kept for its identity, out of the index.
+			e.streams = append(e.streams, stream{device: device, id: id, retired: true})
+			continue
+		}
+		if _, dup := e.streamIx[streamKey{device, id}]; dup {
+			d.fail("stream listed twice")
+			return
+		}
 		si := e.streamFor(device, id)
 		st := &e.streams[si]
-		st.wm, st.has, st.lastArrival, st.backlog = d.varint(), d.bool(), d.varint(), d.bool()
+		st.wm, st.has, st.lastArrival, st.backlog = wm, has, last, backlog
 	}
 }
 

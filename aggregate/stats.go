@@ -82,7 +82,7 @@ func (e *Engine) statsLocked() Stats {
 		FutureStamped: c.future, SeriesDropped: c.seriesDropped, ReplaySkipped: c.replaySkipped,
 		ForcedReleases: c.forced, StoreErrors: c.storeErrors + e.queryStoreErrors.Load(), Evicted: c.evicted, Reloaded: c.reloaded,
 		Downsampled: c.downsampled, RetentionDeleted: c.retentionDeleted, PressureEvicted: c.pressureEvicted,
-		Series: len(e.series.list), Streams: len(e.streams), Pending: e.merged.count,
+		Series: len(e.series.list), Streams: e.liveStreams(), Pending: e.merged.count,
 		StreamNext: e.merged.out.next, LateLogNext: e.lateLog.next,
 		Quarantined: c.quarantined, HeldForPartials: c.heldPartials, QuarantineReleased: c.quarantineReleased,
 		QuarantineDropped: c.quarantineDropped, QuarantineHeld: e.quarantine.len(), DeviceSeriesDropped: c.deviceSeriesDropped,
@@ -128,6 +128,9 @@ func (e *Engine) Streams() []StreamState {
 	out := make([]StreamState, 0, len(e.streams))
 	for i := range e.streams {
 		st := &e.streams[i]
+		if st.retired {
+			continue
+		}
 		ss := StreamState{Device: st.device, Stream: st.id, Backlog: st.backlog, Active: e.active(st), LastArrival: ts(st.lastArrival)}
 		if st.has {
 			ss.Watermark = ts(st.wm)

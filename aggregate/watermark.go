@@ -19,6 +19,9 @@ type stream struct {
 	has         bool  // wm is set
 	lastArrival int64 // server time of the last batch with events
 	backlog     bool  // the last batch reported a backlog
+	// retired: the hub retired the stream (RetireStream); the slot keeps
+	// its identity for the partials and records that name it.
+	retired bool
 }
 
 // clockState is processing time and the hub watermark.

@@ -148,7 +148,10 @@ func (s *Server) ackFor(p *pending) *wirepb.Ack {
 	switch {
 	case p.rej != nil && p.rej.Retry():
 		a.Status, a.Reason = wirepb.AckStatus_ACK_STATUS_RETRY_LATER, p.rej.AckReason()
-		a.RetryAfterNs = int64(s.limiter.retryAfter(p.device, a.ServerTimeNs))
+		a.RetryAfterNs = p.retryAfterNs
+		if a.RetryAfterNs == 0 {
+			a.RetryAfterNs = int64(s.limiter.retryAfter(p.device, a.ServerTimeNs))
+		}
 		s.m.batches.WithLabelValues("retry_later").Inc()
 		s.m.rejected.WithLabelValues(string(p.rej.Reason)).Inc()
 		s.rejLog.log(s.log, "batch", p.device, "batch refused for now; the agent resends it", p.rej)

@@ -67,6 +67,8 @@ func (a *applier) applyEntry(e *hublog.Entry, v *batchview.View) error {
 		a.feedConsumers(e, v)
 	case hublog.KindTick:
 		a.tickConsumers(time.Unix(0, e.ServerTimeNs), e.Seq)
+	case hublog.KindRetire:
+		a.retireStream(e)
 	default:
 		return fmt.Errorf("%w: log entry %d: unknown kind %d", hublog.ErrCorrupt, e.Seq, e.Kind)
 	}

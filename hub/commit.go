@@ -29,6 +29,9 @@ type pending struct {
 	stream       wire.StreamID
 	first, last  uint64
 	rangeAcks    bool // the agent takes one ack for a run of batches
+	// retryAfterNs, when set, is the RETRY_LATER ack's retry_after_ns
+	// (a device at its bound of streams); else the rate limiter says.
+	retryAfterNs int64
 
 	rej      *batchview.Rejection // set: acked REJECTED, not logged
 	dup      bool                 // set: acked DUPLICATE, not logged
@@ -60,6 +63,7 @@ type committer struct {
 	// counts from it); waitTimer is reused from group to group.
 	lastEnd   time.Time
 	waitTimer *time.Timer
+	cap       streamCap // streams per device and their expiry (streamcap.go)
 }
 
 // applyLagBytes bounds the payload bytes committed (and acknowledged) but
@@ -128,6 +132,7 @@ func (c *committer) run() (err error) {
 	for {
 		group, more := c.collect()
 		if len(group) > 0 {
+			group = c.withRetirements(group)
 			if err := c.commit(group); err != nil {
 				c.drainAfterFailure()
 				return err
@@ -255,13 +260,22 @@ func (c *committer) durable(start time.Time, logged int) {
 	c.m.groupBatches.Observe(float64(logged))
 }
 
-// kv is one key/value to set.
-type kv struct{ k, v []byte }
+// kv is one key/value to set, or a key to delete (del).
+type kv struct {
+	k, v []byte
+	del  bool
+}
 
-// setAll sets every kv in txn.
+// setAll sets (or deletes) every kv in txn.
 func setAll(txn *badger.Txn, kvs []kv) error {
 	for _, e := range kvs {
-		if err := txn.Set(e.k, e.v); err != nil {
+		var err error
+		if e.del {
+			err = txn.Delete(e.k)
+		} else {
+			err = txn.Set(e.k, e.v)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -274,10 +288,13 @@ func (c *committer) entryKVs(p *pending, key hublog.StreamKey) []kv {
 	p.entry.Seq = c.nextSeq
 	c.nextSeq++
 	p.accepted = true
-	out := []kv{{hublog.WALKey(p.entry.Seq, p.serverTimeNs), p.entry.Encode()}}
+	if p.kind == hublog.KindRetire {
+		return retireKVs(p)
+	}
+	out := []kv{{k: hublog.WALKey(p.entry.Seq, p.serverTimeNs), v: p.entry.Encode()}}
 	if p.kind == hublog.KindBatch {
-		out = append(out, kv{hublog.RangesKey(key.Device, key.ID), hublog.EncodeDedup(c.streams[key])},
-			kv{hublog.DeviceLogKey(key.Device, p.serverTimeNs, p.entry.Seq), nil})
+		out = append(out, kv{k: hublog.RangesKey(key.Device, key.ID), v: hublog.EncodeDedup(c.streams[key])},
+			kv{k: hublog.DeviceLogKey(key.Device, p.serverTimeNs, p.entry.Seq)})
 	}
 	return out
 }
@@ -287,12 +304,20 @@ func (c *committer) entryKVs(p *pending, key hublog.StreamKey) []kv {
 // duplicates and rejections.
 func (c *committer) classify(p *pending) (key hublog.StreamKey, ok bool) {
 	p.entry = hublog.Entry{Kind: p.kind, ServerTimeNs: p.serverTimeNs, Device: p.device, Payload: p.payload}
+	if p.kind == hublog.KindRetire {
+		p.entry.Stream = p.stream
+		return hublog.StreamKey{Device: p.device, ID: p.stream}, true
+	}
 	if p.kind != hublog.KindBatch {
 		return key, true
 	}
 	key = hublog.StreamKey{Device: p.device, ID: p.stream}
 	st := c.streams[key]
-	if st == nil {
+	opening := st == nil
+	if opening {
+		if !c.admitStream(p) {
+			return key, false
+		}
 		st = &hublog.DedupState{}
 	}
 	p.refused = ackRefused(p.view)
@@ -313,6 +338,10 @@ func (c *committer) classify(p *pending) (key hublog.StreamKey, ok bool) {
 	st.Horizon = max(st.Horizon, p.last)
 	for _, g := range p.view.Gaps {
 		st.Horizon = max(st.Horizon, g.Last)
+	}
+	st.LastSeenNs = max(st.LastSeenNs, p.serverTimeNs)
+	if opening {
+		c.openStream(key, st)
 	}
 	c.streams[key] = st
 	p.entry.Stream, p.entry.FirstSeq, p.entry.Count, p.entry.Fresh = p.stream, p.first, p.last-p.first+1, fresh

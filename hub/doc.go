@@ -30,7 +30,8 @@
 // log. Everything else the hub holds in memory (registry, consumer state)
 // is a function of the log: a restart loads the newest usable checkpoint
 // and replays the log entries after its position through the same apply
-// path.
+// path. A stream retired after Options.StreamIdleExpiry has its ranges key
+// deleted in the transaction of its retirement entry (streamcap.go).
 //
 // # Partial overlap
 //

@@ -52,8 +52,8 @@ func BenchmarkDurableGroup(b *testing.B) {
 			kvs := make([]kv, 0, 2*durableGroup) // Badger keeps keys and values until the commit
 			for range durableGroup {
 				n++
-				kvs = append(kvs, kv{append(binary.BigEndian.AppendUint64(nil, n), 'p'), frame},
-					kv{append(binary.BigEndian.AppendUint64(nil, n), 'r'), small})
+				kvs = append(kvs, kv{k: append(binary.BigEndian.AppendUint64(nil, n), 'p'), v: frame},
+					kv{k: append(binary.BigEndian.AppendUint64(nil, n), 'r'), v: small})
 			}
 			err := st.DB.Update(func(txn *badger.Txn) error { return setAll(txn, kvs) })
 			if err == nil {

@@ -25,6 +25,8 @@ type metrics struct {
 	ckptEncode     prometheus.Histogram   // applier time spent encoding a checkpoint's state
 	walDeleted     prometheus.Counter
 	consumerPanics prometheus.Counter
+	streams        prometheus.Gauge   // streams the committer holds dedup state of
+	streamsRetired prometheus.Counter // streams retired after their idle expiry
 }
 
 // newMetrics creates and registers the hub's metrics; devices reports the
@@ -53,6 +55,8 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		walDeleted:     prometheus.NewCounter(prometheus.CounterOpts(f("wal_deleted_entries_total", "Log entries deleted by retention."))),
 		consumerPanics: prometheus.NewCounter(prometheus.CounterOpts(f("consumer_panics_total", "Panics recovered in a Consumer's Apply."))),
+		streams:        prometheus.NewGauge(prometheus.GaugeOpts(f("streams", "Streams (device, stream id) the hub keeps dedup state of; each device holds at most max-streams-per-device."))),
+		streamsRetired: prometheus.NewCounter(prometheus.CounterOpts(f("streams_retired_total", "Streams retired after stream-idle-expiry without a batch."))),
 	}
 	for _, r := range batchview.AllReasons {
 		m.rejected.WithLabelValues(string(r))
@@ -65,6 +69,7 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 	}
 	cs := []prometheus.Collector{m.batches, m.rejected, m.refused, m.events, m.panics, m.dropped, m.statuses, m.commitSeconds,
 		m.groupBatches, m.ackSeconds, m.ackErrors, m.ackMessages, m.checkpoints, m.ckptEncode, m.walDeleted, m.consumerPanics,
+		m.streams, m.streamsRetired,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts(f("devices", "Devices known to the hub.")), func() float64 { n, _ := devices(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts(f("devices_online", "Devices whose last status said online.")), func() float64 { _, n := devices(); return float64(n) }),
 	}

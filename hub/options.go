@@ -135,6 +135,16 @@ type Options struct {
 	// an agent that sends every other batch cannot grow the dedup state
 	// without bound. Default 4096.
 	MaxRangesPerStream int
+	// MaxStreamsPerDevice bounds the streams (agent buffer incarnations)
+	// one device may hold open, so a device that sends random stream ids
+	// cannot grow the hub's dedup state, registry and engine without
+	// bound. A batch that would open one more is answered RETRY_LATER
+	// (too_many_streams). Default 16, at most 65536.
+	MaxStreamsPerDevice int
+	// StreamIdleExpiry retires a stream that has had no accepted batch for
+	// this long (hub clock), so a re-flashed device is not locked out by
+	// its old streams. Default 168h, at least 1h.
+	StreamIdleExpiry time.Duration
 
 	// Workers is the number of decode workers. Default GOMAXPROCS.
 	Workers int
@@ -261,6 +271,12 @@ const (
 	minShutdownTimeout = time.Second
 	// minTickInterval: each tick is a logged entry and an engine pass.
 	minTickInterval = 10 * time.Millisecond
+	// minStreamIdleExpiry: a shorter expiry would retire the stream of an
+	// agent that is merely offline for a while, and a redelivery of one of
+	// its batches after that would be applied again.
+	minStreamIdleExpiry = time.Hour
+	// maxStreamsPerDevice bounds MaxStreamsPerDevice.
+	maxStreamsPerDevice = 65536
 )
 
 // HTTPOff as Options.HTTPAddr disables the HTTP API.
@@ -274,6 +290,8 @@ func (o *Options) EnsureDefaults() {
 	o.Limits = limitsWithDefaults(o.Limits)
 	setDefault(&o.MaxSeqAhead, 1<<32)
 	setDefault(&o.MaxRangesPerStream, 4096)
+	setDefault(&o.MaxStreamsPerDevice, 16)
+	setDefault(&o.StreamIdleExpiry, 168*time.Hour)
 	setDefault(&o.Workers, runtime.GOMAXPROCS(0))
 	setDefault(&o.QueueLen, 64)
 	setDefault(&o.MaxGroupBatches, 512)
@@ -374,6 +392,10 @@ func (o *Options) Validate() error {
 		return bad("GroupCommitWait", "%v is not within 0 – %v", o.GroupCommitWait, maxGroupCommitWait)
 	case o.MaxRangesPerStream < 1:
 		return bad("MaxRangesPerStream", "%d must be positive", o.MaxRangesPerStream)
+	case o.MaxStreamsPerDevice < 1 || o.MaxStreamsPerDevice > maxStreamsPerDevice:
+		return bad("MaxStreamsPerDevice", "%d outside [1, %d]", o.MaxStreamsPerDevice, maxStreamsPerDevice)
+	case o.StreamIdleExpiry < minStreamIdleExpiry:
+		return bad("StreamIdleExpiry", "%v is below the minimum %v", o.StreamIdleExpiry, minStreamIdleExpiry)
 	case o.PublishTimeout <= 0:
 		return bad("PublishTimeout", "%v must be positive", o.PublishTimeout)
 	case o.CheckpointInterval < minCheckpointInterval:

@@ -27,6 +27,10 @@ func TestValidateDurationRanges(t *testing.T) {
 		{"shutdown 1ms", func(o *Options) { o.ShutdownTimeout = time.Millisecond }, []string{"ShutdownTimeout", "1s"}},
 		{"tick 1ms", func(o *Options) { o.TickInterval = time.Millisecond }, []string{"TickInterval", "10ms"}},
 		{"checkpoint negative", func(o *Options) { o.CheckpointInterval = -time.Second }, []string{"CheckpointInterval"}},
+		{"stream expiry 30m", func(o *Options) { o.StreamIdleExpiry = 30 * time.Minute }, []string{"StreamIdleExpiry", "1h0m0s"}},
+		{"stream expiry 1h", func(o *Options) { o.StreamIdleExpiry = time.Hour }, nil},
+		{"streams per device 65537", func(o *Options) { o.MaxStreamsPerDevice = 65537 }, []string{"MaxStreamsPerDevice", "65536"}},
+		{"streams per device -1", func(o *Options) { o.MaxStreamsPerDevice = -1 }, []string{"MaxStreamsPerDevice"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

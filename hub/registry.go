@@ -22,6 +22,8 @@ import (
 type registry struct {
 	mu      sync.RWMutex
 	devices map[string]*deviceState
+	// maxStreams is Options.MaxStreamsPerDevice, which the API shows.
+	maxStreams int
 }
 
 // deviceState is one device's entry. Field names are the checkpoint's JSON.
@@ -232,7 +234,7 @@ func (r *registry) list() []hubapi.DeviceInfo {
 	defer r.mu.RUnlock()
 	out := make([]hubapi.DeviceInfo, 0, len(r.devices))
 	for id, d := range r.devices {
-		out = append(out, d.info(id))
+		out = append(out, r.info(d, id))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -246,7 +248,7 @@ func (r *registry) get(id string) (hubapi.DeviceInfo, bool) {
 	if !ok {
 		return hubapi.DeviceInfo{}, false
 	}
-	return d.info(id), true
+	return r.info(d, id), true
 }
 
 // counts returns the number of devices and of those online.
@@ -287,7 +289,7 @@ func (r *registry) page(after string, limit int) ([]hubapi.DeviceInfo, string) {
 	for _, id := range ids {
 		// Devices are never removed, but restore replaces the whole map.
 		if d, ok := r.devices[id]; ok {
-			out = append(out, d.info(id))
+			out = append(out, r.info(d, id))
 		}
 	}
 	if !more {

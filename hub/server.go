@@ -79,6 +79,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, log: opts.Logger, reg: newRegistry(), applierReqs: make(chan applierReq),
 		fatal: make(chan error, 1), done: make(chan struct{}), applyDone: make(chan struct{})}
 	s.rejLog = rateLog{lim: lograte.Limiter{Every: opts.RejectLogInterval}, now: opts.Now}
+	s.reg.maxStreams = opts.MaxStreamsPerDevice
 	s.limiter = newRateLimiter(opts.MaxEventsPerSecond, opts.EventsBurst)
 	if opts.MQTTURL == "" {
 		sec, err := opts.brokerSecurity()

@@ -167,6 +167,7 @@ var optionKeys = map[string]string{
 	"MQTTAuthFile": "mqtt-auth-file", "MQTTTLSCertFile": "mqtt-tls-cert", "MQTTTLSClientCAFile": "mqtt-tls-client-ca",
 	"MQTTDenyAnonymous": "mqtt-allow-anonymous", "MQTTMaxConnsPerDevice": "mqtt-max-conns-per-device", "MQTTClientQueue": "mqtt-client-queue",
 	"MaxEventsPerSecond": "max-events-per-second", "EventsBurst": "events-burst",
+	"MaxStreamsPerDevice": "max-streams-per-device", "StreamIdleExpiry": "stream-idle-expiry",
 	"HTTPTLSCertFile": "http-tls-cert", "HTTPReadToken": "http-read-token",
 	"MQTTCAFile": "mqtt-ca-file", "MQTTCertFile": "mqtt-cert-file",
 	"HTTPMaxQueries": "http-max-queries", "HTTPQueryWait": "http-query-wait", "HTTPQueryTimeout": "http-query-timeout",

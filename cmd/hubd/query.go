@@ -24,7 +24,7 @@ import (
 // (flags show in ps).
 const queryTokenEnv = "HUBD_QUERY_TOKEN"
 
-const queryUsage = `Usage: hubd query --hub URL [--hub URL ...] --metric NAME --window KIND:SIZE --from TIME --to TIME [flags]
+const queryUsage = `Usage: hubd query --hub URL [--hub URL ...] --metric NAME --window KIND:SIZE|DURATION --from TIME --to TIME [flags]
 
 Answers a windowed-aggregate query over several hubs that each own part of
 the fleet: it fetches every hub's mergeable partials (GET /v1/partials) and
@@ -44,7 +44,7 @@ func newQueryFlags() *pflag.FlagSet {
 	fs.SortFlags = false
 	fs.Var(&hubURLs{}, "hub", "base URL of a hub, e.g. http://hub-a:8080; repeat (or comma-separate) for every hub that owns part of the fleet")
 	fs.String("metric", "", "metric name (required)")
-	fs.String("window", "", "window as kind:size: tumbling:1m, hopping:5m/1m, sliding:5m or session:30s (required; a multiple of the hubs' resolution)")
+	fs.String("window", "", "window as kind:size (tumbling:1m, hopping:5m/1m, sliding:5m, session:30s) or a duration for a tumbling window (10s); required, a multiple of the hubs' resolution")
 	fs.String("from", "", "windows starting at or after this time: RFC 3339 or Unix milliseconds (required)")
 	fs.String("to", "", "windows starting before this time (required)")
 	fs.String("group-by", "", "comma-separated dimensions: device, metric or a tag key (empty: one group)")
@@ -191,14 +191,18 @@ func parseQueryRequest(fs *pflag.FlagSet, getenv func(string) string) (*queryReq
 	return req, nil
 }
 
-// parseQueryWindow reads an explicit window: configured window names are
-// per hub, so they cannot be merged.
+// parseQueryWindow reads an explicit window, or a bare duration (10s, 1m)
+// as a tumbling window of that size, as the hubs read it: other configured
+// window names are per hub, so they cannot be merged.
 func parseQueryWindow(s string) (aggregate.WindowSpec, error) {
 	if s == "" {
-		return aggregate.WindowSpec{}, &flagError{"window", "is required: kind:size, e.g. tumbling:1m, hopping:5m/1m, sliding:5m, session:30s"}
+		return aggregate.WindowSpec{}, &flagError{"window", "is required: kind:size or a duration, e.g. tumbling:1m, 10s, hopping:5m/1m, sliding:5m, session:30s"}
 	}
 	if !strings.Contains(s, ":") {
-		return aggregate.WindowSpec{}, &flagError{"window", fmt.Sprintf("want kind:size (tumbling:1m, hopping:5m/1m, sliding:5m, session:30s), got %q: configured window names are per hub and cannot be merged", s)}
+		if _, err := time.ParseDuration(s); err != nil {
+			return aggregate.WindowSpec{}, &flagError{"window", fmt.Sprintf("want kind:size or a duration (tumbling:1m, 10s, hopping:5m/1m, sliding:5m, session:30s), got %q: configured window names are per hub and cannot be merged", s)}
+		}
+		s = "tumbling:" + s
 	}
 	w, err := aggregate.ParseWindowSpec(s)
 	if err != nil {

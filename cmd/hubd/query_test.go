@@ -313,7 +313,8 @@ func TestQueryFlagErrors(t *testing.T) {
 		{"same hub twice", append(with("--hub", "http://h:1"), "--hub", "http://h:1/"), "given twice"},
 		{"missing metric", with("--metric", ""), "--metric: is required"},
 		{"missing window", with("--window", ""), "--window: is required"},
-		{"window name", with("--window", "1m"), "--window: want kind:size"},
+		{"window name", with("--window", "hourly"), "--window: want kind:size or a duration"},
+		{"zero bare window", with("--window", "0s"), "--window:"},
 		{"bad window kind", with("--window", "weekly:1m"), "--window: unknown window kind"},
 		{"bad window size", with("--window", "tumbling:soon"), "--window: bad duration"},
 		{"zero window", with("--window", "tumbling:0s"), "--window:"},
@@ -383,6 +384,24 @@ func TestQueryHubErrors(t *testing.T) {
 		code, out, errOut := runQueryCmd(query("--hub", upURL, "--aggs", "sum,count", "--format", format)...)
 		if code != 0 || out != want {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want %q", format, code, out, errOut, want)
+		}
+	}
+}
+
+// TestQueryBareWindow: a bare duration is the tumbling window of that size,
+// as GET /v1/aggregates reads it.
+func TestQueryBareWindow(t *testing.T) {
+	for _, s := range []string{"10s", "1m", "1h30m"} {
+		got, err := parseQueryWindow(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		want, err := aggregate.ParseWindowSpec("tumbling:" + s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s: %+v, want %+v", s, got, want)
 		}
 	}
 }

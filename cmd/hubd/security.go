@@ -40,6 +40,8 @@ func addSecurityFlags(fs *pflag.FlagSet) {
 	fs.Int("mqtt-auth-source-failures", 20, "embedded broker: failed password checks one source address may make, whatever the client ids, before it is refused for a doubling backoff (raise for fleets behind one NAT)")
 	fs.Float64("max-events-per-second", 0, "per-device sustained event rate; batches beyond it are answered retry-later (rate_limited) and resent by the agent (0: no limit)")
 	fs.Float64("events-burst", 0, "per-device burst in events (0: one second of max-events-per-second)")
+	fs.Int("max-streams-per-device", 16, "streams (agent buffer incarnations) one device may hold, 1 to 65536; a batch opening one more is answered retry-later (too_many_streams)")
+	fs.String("stream-idle-expiry", "168h", "a stream with no batch for this long (at least 1h) is retired, so the device may open a new one")
 	fs.String("http-tls-cert", "", "HTTP API TLS certificate (PEM); with http-tls-key the API is HTTPS")
 	fs.String("http-tls-key", "", "HTTP API TLS private key (PEM)")
 	fs.String("http-read-token", "", "bearer token required by every HTTP endpoint but /healthz and /readyz (prefer http-read-token-file or HUBD_HTTP_READ_TOKEN)")
@@ -65,6 +67,8 @@ func securityFromViper(v *viper.Viper, o *hub.Options) error {
 	o.MQTTAuthThrottle.ClientFailures = k.Int("mqtt-auth-client-failures", 1)
 	o.MQTTAuthThrottle.SourceFailures = k.Int("mqtt-auth-source-failures", 1)
 	o.MaxEventsPerSecond, o.EventsBurst = k.Float("max-events-per-second"), k.Float("events-burst")
+	o.MaxStreamsPerDevice = k.Int("max-streams-per-device", 1)
+	o.StreamIdleExpiry = k.Duration("stream-idle-expiry", false)
 	var err error
 	if o.HTTPReadToken, err = secret(v, "http-read-token"); err != nil {
 		k.Add(err)

@@ -72,6 +72,10 @@ func TestSecurityConfig(t *testing.T) {
 		{[]string{"--mqtt-max-retained-bytes", "2000000"}, "mqtt-max-retained-bytes"},
 		{[]string{"--mqtt-auth-client-failures", "0"}, "mqtt-auth-client-failures"},
 		{[]string{"--mqtt-auth-source-failures", "2000000"}, "mqtt-auth-source-failures"},
+		{[]string{"--max-streams-per-device", "0"}, "max-streams-per-device"},
+		{[]string{"--max-streams-per-device", "65537"}, "max-streams-per-device"},
+		{[]string{"--stream-idle-expiry", "59m"}, "stream-idle-expiry"},
+		{[]string{"--stream-idle-expiry", "168"}, "stream-idle-expiry"},
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			var stderr bytes.Buffer

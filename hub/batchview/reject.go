@@ -37,6 +37,7 @@ const (
 const (
 	ReasonRateLimited      Reason = "rate_limited"      // the device is over its events per second (acked RETRY_LATER)
 	ReasonIdentityMismatch Reason = "identity_mismatch" // published by another device than the topic names (not acked)
+	ReasonTooManyStreams   Reason = "too_many_streams"  // the device already holds MaxStreamsPerDevice streams (acked RETRY_LATER)
 )
 
 // allReasons lists every Reason, so the counter shows zeros from the start.
@@ -44,7 +45,7 @@ var AllReasons = [...]Reason{
 	ReasonMalformed, ReasonTooLarge, ReasonVersion, ReasonDeviceMismatch, ReasonStreamID,
 	ReasonNoEvents, ReasonFirstSeq, ReasonSeqOverflow, ReasonSeqAhead, ReasonFragmented,
 	ReasonTime, ReasonValue, ReasonMetric, ReasonTag, ReasonMethod, ReasonGap, ReasonInternal,
-	ReasonRateLimited, ReasonIdentityMismatch,
+	ReasonRateLimited, ReasonIdentityMismatch, ReasonTooManyStreams,
 }
 
 // Rejection is the error for a batch that the hub refuses; the agent gets
@@ -57,8 +58,11 @@ type Rejection struct {
 
 // Retry reports whether the refusal is transient: nothing is wrong with
 // the batch, the agent must keep it and send it again later (status
-// RETRY_LATER), so a device over its rate limit loses nothing.
-func (r *Rejection) Retry() bool { return r.Reason == ReasonRateLimited }
+// RETRY_LATER), so a device over its rate limit, or at its bound of
+// streams, loses nothing.
+func (r *Rejection) Retry() bool {
+	return r.Reason == ReasonRateLimited || r.Reason == ReasonTooManyStreams
+}
 
 // Error returns the detail, so wrapping it adds context naturally.
 func (r *Rejection) Error() string { return r.Detail }

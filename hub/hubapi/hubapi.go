@@ -354,6 +354,12 @@ type DeviceInfo struct {
 	Clock    ClockInfo    `json:"clock"`
 	Backlog  Backlog      `json:"backlog"`
 	Streams  []StreamInfo `json:"streams"`
+	// StreamCount is how many streams the device holds; MaxStreams is the
+	// hub's bound (max-streams-per-device), beyond which a batch opening
+	// one more is answered RETRY_LATER too_many_streams until one is
+	// retired after stream-idle-expiry without a batch.
+	StreamCount int `json:"stream_count"`
+	MaxStreams  int `json:"max_streams"`
 }
 
 // ClockInfo is the clock estimate the hub uses for a device.

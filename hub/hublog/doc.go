@@ -15,7 +15,7 @@
 // # Storage layout (one Badger directory)
 //
 //	w<walSeq:8><serverTimeNs:8>      -> log entry (metadata + payload as received)
-//	r<device>\x00<streamID:16>       -> applied sequence ranges of the stream
+//	r<device>\x00<streamID:16>       -> applied sequence ranges, horizon and last-seen time of the stream
 //	c                                -> newest checkpoint pointer (position, chunks, CRC-32Cs)
 //	c1                               -> the checkpoint before it (checkpoint.go)
 //	k<gen:8><chunk:4>                -> checkpoint state chunks of both
@@ -26,7 +26,9 @@
 //	d<gen:8><tier:1><series:4><bucket:8> -> downsampled aggregate partial (partials.go)
 //
 // The applied ranges are written in the same transaction as the log entries
-// that produced them, so the dedup state is never ahead of or behind the log.
+// that produced them, so the dedup state is never ahead of or behind the log;
+// a retired stream's ranges key is deleted in the transaction of its
+// retirement entry (KindRetire).
 // Everything else the hub holds in memory (registry, consumer state) is a
 // function of the log: a restart loads the newest usable checkpoint and
 // replays the log entries after its position through the same apply path.

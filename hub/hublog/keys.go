@@ -11,7 +11,7 @@ import (
 // package doc shows the layout of each key.
 const (
 	PrefixWAL         = 'w'  // log entries
-	prefixRanges      = 'r'  // a stream's applied sequence ranges
+	PrefixRanges      = 'r'  // a stream's applied sequence ranges
 	KeyCheckpoint     = "c"  // the newest checkpoint's pointer
 	KeyPrevCheckpoint = "c1" // the pointer of the checkpoint before it
 	prefixCheckpoint  = 'k'  // checkpoint state chunks
@@ -51,7 +51,7 @@ func walSeekKey(seq uint64) []byte {
 // rangesKey is r<device>\x00<streamID:16>. Device ids never hold a 0 byte.
 func RangesKey(device string, stream wire.StreamID) []byte {
 	k := make([]byte, 0, 2+len(device)+16)
-	k = append(k, prefixRanges)
+	k = append(k, PrefixRanges)
 	k = append(k, device...)
 	k = append(k, 0)
 	return append(k, stream[:]...)
@@ -60,7 +60,7 @@ func RangesKey(device string, stream wire.StreamID) []byte {
 // parseRangesKey splits a ranges key.
 func parseRangesKey(k []byte) (string, wire.StreamID, error) {
 	var id wire.StreamID
-	if len(k) < 1+1+1+16 || k[0] != prefixRanges || k[len(k)-17] != 0 {
+	if len(k) < 1+1+1+16 || k[0] != PrefixRanges || k[len(k)-17] != 0 {
 		return "", id, fmt.Errorf("%w: ranges key %x", ErrCorrupt, k)
 	}
 	copy(id[:], k[len(k)-16:])

@@ -75,19 +75,24 @@ type StreamKey struct {
 type DedupState struct {
 	Applied ranges.RangeSet
 	Horizon uint64
+	// lastSeenNs is the server time of the stream's last accepted batch:
+	// the stream expires StreamIdleExpiry after it (streamcap.go).
+	LastSeenNs int64
 }
 
-// encodeDedup is the value of a ranges key: the range set, then the horizon.
+// encodeDedup is the value of a ranges key: the range set, the horizon,
+// then the last-seen time (absent in values written before it was kept).
 func EncodeDedup(d *DedupState) []byte {
-	b := d.Applied.AppendBinary(make([]byte, 0, 16+20*d.Applied.Len()))
-	return binary.AppendUvarint(b, d.Horizon)
+	b := d.Applied.AppendBinary(make([]byte, 0, 24+20*d.Applied.Len()))
+	b = binary.AppendUvarint(b, d.Horizon)
+	return binary.AppendVarint(b, d.LastSeenNs)
 }
 
 // loadDedup reads every stream's applied ranges.
 func (s *Store) LoadDedup() (map[StreamKey]*DedupState, error) {
 	out := map[StreamKey]*DedupState{}
 	err := s.DB.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixRanges}, PrefetchValues: true, PrefetchSize: 64})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{PrefixRanges}, PrefetchValues: true, PrefetchSize: 64})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			dev, id, err := parseRangesKey(it.Item().Key())
@@ -103,7 +108,13 @@ func (s *Store) LoadDedup() (map[StreamKey]*DedupState, error) {
 				if n <= 0 {
 					return errors.New("bad horizon")
 				}
-				out[StreamKey{dev, id}] = &DedupState{Applied: rs, Horizon: max(h, rs.Max())}
+				st := &DedupState{Applied: rs, Horizon: max(h, rs.Max())}
+				if rest = rest[n:]; len(rest) > 0 {
+					if st.LastSeenNs, n = binary.Varint(rest); n <= 0 {
+						return errors.New("bad last-seen time")
+					}
+				}
+				out[StreamKey{dev, id}] = st
 				return nil
 			})
 			if err != nil {

@@ -20,6 +20,11 @@ const (
 	// time (no payload). Ticks are logged so that a replay or a rebuild
 	// sees them at the same log positions as the live run did.
 	KindTick Kind = 3
+	// KindRetire retires the entry's stream (no payload): the committer
+	// deletes the stream's ranges key in the same transaction, the applier
+	// removes the stream from the registry and the StreamRetirers
+	// (streamcap.go).
+	KindRetire Kind = 4
 )
 
 // entryVersion is the version byte that starts every log entry value.
