@@ -3,13 +3,14 @@ package hub
 import (
 	"cmp"
 	"context"
-	"edgeflow/hub/hubapi"
-	"edgeflow/hub/hublog"
 	"errors"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
+
+	"edgeflow/hub/api"
+	"edgeflow/hub/hubapi"
+	"edgeflow/hub/hublog"
 )
 
 // Bounds of GET /v1/events. The endpoint reads the log itself (the engine
@@ -23,50 +24,10 @@ import (
 // at maxEventsScan entries and maxEventsMatch matching events; past a cap
 // the answer is a 400 that says to narrow from/to or arrived_within.
 const (
-	maxEventsScan     = 200_000
-	maxEventsMatch    = 1_000_000
-	maxEventsLimit    = 10_000
-	defaultEventLimit = 1000
-	eventsSlack       = hublog.ServerTimeSlack
-	defaultArrival    = time.Hour
+	maxEventsScan  = 200_000
+	maxEventsMatch = 1_000_000
+	eventsSlack    = hublog.ServerTimeSlack
 )
-
-// eventsQuery is a parsed /v1/events request.
-type eventsQuery struct {
-	device, metric string
-	from, to       time.Time
-	limit          int
-	arrival        time.Duration
-}
-
-func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "device", "metric", "from", "to", "limit", "arrived_within")
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	var q eventsQuery
-	if q.device, err = p.required("device"); err == nil {
-		q.metric = p.str("metric")
-		q.from, q.to, err = p.timeRange()
-	}
-	if err == nil {
-		q.limit, err = p.intIn("limit", defaultEventLimit, 1, maxEventsLimit)
-	}
-	if err == nil {
-		q.arrival, err = p.duration("arrived_within", defaultArrival, s.agg.eng.Options().LateHorizon)
-	}
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	out, err := s.storedEvents(r.Context(), q)
-	if err != nil {
-		s.writeQueryError(w, r, err, nil)
-		return
-	}
-	writeData(w, out)
-}
 
 // errStopScan ends a log scan early.
 var errStopScan = errors.New("stop scan")
@@ -74,12 +35,12 @@ var errStopScan = errors.New("stop scan")
 // storedEvents reads the device's events in [from, to) from the log and
 // returns them in event-time order (then stream, then sequence).
 // It stops with ctx's error when ctx is done.
-func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*hubapi.EventsResponse, error) {
-	out := &hubapi.EventsResponse{Device: q.device, From: hubapi.RFC3339(q.from), To: hubapi.RFC3339(q.to), Events: []hubapi.EventJSON{}}
-	startNs := q.from.Add(-s.agg.eng.Options().MaxFutureSkew - eventsSlack).UnixNano()
-	endNs := q.to.Add(q.arrival).UnixNano()
+func (s *Server) storedEvents(ctx context.Context, q api.EventsQuery) (*hubapi.EventsResponse, error) {
+	out := &hubapi.EventsResponse{Device: q.Device, From: hubapi.RFC3339(q.From), To: hubapi.RFC3339(q.To), Events: []hubapi.EventJSON{}}
+	startNs := q.From.Add(-s.agg.eng.Options().MaxFutureSkew - eventsSlack).UnixNano()
+	endNs := q.To.Add(q.Arrival).UnixNano()
 	app := newApplier(nil, nil, nil, s.opts.Limits)
-	fromNs, toNs := q.from.UnixNano(), q.to.UnixNano()
+	fromNs, toNs := q.From.UnixNano(), q.To.UnixNano()
 	var matched []hubapi.EventJSON
 	var reads string // what the scan reads, for the error past maxEventsScan
 	fn := func(e *hublog.Entry) error {
@@ -89,7 +50,7 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*hubapi.Event
 		if out.Scanned%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if e.Kind != hublog.KindBatch || e.Device != q.device || e.ServerTimeNs >= endNs {
+		if e.Kind != hublog.KindBatch || e.Device != q.Device || e.ServerTimeNs >= endNs {
 			return nil
 		}
 		v, err := app.parseStored(e)
@@ -97,7 +58,7 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*hubapi.Event
 			return err
 		}
 		for _, ev := range app.build(e, v).Events {
-			if ev.EventTimeNs < fromNs || ev.EventTimeNs >= toNs || (q.metric != "" && ev.Metric != q.metric) {
+			if ev.EventTimeNs < fromNs || ev.EventTimeNs >= toNs || (q.Metric != "" && ev.Metric != q.Metric) {
 				continue
 			}
 			if len(matched) == maxEventsMatch {
@@ -111,7 +72,7 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*hubapi.Event
 	if startNs >= s.st.DeviceLogSince {
 		// The device's own entries, through the device log index.
 		reads = "the device's batches that arrived between from - max_future_skew - 1m and to + arrived_within"
-		err = s.st.DeviceEntries(q.device, startNs, endNs, fn)
+		err = s.st.DeviceEntries(q.Device, startNs, endNs, fn)
 	} else {
 		// Before the index: the whole fleet's entries, by position.
 		reads = "the whole fleet's batches that arrived between from and to + arrived_within; the device index covers arrivals after " + hubapi.RFC3339(time.Unix(0, s.st.DeviceLogSince))
@@ -131,9 +92,9 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*hubapi.Event
 	slices.SortFunc(matched, func(a, b hubapi.EventJSON) int {
 		return cmp.Or(cmp.Compare(a.EventNs, b.EventNs), strings.Compare(a.Stream, b.Stream), cmp.Compare(a.Seq, b.Seq))
 	})
-	if len(matched) > q.limit {
-		out.Truncated, out.NextFrom = true, matched[q.limit].Time
-		matched = matched[:q.limit]
+	if len(matched) > q.Limit {
+		out.Truncated, out.NextFrom = true, matched[q.Limit].Time
+		matched = matched[:q.Limit]
 	}
 	if matched != nil {
 		out.Events = matched

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"edgeflow/hub/api"
 	"edgeflow/hub/batchview"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
@@ -102,7 +103,7 @@ func TestRefusedEventsApplyTheRest(t *testing.T) {
 	cc.mu.Unlock()
 	// The stored events leave the refused ones out.
 	from, to := time.Unix(0, baseTimeNs-int64(time.Hour)), time.Unix(0, baseTimeNs+int64(time.Hour))
-	evs, err := s1.storedEvents(context.Background(), eventsQuery{device: d.id, from: from, to: to, limit: 100, arrival: time.Since(to) + time.Hour})
+	evs, err := s1.storedEvents(context.Background(), api.EventsQuery{Device: d.id, From: from, To: to, Limit: 100, Arrival: time.Since(to) + time.Hour})
 	if err != nil || len(evs.Events) != 35 {
 		t.Fatalf("/v1/events: %d events", len(evs.Events))
 	}

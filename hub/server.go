@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"edgeflow/hub/api"
 	"edgeflow/hub/batchview"
 	"edgeflow/hub/broker"
 	"edgeflow/hub/clockest"
@@ -36,7 +37,7 @@ type Server struct {
 	rejLog rateLog
 
 	limiter   *rateLimiter          // nil: no per-device event rate limit
-	queries   *queryGate            // bounds the expensive HTTP queries running at once
+	api       *api.API              // the HTTP endpoints (package api)
 	brokerSec broker.BrokerSecurity // the embedded broker's, loaded by New
 
 	workers     []chan inMsg
@@ -94,9 +95,6 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
 	s.m = m
-	if s.queries, err = newQueryGate(&s.opts, opts.Registerer); err != nil {
-		return nil, fmt.Errorf("register query metrics: %w", err)
-	}
 	if s.dm, err = newDamageMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
@@ -108,6 +106,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if err := s.newEngine(); err != nil {
 		return nil, err
+	}
+	if s.api, err = s.newAPI(); err != nil {
+		return nil, fmt.Errorf("register query metrics: %w", err)
 	}
 	s.app = newApplier(s.reg, s.opts.Consumers, s.opts.ClockEstimator, s.opts.Limits)
 	s.app.onPanic = func(name string, r any) {

@@ -1,4 +1,4 @@
-package hub
+package api
 
 import (
 	"errors"
@@ -11,8 +11,8 @@ import (
 )
 
 // registerQueryAPI adds the engine's endpoints to mux.
-func (s *Server) registerQueryAPI(mux *http.ServeMux) {
-	if s.agg == nil {
+func (s *API) registerQueryAPI(mux *http.ServeMux) {
+	if s.eng == nil {
 		return
 	}
 	mux.HandleFunc("GET /v1/aggregates", s.whenRecovered(s.gated(s.serveAggregates)))
@@ -25,9 +25,9 @@ func (s *Server) registerQueryAPI(mux *http.ServeMux) {
 
 // whenRecovered answers 503 until recovery (checkpoint and replay) is
 // done: before that the engine holds a partial state.
-func (s *Server) whenRecovered(h http.HandlerFunc) http.HandlerFunc {
+func (s *API) whenRecovered(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !s.recovered.Load() {
+		if !s.b.Recovered() {
 			w.Header().Set("Retry-After", "1")
 			writeJSON(w, http.StatusServiceUnavailable, hubapi.APIError{Error: "recovering: the hub is replaying its log"})
 			return
@@ -39,14 +39,14 @@ func (s *Server) whenRecovered(h http.HandlerFunc) http.HandlerFunc {
 // aggregateQuery parses the parameters of /v1/aggregates (and the window
 // part of /v1/stream) into an engine query; name is how the window was
 // given.
-func (s *Server) aggregateQuery(p params, needRange bool) (q aggregate.Query, name string, err error) {
+func (s *API) aggregateQuery(p params, needRange bool) (q aggregate.Query, name string, err error) {
 	if q.Metric, err = p.required("metric"); err != nil {
 		return q, "", err
 	}
 	name = p.str("window")
 	switch {
-	case name == "" && len(s.agg.eng.Options().Windows) > 0:
-		name = s.agg.eng.Options().Windows[0].Name
+	case name == "" && len(s.eng.Options().Windows) > 0:
+		name = s.eng.Options().Windows[0].Name
 		q.WindowName = name
 	case name == "":
 		return q, "", hubapi.BadParam("window", "is required (no window is configured): e.g. tumbling:1m, hopping:5m/1m, sliding:5m, session:30s")
@@ -70,7 +70,7 @@ func (s *Server) aggregateQuery(p params, needRange bool) (q aggregate.Query, na
 	return q, name, nil
 }
 
-func (s *Server) serveAggregates(w http.ResponseWriter, r *http.Request) {
+func (s *API) serveAggregates(w http.ResponseWriter, r *http.Request) {
 	p, err := newParams(r, "metric", "window", "from", "to", "group_by", "aggs", "limit", "device")
 	if err != nil {
 		writeAPIError(w, err)
@@ -81,12 +81,12 @@ func (s *Server) serveAggregates(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	maxResults := s.agg.eng.Options().MaxQueryResults
+	maxResults := s.eng.Options().MaxQueryResults
 	if q.Limit, err = p.intIn("limit", 0, 1, maxResults); err != nil {
 		writeAPIError(w, err)
 		return
 	}
-	res, err := s.agg.eng.QueryContext(r.Context(), q)
+	res, err := s.eng.QueryContext(r.Context(), q)
 	if err != nil {
 		s.writeQueryError(w, r, err, func(le *aggregate.LimitError) error {
 			if q.Limit > 0 && le.Max == q.Limit {
@@ -103,7 +103,7 @@ func (s *Server) serveAggregates(w http.ResponseWriter, r *http.Request) {
 // maxLateLimit caps one /v1/late answer.
 const maxLateLimit = 10_000
 
-func (s *Server) serveLate(w http.ResponseWriter, r *http.Request) {
+func (s *API) serveLate(w http.ResponseWriter, r *http.Request) {
 	p, err := newParams(r, "from", "limit")
 	if err != nil {
 		writeAPIError(w, err)
@@ -114,7 +114,7 @@ func (s *Server) serveLate(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	next := s.agg.eng.Stats().LateLogNext
+	next := s.eng.Stats().LateLogNext
 	from, err := p.uint("from", 0)
 	if err != nil {
 		writeAPIError(w, err)
@@ -123,7 +123,7 @@ func (s *Server) serveLate(w http.ResponseWriter, r *http.Request) {
 	if !p.has("from") {
 		from = next - min(next, uint64(limit)) // the newest page
 	}
-	evs, nxt, err := s.agg.eng.LateEvents(from, limit)
+	evs, nxt, err := s.eng.LateEvents(from, limit)
 	if errors.Is(err, aggregate.ErrOffsetTooOld) {
 		writeJSON(w, http.StatusBadRequest, hubapi.APIError{Error: "from " + err.Error(), Param: "from", Oldest: &nxt})
 		return
@@ -145,7 +145,7 @@ func (s *Server) serveLate(w http.ResponseWriter, r *http.Request) {
 // with the mergeable partial states of the metric (see
 // aggregate.PartialSet), of one device's series when device is set, so a
 // client can merge several hubs' answers exactly (QueryHubs).
-func (s *Server) servePartials(w http.ResponseWriter, r *http.Request) {
+func (s *API) servePartials(w http.ResponseWriter, r *http.Request) {
 	p, err := newParams(r, "metric", "from", "to", "group_by", "device")
 	if err != nil {
 		writeAPIError(w, err)
@@ -160,7 +160,7 @@ func (s *Server) servePartials(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	ps, err := s.agg.eng.ExportPartialsContext(r.Context(), q)
+	ps, err := s.eng.ExportPartialsContext(r.Context(), q)
 	if err != nil {
 		s.writeQueryError(w, r, err, nil)
 		return

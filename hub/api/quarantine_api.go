@@ -1,4 +1,4 @@
-package hub
+package api
 
 import (
 	"net/http"
@@ -13,7 +13,7 @@ const maxQuarantineLimit = 10_000
 // serveQuarantine answers GET /v1/quarantine?from=&limit=&device=: the
 // events the engine holds out of every window (beyond future_horizon, or
 // waiting for room within max_live_partials), oldest first.
-func (s *Server) serveQuarantine(w http.ResponseWriter, r *http.Request) {
+func (s *API) serveQuarantine(w http.ResponseWriter, r *http.Request) {
 	p, err := newParams(r, "from", "limit", "device")
 	if err != nil {
 		writeAPIError(w, err)
@@ -29,8 +29,8 @@ func (s *Server) serveQuarantine(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	evs, next := s.agg.eng.Quarantined(aggregate.QuarantineQuery{From: from, Max: limit, Device: p.str("device")})
-	st := s.agg.eng.Stats()
+	evs, next := s.eng.Quarantined(aggregate.QuarantineQuery{From: from, Max: limit, Device: p.str("device")})
+	st := s.eng.Stats()
 	out := hubapi.QuarantineResponse{Events: make([]hubapi.QuarantinedEventJSON, 0, len(evs)), Next: next, Held: st.QuarantineHeld,
 		Quarantined: st.Quarantined, HeldForPartials: st.HeldForPartials, Released: st.QuarantineReleased, Dropped: st.QuarantineDropped}
 	for _, e := range evs {

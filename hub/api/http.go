@@ -1,11 +1,8 @@
-package hub
+package api
 
 import (
-	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -19,13 +16,13 @@ import (
 // GET /v1/devices and GET /v1/devices/{id}, and with an engine
 // (Options.Aggregate) GET /v1/aggregates, /v1/events, /v1/stream and
 // /v1/late (docs/openapi.yaml), and the dashboard at / (package dashboard).
-func (s *Server) Handler() http.Handler {
+func (s *API) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", s.serveReady)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Gatherer, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/devices", s.serveDevices)
 	mux.HandleFunc("GET /v1/devices/{id}", s.serveDevice)
 	s.registerQueryAPI(mux)
@@ -35,8 +32,8 @@ func (s *Server) Handler() http.Handler {
 }
 
 // serveReady answers 200 once recovery is done and the broker is connected.
-func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
-	if s.Ready() {
+func (s *API) serveReady(w http.ResponseWriter, _ *http.Request) {
+	if s.b.Ready() {
 		_, _ = w.Write([]byte("ready\n"))
 		return
 	}
@@ -51,14 +48,8 @@ const (
 	maxDevicesLimit = 10000
 )
 
-// Devices returns what the hub knows of every device, sorted by id.
-func (s *Server) Devices() []hubapi.DeviceInfo { return s.reg.list() }
-
-// Device returns what the hub knows of one device.
-func (s *Server) Device(id string) (hubapi.DeviceInfo, bool) { return s.reg.get(id) }
-
 // serveDevices answers GET /v1/devices?limit=&after=.
-func (s *Server) serveDevices(w http.ResponseWriter, r *http.Request) {
+func (s *API) serveDevices(w http.ResponseWriter, r *http.Request) {
 	p, err := newParams(r, "limit", "after")
 	if err != nil {
 		writeAPIError(w, err)
@@ -76,12 +67,12 @@ func (s *Server) serveDevices(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	devs, next := s.reg.page(after, limit)
+	devs, next := s.b.DevicesPage(after, limit)
 	writeJSON(w, http.StatusOK, hubapi.DevicesResponse{Devices: devs, Next: next})
 }
 
 // serveDevice answers GET /v1/devices/{id}.
-func (s *Server) serveDevice(w http.ResponseWriter, r *http.Request) {
+func (s *API) serveDevice(w http.ResponseWriter, r *http.Request) {
 	if _, err := newParams(r); err != nil {
 		writeAPIError(w, err)
 		return
@@ -91,7 +82,7 @@ func (s *Server) serveDevice(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, hubapi.BadParam("id", "is not a device id: %v", err))
 		return
 	}
-	d, ok := s.Device(id)
+	d, ok := s.b.Device(id)
 	if !ok {
 		writeJSON(w, http.StatusNotFound, hubapi.APIError{Error: fmt.Sprintf("device %q unknown", id)})
 		return
@@ -109,38 +100,4 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
-}
-
-// startHTTP listens on HTTPAddr and serves Handler in the background.
-func (s *Server) startHTTP() error {
-	if s.opts.HTTPAddr == HTTPOff {
-		return nil
-	}
-	ln, err := net.Listen("tcp", s.opts.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("http listen %s: %w", s.opts.HTTPAddr, err)
-	}
-	srv, err := s.newHTTPServer(s.Handler())
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	if srv.TLSConfig != nil {
-		ln = tls.NewListener(ln, srv.TLSConfig)
-	}
-	s.httpLn, s.httpSrv = ln, srv
-	go func() {
-		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("http server", "err", err)
-		}
-	}()
-	return nil
-}
-
-// HTTPAddr returns the address the HTTP API listens on ("" if disabled).
-func (s *Server) HTTPAddr() string {
-	if s.httpLn == nil {
-		return ""
-	}
-	return s.httpLn.Addr().String()
 }

@@ -1,4 +1,4 @@
-package hub
+package api
 
 import (
 	"bufio"
@@ -29,7 +29,7 @@ type streamReq struct {
 	cursor         uint64 // next merged-stream offset to send
 }
 
-func (s *Server) parseStream(r *http.Request) (*streamReq, error) {
+func (s *API) parseStream(r *http.Request) (*streamReq, error) {
 	p, err := newParams(r, "metric", "window", "group_by", "aggs", "events", "from")
 	if err != nil {
 		return nil, err
@@ -47,7 +47,7 @@ func (s *Server) parseStream(r *http.Request) (*streamReq, error) {
 	if q.events, err = p.bool("events", false); err != nil {
 		return nil, err
 	}
-	_, q.cursor = s.agg.eng.StreamOffsets()
+	_, q.cursor = s.eng.StreamOffsets()
 	if id := r.Header.Get("Last-Event-ID"); id != "" && !p.has("from") {
 		n, err := strconv.ParseUint(id, 10, 64)
 		if err != nil {
@@ -64,8 +64,8 @@ func (s *Server) parseStream(r *http.Request) (*streamReq, error) {
 	return q, nil
 }
 
-func (s *Server) configuredWindow(name string) bool {
-	for _, w := range s.agg.eng.Options().Windows {
+func (s *API) configuredWindow(name string) bool {
+	for _, w := range s.eng.Options().Windows {
 		if w.Name == name {
 			return true
 		}
@@ -79,13 +79,13 @@ func (s *Server) configuredWindow(name string) bool {
 // events=true or from/Last-Event-ID is given, "gap" when the resume offset
 // has left the buffer, a ": ping" comment every StreamHeartbeat, and a
 // last "dropped" event when the client fell too far behind.
-func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
+func (s *API) serveStream(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseStream(r)
 	if err != nil {
 		writeAPIError(w, err)
 		return
 	}
-	sub := s.agg.eng.Subscribe(streamSubBuffer)
+	sub := s.eng.Subscribe(streamSubBuffer)
 	defer sub.Close()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -100,13 +100,13 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	if out.flush() != nil {
 		return
 	}
-	ping := time.NewTicker(s.opts.StreamHeartbeat)
+	ping := time.NewTicker(s.cfg.StreamHeartbeat)
 	defer ping.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
-		case <-s.done: // shutting down: an open stream must not hold up http.Server.Shutdown
+		case <-s.b.Done(): // shutting down: an open stream must not hold up http.Server.Shutdown
 			return
 		case <-ping.C:
 			out.comment("ping")
@@ -129,7 +129,7 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 }
 
 // sendUpdate writes one engine update as the request wants it.
-func (s *Server) sendUpdate(out *sseWriter, q *streamReq, u aggregate.Update) {
+func (s *API) sendUpdate(out *sseWriter, q *streamReq, u aggregate.Update) {
 	switch u.Kind {
 	case aggregate.UpdateWatermark:
 		out.event("watermark", "", hubapi.StreamUpdate{Watermark: hubapi.RFC3339(u.Watermark), WatermarkMs: u.Watermark.UnixMilli()})
@@ -152,12 +152,12 @@ func (s *Server) sendUpdate(out *sseWriter, q *streamReq, u aggregate.Update) {
 }
 
 // updateWindows queries the metric's windows that an update is about.
-func (s *Server) updateWindows(q *streamReq, u aggregate.Update) []hubapi.WindowJSON {
+func (s *API) updateWindows(q *streamReq, u aggregate.Update) []hubapi.WindowJSON {
 	aq := aggregate.Query{Metric: q.metric, WindowName: u.Window, From: u.Start, To: u.Start.Add(1), GroupBy: q.groupBy, Aggs: q.aggs}
 	if u.Window == "" {
 		aq.Window = aggregate.WindowSpec{Kind: aggregate.Tumbling, Size: u.End.Sub(u.Start)}
 	}
-	res, err := s.agg.eng.Query(aq)
+	res, err := s.eng.Query(aq)
 	if err != nil {
 		return nil
 	}
@@ -165,9 +165,9 @@ func (s *Server) updateWindows(q *streamReq, u aggregate.Update) []hubapi.Window
 }
 
 // sendStreamEvents writes the merged stream from q.cursor up to its end.
-func (s *Server) sendStreamEvents(out *sseWriter, q *streamReq) {
+func (s *API) sendStreamEvents(out *sseWriter, q *streamReq) {
 	for out.err == nil {
-		evs, next, err := s.agg.eng.ReadStream(q.cursor, streamReadBatch)
+		evs, next, err := s.eng.ReadStream(q.cursor, streamReadBatch)
 		if errors.Is(err, aggregate.ErrOffsetTooOld) {
 			out.event("gap", "", map[string]any{"from": q.cursor, "oldest": next, "error": err.Error()})
 			q.cursor = next
