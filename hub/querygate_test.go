@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"edgeflow/aggregate"
 	"edgeflow/hub/api"
 	"edgeflow/hub/hubapi"
