@@ -12,7 +12,7 @@ const (
 	defaultArrival    = time.Hour
 )
 
-// eventsQuery is a parsed /v1/events request.
+// EventsQuery is a parsed /v1/events request.
 type EventsQuery struct {
 	Device, Metric string
 	From, To       time.Time

@@ -14,7 +14,7 @@ import (
 	"edgeflow/hub/hubapi"
 )
 
-// queryGate bounds the expensive queries (GET /v1/aggregates, /v1/events,
+// QueryGate bounds the expensive queries (GET /v1/aggregates, /v1/events,
 // /v1/partials) that run at once, so that a burst of them cannot take
 // every CPU and gigabytes of heap from ingest and from /metrics. A query
 // waits at most Options.HTTPQueryWait for a slot, then is answered 429

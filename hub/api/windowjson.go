@@ -19,7 +19,7 @@ import (
 
 // writeAggregates writes the body of GET /v1/aggregates: byte for byte
 // what json.Encoder makes of head with its Windows set to
-// windowsJSON(res, aggs), but streamed window by window through a
+// hubapi.WindowsJSON(res, aggs), but streamed window by window through a
 // buffer, with no WindowJSON, pointer or reflection per window. A day of
 // 10 s windows is 8,640 of them, and encoding them through reflection
 // took ten times as long as the query.

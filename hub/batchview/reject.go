@@ -80,7 +80,7 @@ func malformed(format string, args ...any) error {
 	return Reject(ReasonMalformed, format, args...)
 }
 
-// asRejection classifies err: a *Rejection anywhere in the chain, or a wire
+// AsRejection classifies err: a *Rejection anywhere in the chain, or a wire
 // decode error, or else malformed.
 func AsRejection(err error) *Rejection {
 	var r *Rejection

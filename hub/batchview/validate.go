@@ -25,7 +25,7 @@ const MaxRefusedRuns = 32
 // saneTime reports whether ns lies within the trusted bounds.
 func SaneTime(ns int64) bool { return wire.SaneTime(ns) }
 
-// validateBatch checks what can be checked without the stream's state.
+// ValidateBatch checks what can be checked without the stream's state.
 // topicDevice is the device named by the topic.
 func ValidateBatch(v *View, topicDevice string) error {
 	if string(v.Device) != topicDevice {
@@ -87,7 +87,7 @@ func validateEvents(v *View) error {
 	return nil
 }
 
-// refusedRun is a run of consecutive events of a batch, [lo, hi] by index,
+// RefusedRun is a run of consecutive events of a batch, [lo, hi] by index,
 // that the hub refuses for one fault.
 type RefusedRun struct {
 	Lo, Hi int

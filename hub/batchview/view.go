@@ -12,7 +12,7 @@ import (
 	"edgeflow/wire/wirepb"
 )
 
-// batchView is a parsed batch that points into the decompressed body
+// View is a parsed batch that points into the decompressed body
 // instead of copying it: parsing a batch of 1000 events costs no allocation
 // per event (wire.DecodeBatch costs about six). Its slices are reused from
 // batch to batch, so a view belongs to one pending batch at a time.
@@ -222,7 +222,7 @@ func checkStr(b []byte, what string, maxLen int) ([]byte, error) {
 	return b, nil
 }
 
-// parseBatchFrame fills v from a batch frame in any codec, bounding counts
+// ParseBatchFrame fills v from a batch frame in any codec, bounding counts
 // and sizes by lim (whose fields must all be set). A columnar batch is read
 // from its columns, not rewritten as protobuf first.
 func ParseBatchFrame(v *View, payload []byte, lim wire.Limits) error {
@@ -284,7 +284,7 @@ func (v *View) columnStringFault(i int) wire.Fault {
 	return wire.FaultNone
 }
 
-// parseBatchView fills v from a decompressed batch body, bounding counts
+// ParseBatchView fills v from a decompressed batch body, bounding counts
 // and sizes by lim (whose fields must all be set).
 func ParseBatchView(v *View, body []byte, lim wire.Limits) error {
 	v.reset()

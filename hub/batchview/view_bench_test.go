@@ -13,7 +13,7 @@ import (
 // batch of 1000 events (one tag each) on the hub's decode path. One op is
 // one batch.
 //
-//	go test ./hub/ -run '^$' -bench BenchmarkParseBatchView
+//	go test ./hub/batchview -run '^$' -bench BenchmarkParseBatchView
 func BenchmarkParseBatchView(b *testing.B) {
 	lim := wire.DefaultLimits
 	body, err := wire.Unframe(wire.MsgBatch, hubtest.EncodeBatch(b, hubtest.MakeBatch("dev-p", wire.NewStreamID(), 1, 1000)), lim)
@@ -31,11 +31,11 @@ func BenchmarkParseBatchView(b *testing.B) {
 	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "events/s")
 }
 
-// BenchmarkValidateColumns measures validateBatch on a columnar batch of
+// BenchmarkValidateColumns measures ValidateBatch on a columnar batch of
 // 1000 events, the checks the hub runs on every batch before it logs it.
 // One op is one batch.
 //
-//	go test ./hub/ -run '^$' -bench BenchmarkValidateColumns
+//	go test ./hub/batchview -run '^$' -bench BenchmarkValidateColumns
 func BenchmarkValidateColumns(b *testing.B) {
 	lim := wire.DefaultLimits
 	body, err := proto.Marshal(hubtest.MakeBatch("dev-p", wire.NewStreamID(), 1, 1000))

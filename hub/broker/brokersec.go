@@ -88,7 +88,7 @@ func BrokerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error
 // credentials were removed or changed by a reload.
 const DisconnectRevoked = "credentials_revoked"
 
-// brokerMetrics count what the embedded broker refused.
+// Metrics count what the embedded broker refused.
 type Metrics struct {
 	Refused     *prometheus.CounterVec // connections refused, by why
 	Denied      *prometheus.CounterVec // publishes and subscriptions denied, by action

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// embeddedBroker is the Transport of a hub that runs its own MQTT broker
+// Embedded is the Transport of a hub that runs its own MQTT broker
 // (mochi-mqtt). The hub talks to it through the broker's inline client:
 // no TCP loop-back, and an incoming batch is handed to the hub on the
 // sending client's goroutine, so a busy hub slows that sender's reads.

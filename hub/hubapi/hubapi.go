@@ -440,7 +440,7 @@ func SplitList(s string) []string {
 // rfc3339 formats t for the API.
 func RFC3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// badParam is a bad query parameter: the engine's *aggregate.ParamError,
+// BadParam is a bad query parameter: the engine's *aggregate.ParamError,
 // so the API answers both alike and clients (hubd query) see one type.
 func BadParam(param, format string, args ...any) error {
 	return &aggregate.ParamError{Param: param, Reason: fmt.Sprintf(format, args...)}

@@ -79,7 +79,7 @@ func DecodePointer(v []byte) (*Checkpoint, error) {
 // Badger's transaction limit.
 const chunkSize = 1 << 20
 
-// storedCheckpoint is one stored checkpoint as loaded: its pointer key,
+// StoredCheckpoint is one stored checkpoint as loaded: its pointer key,
 // the pointer and state, or why it cannot be used (wrapping
 // ErrCheckpointDamaged).
 type StoredCheckpoint struct {

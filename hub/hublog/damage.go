@@ -32,7 +32,7 @@ import (
 // store that the hub was told to recover from.
 const GapReasonStoreDamaged = "store_damaged"
 
-// damageRecord is one recorded loss.
+// DamageRecord is one recorded loss.
 type DamageRecord struct {
 	TimeNs int64 `json:"time_ns"`
 	// Positions are the log positions lost.
@@ -47,14 +47,14 @@ type DamageRecord struct {
 	Why     string       `json:"why,omitempty"`
 }
 
-// lostStream is what one stream lost.
+// LostStream is what one stream lost.
 type LostStream struct {
 	Device string          `json:"device"`
 	Stream string          `json:"stream"`
 	Lost   ranges.RangeSet `json:"lost"`
 }
 
-// logDamage collects what a replay could not read.
+// LogDamage collects what a replay could not read.
 type LogDamage struct {
 	Positions    ranges.RangeSet
 	fromNs, toNs int64
@@ -247,7 +247,7 @@ func (s *Store) WriteDamageRecord(r *DamageRecord, unreadable [][]byte) error {
 	return s.DB.Sync()
 }
 
-// knownLosses are the recorded losses by position and by stream.
+// KnownLosses are the recorded losses by position and by stream.
 type KnownLosses struct {
 	Positions ranges.RangeSet
 	Streams   map[string]*ranges.RangeSet // device + "/" + stream

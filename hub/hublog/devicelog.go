@@ -19,7 +19,7 @@ import (
 // time, which is what the endpoint bounds its reads by.
 //
 // A store that logged entries before the index existed has no keys for
-// them. keyDeviceLogSince records the server time from which on the index
+// them. KeyDeviceLogSince records the server time from which on the index
 // is complete; a query that starts before it reads the log itself, as
 // before.
 

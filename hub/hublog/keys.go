@@ -22,7 +22,7 @@ const (
 	prefixTiers       = 'd'  // downsampled aggregate partials
 )
 
-// walKey is w<seq:8><serverTimeNs:8>: ordered by position, and retention
+// WALKey is w<seq:8><serverTimeNs:8>: ordered by position, and retention
 // reads an entry's age from its key without reading the value.
 func WALKey(seq uint64, serverTimeNs int64) []byte {
 	k := make([]byte, 17)
@@ -48,7 +48,7 @@ func walSeekKey(seq uint64) []byte {
 	return k
 }
 
-// rangesKey is r<device>\x00<streamID:16>. Device ids never hold a 0 byte.
+// RangesKey is r<device>\x00<streamID:16>. Device ids never hold a 0 byte.
 func RangesKey(device string, stream wire.StreamID) []byte {
 	k := make([]byte, 0, 2+len(device)+16)
 	k = append(k, PrefixRanges)
@@ -76,7 +76,7 @@ func chunkKey(gen uint64, i int) []byte {
 	return k
 }
 
-// deviceLogKey is the index key of the batch entry at position seq.
+// DeviceLogKey is the index key of the batch entry at position seq.
 func DeviceLogKey(device string, serverTimeNs int64, seq uint64) []byte {
 	k := binary.BigEndian.AppendUint64(deviceLogPrefix(device), uint64(serverTimeNs))
 	return binary.BigEndian.AppendUint64(k, seq)

@@ -39,7 +39,7 @@ const RetainBatch = 10000
 // maxDeleteBatch bounds the keys one DeleteRange transaction deletes.
 const maxDeleteBatch = 10_000
 
-// badgerPartials is the engine's aggregate.PartialStore in the hub's Badger
+// BadgerPartials is the engine's aggregate.PartialStore in the hub's Badger
 // directory. Put (called by the engine while it holds its lock) only
 // buffers; flush writes the buffer in one WriteBatch after each Apply and
 // Tick. Reads see buffered partials first. Replace and DeleteRange (the

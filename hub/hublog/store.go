@@ -31,7 +31,7 @@ type Store struct {
 	ckpts []*Checkpoint
 }
 
-// openStore opens (or creates) the Badger directory under dataDir.
+// OpenStore opens (or creates) the Badger directory under dataDir.
 func OpenStore(dataDir string, sync bool, log *slog.Logger) (*Store, error) {
 	dir := filepath.Join(dataDir, "wal")
 	opts := badger.DefaultOptions(dir).
@@ -63,13 +63,13 @@ func (s *Store) Flush() error {
 	return s.DB.Sync()
 }
 
-// streamKey identifies a stream in the committer's dedup state.
+// StreamKey identifies a stream in the committer's dedup state.
 type StreamKey struct {
 	Device string
 	ID     wire.StreamID
 }
 
-// dedupState is what the committer knows of a stream: the applied ranges
+// DedupState is what the committer knows of a stream: the applied ranges
 // (durable in the ranges key) and the highest sequence number it has heard
 // of, including gaps.
 type DedupState struct {

@@ -9,14 +9,14 @@ import (
 	"edgeflow/wire"
 )
 
-// entryKind says what a log entry holds.
+// Kind says what a log entry holds.
 type Kind byte
 
 // Log entry kinds.
 const (
 	KindBatch  Kind = 1 // an accepted batch (payload: the batch frame)
 	KindStatus Kind = 2 // a device status message (payload: the status frame)
-	// entryTick moves the consumers' processing time to the entry's server
+	// KindTick moves the consumers' processing time to the entry's server
 	// time (no payload). Ticks are logged so that a replay or a rebuild
 	// sees them at the same log positions as the live run did.
 	KindTick Kind = 3
@@ -41,7 +41,7 @@ const (
 // what the operator can do.
 var ErrCorrupt = errors.New("hub: corrupt store")
 
-// hubEstimate is the hub's own clock estimate of a device when a batch was
+// HubEstimate is the hub's own clock estimate of a device when a batch was
 // logged; it is stored with the entry so a replay corrects times exactly as
 // the first apply did.
 type HubEstimate struct {
@@ -49,7 +49,7 @@ type HubEstimate struct {
 	OffsetNs, UncertaintyNs int64
 }
 
-// walEntry is one log entry: metadata the hub decided when it accepted the
+// Entry is one log entry: metadata the hub decided when it accepted the
 // message, and the payload as received.
 type Entry struct {
 	Seq          uint64
@@ -67,7 +67,7 @@ type Entry struct {
 	Payload []byte
 }
 
-// refusedRange is a run of sequence numbers of an entry whose events the
+// RefusedRange is a run of sequence numbers of an entry whose events the
 // hub refused, and why.
 type RefusedRange struct {
 	ranges.SeqRange
@@ -190,7 +190,7 @@ func (r *entryReader) bytes(n uint64) []byte {
 	return v
 }
 
-// decodeWALEntry parses an entry value; the payload aliases v.
+// DecodeEntry parses an entry value; the payload aliases v.
 func DecodeEntry(seq uint64, v []byte) (*Entry, error) {
 	if len(v) < 2 || (v[0] != entryVersion && v[0] != entryVersionRefused) {
 		return nil, fmt.Errorf("%w: log entry %d: unknown version", ErrCorrupt, seq)
