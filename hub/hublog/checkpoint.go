@@ -20,10 +20,6 @@ import (
 // into a wrong state. Retention keeps the log entries after the older of
 // the two, so recovery can fall back to it, and replay the log from there.
 
-// ErrCheckpointDamaged is wrapped by the reason a stored checkpoint could
-// not be used; recovery then falls back to an older one or to the log.
-var ErrCheckpointDamaged = errors.New("checkpoint damaged")
-
 // castagnoli is the CRC-32C table of checkpoint checksums.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 

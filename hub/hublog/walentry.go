@@ -36,11 +36,6 @@ const (
 	entryVersionRefused = 2
 )
 
-// ErrCorrupt is wrapped by errors about stored data the hub cannot read.
-// The message names the key; see ErrStoreDamaged and ErrLogDamaged for
-// what the operator can do.
-var ErrCorrupt = errors.New("hub: corrupt store")
-
 // HubEstimate is the hub's own clock estimate of a device when a batch was
 // logged; it is stored with the entry so a replay corrects times exactly as
 // the first apply did.

@@ -12,9 +12,21 @@ import (
 	"edgeflow/hub/ranges"
 )
 
-// Sentinel errors about the hub's Badger directory that callers (hubd)
-// branch on with errors.Is. Every error that wraps one names the
-// directory and says what the operator can do.
+// The package's sentinel errors, which callers (hubd, recovery) branch on
+// with errors.Is. Their messages start "hub:" because an operator reads
+// them as the hub's; every error that wraps one names the directory or the
+// key and says what the operator can do.
+
+// ErrCorrupt is wrapped by errors about stored data the hub cannot read.
+// The message names the key; see ErrStoreDamaged and ErrLogDamaged for
+// what the operator can do.
+var ErrCorrupt = errors.New("hub: corrupt store")
+
+// ErrCheckpointDamaged is wrapped by the reason a stored checkpoint could
+// not be used; recovery then falls back to an older one or to the log.
+var ErrCheckpointDamaged = errors.New("checkpoint damaged")
+
+// Errors of opening and reading the store.
 var (
 	// ErrStoreLocked: another process (a running hubd or `hubd rebuild`)
 	// holds the store's directory lock. Nothing is wrong with the data.
