@@ -5,6 +5,15 @@
 // they are durable, and applies them to in-memory state (the device registry
 // and the Consumers, such as the event-time engine).
 //
+// # Packages
+//
+// The root package keeps the Server, its Options, the pipeline below, the
+// registry and recovery; each other concern is a package under hub/ that
+// never imports this one: hublog (the store and every Badger key),
+// batchview (parsing and validating batches), broker (the MQTT side), api
+// (the HTTP handlers over a Backend the Server implements) and hubapi (the
+// API's JSON types, for clients), with ranges, clockest and timeservice.
+//
 // # Pipeline
 //
 // A Transport (the embedded mochi-mqtt broker or an external broker through
