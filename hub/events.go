@@ -4,12 +4,13 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
+	"edgeflow/hub/api"
+	"edgeflow/hub/hubapi"
+	"edgeflow/hub/hublog"
 )
 
 // Bounds of GET /v1/events. The endpoint reads the log itself (the engine
@@ -23,82 +24,10 @@ import (
 // at maxEventsScan entries and maxEventsMatch matching events; past a cap
 // the answer is a 400 that says to narrow from/to or arrived_within.
 const (
-	maxEventsScan     = 200_000
-	maxEventsMatch    = 1_000_000
-	maxEventsLimit    = 10_000
-	defaultEventLimit = 1000
-	eventsSlack       = time.Minute // server times are only nearly ordered by position
-	defaultArrival    = time.Hour
+	maxEventsScan  = 200_000
+	maxEventsMatch = 1_000_000
+	eventsSlack    = hublog.ServerTimeSlack
 )
-
-// EventsResponse is the body of GET /v1/events.
-type EventsResponse struct {
-	Device string      `json:"device"`
-	From   string      `json:"from"`
-	To     string      `json:"to"`
-	Events []EventJSON `json:"events"`
-	// Truncated is true when more events matched than limit; NextFrom is
-	// the event time of the first one left out (from=NextFrom continues,
-	// repeating events at exactly that time).
-	Truncated bool   `json:"truncated"`
-	NextFrom  string `json:"next_from,omitempty"`
-	// Scanned counts the log entries read.
-	Scanned int `json:"scanned"`
-}
-
-// EventJSON is one stored event as the hub applied it.
-type EventJSON struct {
-	Stream        string            `json:"stream"`
-	Seq           uint64            `json:"seq"`
-	Metric        string            `json:"metric"`
-	Value         float64           `json:"value"`
-	Tags          map[string]string `json:"tags,omitempty"`
-	Time          string            `json:"time"`
-	TimeMs        int64             `json:"time_ms"`
-	UncertaintyNs int64             `json:"uncertainty_ns"`
-	Method        string            `json:"method"`
-	DeviceTime    string            `json:"device_time"`
-	ServerTime    string            `json:"server_time"`
-	LogPosition   uint64            `json:"log_position"`
-	eventNs       int64
-}
-
-// eventsQuery is a parsed /v1/events request.
-type eventsQuery struct {
-	device, metric string
-	from, to       time.Time
-	limit          int
-	arrival        time.Duration
-}
-
-func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "device", "metric", "from", "to", "limit", "arrived_within")
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	var q eventsQuery
-	if q.device, err = p.required("device"); err == nil {
-		q.metric = p.str("metric")
-		q.from, q.to, err = p.timeRange()
-	}
-	if err == nil {
-		q.limit, err = p.intIn("limit", defaultEventLimit, 1, maxEventsLimit)
-	}
-	if err == nil {
-		q.arrival, err = p.duration("arrived_within", defaultArrival, s.agg.eng.Options().LateHorizon)
-	}
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	out, err := s.storedEvents(r.Context(), q)
-	if err != nil {
-		s.writeQueryError(w, r, err, nil)
-		return
-	}
-	writeData(w, out)
-}
 
 // errStopScan ends a log scan early.
 var errStopScan = errors.New("stop scan")
@@ -106,22 +35,22 @@ var errStopScan = errors.New("stop scan")
 // storedEvents reads the device's events in [from, to) from the log and
 // returns them in event-time order (then stream, then sequence).
 // It stops with ctx's error when ctx is done.
-func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsResponse, error) {
-	out := &EventsResponse{Device: q.device, From: rfc3339(q.from), To: rfc3339(q.to), Events: []EventJSON{}}
-	startNs := q.from.Add(-s.agg.eng.Options().MaxFutureSkew - eventsSlack).UnixNano()
-	endNs := q.to.Add(q.arrival).UnixNano()
+func (s *Server) storedEvents(ctx context.Context, q api.EventsQuery) (*hubapi.EventsResponse, error) {
+	out := &hubapi.EventsResponse{Device: q.Device, From: hubapi.RFC3339(q.From), To: hubapi.RFC3339(q.To), Events: []hubapi.EventJSON{}}
+	startNs := q.From.Add(-s.agg.eng.Options().MaxFutureSkew - eventsSlack).UnixNano()
+	endNs := q.To.Add(q.Arrival).UnixNano()
 	app := newApplier(nil, nil, nil, s.opts.Limits)
-	fromNs, toNs := q.from.UnixNano(), q.to.UnixNano()
-	var matched []EventJSON
+	fromNs, toNs := q.From.UnixNano(), q.To.UnixNano()
+	var matched []hubapi.EventJSON
 	var reads string // what the scan reads, for the error past maxEventsScan
-	fn := func(e *walEntry) error {
+	fn := func(e *hublog.Entry) error {
 		if out.Scanned++; out.Scanned > maxEventsScan {
-			return badParam("from", "the range needs more than %d log entries read (%s): narrow from/to or arrived_within", maxEventsScan, reads)
+			return hubapi.BadParam("from", "the range needs more than %d log entries read (%s): narrow from/to or arrived_within", maxEventsScan, reads)
 		}
 		if out.Scanned%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if e.kind != entryBatch || e.device != q.device || e.serverTimeNs >= endNs {
+		if e.Kind != hublog.KindBatch || e.Device != q.Device || e.ServerTimeNs >= endNs {
 			return nil
 		}
 		v, err := app.parseStored(e)
@@ -129,28 +58,28 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsRespon
 			return err
 		}
 		for _, ev := range app.build(e, v).Events {
-			if ev.EventTimeNs < fromNs || ev.EventTimeNs >= toNs || (q.metric != "" && ev.Metric != q.metric) {
+			if ev.EventTimeNs < fromNs || ev.EventTimeNs >= toNs || (q.Metric != "" && ev.Metric != q.Metric) {
 				continue
 			}
 			if len(matched) == maxEventsMatch {
-				return badParam("to", "more than %d events match: narrow from/to or add metric", maxEventsMatch)
+				return hubapi.BadParam("to", "more than %d events match: narrow from/to or add metric", maxEventsMatch)
 			}
 			matched = append(matched, eventJSON(e, &ev))
 		}
 		return nil
 	}
 	var err error
-	if startNs >= s.st.deviceLogSince {
+	if startNs >= s.st.DeviceLogSince {
 		// The device's own entries, through the device log index.
 		reads = "the device's batches that arrived between from - max_future_skew - 1m and to + arrived_within"
-		err = s.st.deviceEntries(q.device, startNs, endNs, fn)
+		err = s.st.DeviceEntries(q.Device, startNs, endNs, fn)
 	} else {
 		// Before the index: the whole fleet's entries, by position.
-		reads = "the whole fleet's batches that arrived between from and to + arrived_within; the device index covers arrivals after " + rfc3339(time.Unix(0, s.st.deviceLogSince))
+		reads = "the whole fleet's batches that arrived between from and to + arrived_within; the device index covers arrivals after " + hubapi.RFC3339(time.Unix(0, s.st.DeviceLogSince))
 		var start uint64
-		if start, err = s.st.firstWALAtOrAfter(startNs); err == nil {
-			err = s.st.replay(start-1, func(e *walEntry) error {
-				if e.serverTimeNs >= endNs+int64(eventsSlack) {
+		if start, err = s.st.FirstWALAtOrAfter(startNs); err == nil {
+			err = s.st.Replay(start-1, func(e *hublog.Entry) error {
+				if e.ServerTimeNs >= endNs+int64(eventsSlack) {
 					return errStopScan
 				}
 				return fn(e)
@@ -160,12 +89,12 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsRespon
 	if err != nil && !errors.Is(err, errStopScan) {
 		return nil, err
 	}
-	slices.SortFunc(matched, func(a, b EventJSON) int {
-		return cmp.Or(cmp.Compare(a.eventNs, b.eventNs), strings.Compare(a.Stream, b.Stream), cmp.Compare(a.Seq, b.Seq))
+	slices.SortFunc(matched, func(a, b hubapi.EventJSON) int {
+		return cmp.Or(cmp.Compare(a.EventNs, b.EventNs), strings.Compare(a.Stream, b.Stream), cmp.Compare(a.Seq, b.Seq))
 	})
-	if len(matched) > q.limit {
-		out.Truncated, out.NextFrom = true, matched[q.limit].Time
-		matched = matched[:q.limit]
+	if len(matched) > q.Limit {
+		out.Truncated, out.NextFrom = true, matched[q.Limit].Time
+		matched = matched[:q.Limit]
 	}
 	if matched != nil {
 		out.Events = matched
@@ -173,12 +102,12 @@ func (s *Server) storedEvents(ctx context.Context, q eventsQuery) (*EventsRespon
 	return out, nil
 }
 
-func eventJSON(e *walEntry, ev *AppliedEvent) EventJSON {
-	out := EventJSON{Stream: e.stream.String(), Seq: ev.Seq, Metric: ev.Metric, Value: ev.Value,
-		Time: rfc3339(time.Unix(0, ev.EventTimeNs)), TimeMs: ev.EventTimeNs / 1e6, UncertaintyNs: ev.UncertaintyNs,
+func eventJSON(e *hublog.Entry, ev *AppliedEvent) hubapi.EventJSON {
+	out := hubapi.EventJSON{Stream: e.Stream.String(), Seq: ev.Seq, Metric: ev.Metric, Value: ev.Value,
+		Time: hubapi.RFC3339(time.Unix(0, ev.EventTimeNs)), TimeMs: ev.EventTimeNs / 1e6, UncertaintyNs: ev.UncertaintyNs,
 		Method:     methodName(int32(ev.Method)),
-		DeviceTime: rfc3339(time.Unix(0, ev.DeviceTimeNs)), ServerTime: rfc3339(time.Unix(0, e.serverTimeNs)),
-		LogPosition: e.seq, eventNs: ev.EventTimeNs}
+		DeviceTime: hubapi.RFC3339(time.Unix(0, ev.DeviceTimeNs)), ServerTime: hubapi.RFC3339(time.Unix(0, e.ServerTimeNs)),
+		LogPosition: e.Seq, EventNs: ev.EventTimeNs}
 	if len(ev.Tags) > 0 {
 		out.Tags = make(map[string]string, len(ev.Tags))
 		for _, t := range ev.Tags {
@@ -186,48 +115,4 @@ func eventJSON(e *walEntry, ev *AppliedEvent) EventJSON {
 		}
 	}
 	return out
-}
-
-// firstWALAtOrAfter returns the smallest log position whose entry has a
-// server time at or after ns, by binary search over positions (server
-// times grow with positions up to the reordering eventsSlack covers). It
-// returns the position after the last entry when there is none.
-func (st *store) firstWALAtOrAfter(ns int64) (uint64, error) {
-	var lo, hi uint64
-	err := st.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixWAL}})
-		defer it.Close()
-		at := func(seq uint64) (uint64, int64, bool, error) {
-			it.Seek(walSeekKey(seq))
-			if !it.Valid() {
-				return 0, 0, false, nil
-			}
-			p, t, err := parseWALKey(it.Item().Key())
-			return p, t, true, err
-		}
-		first, _, ok, err := at(0)
-		if err != nil || !ok {
-			lo, hi = 1, 1
-			return err
-		}
-		last, err := st.lastWALSeq()
-		if err != nil {
-			return err
-		}
-		lo, hi = first, last+1
-		for lo < hi {
-			mid := lo + (hi-lo)/2
-			p, t, ok, err := at(mid)
-			if err != nil {
-				return err
-			}
-			if !ok || t >= ns {
-				hi = mid
-			} else {
-				lo = p + 1
-			}
-		}
-		return nil
-	})
-	return max(lo, 1), err
 }

@@ -10,6 +10,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -154,9 +155,9 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("retain: %d %v", n, err)
 	}
 	left, batches := 0, 0
-	_ = s.st.replay(0, func(e *walEntry) error {
+	_ = s.st.Replay(0, func(e *hublog.Entry) error {
 		left++
-		if e.kind == entryBatch {
+		if e.Kind == hublog.KindBatch {
 			batches++
 		}
 		return nil
@@ -164,7 +165,7 @@ func TestRetention(t *testing.T) {
 	if left == 0 || left >= n {
 		t.Fatalf("%d entries left after deleting %d", left, n)
 	}
-	if keys := countKeys(t, s.st.db, prefixDeviceLog); keys != batches {
+	if keys := countKeys(t, s.st.DB, hublog.PrefixDeviceLog); keys != batches {
 		t.Fatalf("%d device log index keys left for %d batch entries", keys, batches)
 	}
 	before, _, _ := s.StateDump()
