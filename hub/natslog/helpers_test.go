@@ -52,7 +52,8 @@ func mqttClient(t testing.TB, url, clientID string) mqtt.Client {
 	t.Helper()
 	o := mqtt.NewClientOptions().AddBroker(url).SetClientID(clientID).
 		SetProtocolVersion(4).SetCleanSession(false).SetAutoReconnect(false).
-		SetConnectTimeout(10 * time.Second)
+		SetConnectTimeout(10 * time.Second).
+		SetConnectionLostHandler(func(_ mqtt.Client, err error) { t.Logf("mqtt %s lost its connection: %v", clientID, err) })
 	cl := mqtt.NewClient(o)
 	if tok := cl.Connect(); !tok.WaitTimeout(within) || tok.Error() != nil {
 		t.Fatalf("mqtt connect %s as %s: %v", url, clientID, tok.Error())
@@ -65,7 +66,7 @@ func mqttClient(t testing.TB, url, clientID string) mqtt.Client {
 func mqttPublish(t testing.TB, cl mqtt.Client, topic string, payload []byte) {
 	t.Helper()
 	tok := cl.Publish(topic, 1, false, payload)
-	if !tok.WaitTimeout(within) || tok.Error() != nil {
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("mqtt publish %s: no PUBACK within %v (%v)", topic, within, tok.Error())
 	}
 }

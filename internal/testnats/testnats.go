@@ -76,6 +76,7 @@ func (n *Node) logPath() string  { return filepath.Join(n.Dir, "nats.log") }
 type Cluster struct {
 	t     testing.TB
 	bin   string
+	base  string // parent of the nodes' directories
 	Nodes []*Node
 }
 
@@ -88,7 +89,9 @@ func Start(t testing.TB, size int) *Cluster {
 	if size < 1 {
 		t.Fatalf("testnats: cluster size %d, want at least 1", size)
 	}
-	c := &Cluster{t: t, bin: Binary(t)}
+	c := &Cluster{t: t, bin: Binary(t), base: t.TempDir()}
+	// Registered after TempDir, so it runs before the directory's
+	// removal: a live server would keep writing into it.
 	t.Cleanup(c.killAll)
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -170,7 +173,11 @@ func probeTCP(addr string) error {
 func (c *Cluster) newNodes(size int) []*Node {
 	nodes := make([]*Node, size)
 	for i := range nodes {
-		n := &Node{Name: fmt.Sprintf("n%d", i), Port: testbroker.FreePort(c.t), MQTTPort: testbroker.FreePort(c.t), Dir: c.t.TempDir()}
+		dir, err := os.MkdirTemp(c.base, "node")
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		n := &Node{Name: fmt.Sprintf("n%d", i), Port: testbroker.FreePort(c.t), MQTTPort: testbroker.FreePort(c.t), Dir: dir}
 		if size > 1 {
 			n.ClusterPort = testbroker.FreePort(c.t)
 		}
@@ -346,6 +353,9 @@ func (c *Cluster) killAll() {
 		c.Kill(i)
 	}
 }
+
+// LogTail returns the last lines of node i's log, for failure messages.
+func (c *Cluster) LogTail(i int) string { return tail(c.Nodes[i].logPath()) }
 
 // tail returns the last lines of a log file, for failure messages.
 func tail(path string) string {
