@@ -72,15 +72,14 @@ func mqttPublish(t testing.TB, cl mqtt.Client, topic string, payload []byte) {
 }
 
 // readN reads n messages of partition p from sequence from, failing the
-// test if they do not arrive within the bound.
+// test if they do not arrive within the bound. Opening the reader is
+// retried, as a hub would: right after a server dies JetStream may still
+// place the reader's consumer on it until it notices the server is gone.
 func readN(t testing.TB, l *natslog.Log, p int, from uint64, n int) []natslog.Message {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	r, err := l.Reader(ctx, p, from)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := openReader(ctx, t, l, p, from)
 	defer r.Close()
 	out := make([]natslog.Message, 0, n)
 	for len(out) < n {
@@ -91,6 +90,24 @@ func readN(t testing.TB, l *natslog.Log, p int, from uint64, n int) []natslog.Me
 		out = append(out, m)
 	}
 	return out
+}
+
+// openReader opens a reader, retrying each attempt after a few seconds
+// until ctx ends.
+func openReader(ctx context.Context, t testing.TB, l *natslog.Log, p int, from uint64) *natslog.Reader {
+	t.Helper()
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := l.Reader(actx, p, from)
+		cancel()
+		if err == nil {
+			return r
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("open reader of partition %d from %d: %v", p, from, err)
+		}
+		t.Logf("open reader of partition %d from %d: %v; retrying", p, from, err)
+	}
 }
 
 // waitMessages waits until the log's stream holds n messages (an MQTT
