@@ -82,6 +82,14 @@ func OpenCheckpoints(ctx context.Context, js jetstream.JetStream, opts Checkpoin
 	return &Checkpoints{bucket: opts.Bucket, kv: kv}, nil
 }
 
+// checkPartition bounds a partition number before it becomes a key.
+func checkPartition(p int) error {
+	if p < 0 || p >= maxPartitions {
+		return fmt.Errorf("%w: partition %d: want 0..%d", ErrInvalidOption, p, maxPartitions-1)
+	}
+	return nil
+}
+
 func checkpointKey(p int) string { return "partition." + strconv.Itoa(p) }
 
 // checkpointVersion is the first byte of every stored checkpoint; the
@@ -93,6 +101,9 @@ const (
 
 // Load returns partition p's checkpoint, or ErrNoCheckpoint.
 func (c *Checkpoints) Load(ctx context.Context, p int) (Checkpoint, error) {
+	if err := checkPartition(p); err != nil {
+		return Checkpoint{}, err
+	}
 	e, err := c.kv.Get(ctx, checkpointKey(p))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Checkpoint{Partition: p}, fmt.Errorf("%w for partition %d in %s", ErrNoCheckpoint, p, c.bucket)
@@ -100,24 +111,32 @@ func (c *Checkpoints) Load(ctx context.Context, p int) (Checkpoint, error) {
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("natslog: load checkpoint of partition %d: %w", p, err)
 	}
-	v := e.Value()
-	if len(v) < checkpointHeader || v[0] != checkpointVersion {
-		return Checkpoint{}, fmt.Errorf("%w: %s key %s revision %d: %d bytes, version %d; delete the key to rebuild the partition from the log",
-			ErrCorruptCheckpoint, c.bucket, e.Key(), e.Revision(), len(v), firstByte(v))
+	pos, state, err := decodeCheckpoint(e.Value())
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("%w: %s key %s revision %d: %v; delete the key to rebuild the partition from the log",
+			ErrCorruptCheckpoint, c.bucket, e.Key(), e.Revision(), err)
 	}
-	return Checkpoint{
-		Partition: p,
-		Position:  binary.BigEndian.Uint64(v[1:checkpointHeader]),
-		State:     v[checkpointHeader:],
-		Revision:  e.Revision(),
-	}, nil
+	return Checkpoint{Partition: p, Position: pos, State: state, Revision: e.Revision()}, nil
 }
 
-func firstByte(b []byte) int {
-	if len(b) == 0 {
-		return -1
+// encodeCheckpoint is the stored form of a checkpoint record.
+func encodeCheckpoint(position uint64, state []byte) []byte {
+	v := make([]byte, checkpointHeader+len(state))
+	v[0] = checkpointVersion
+	binary.BigEndian.PutUint64(v[1:checkpointHeader], position)
+	copy(v[checkpointHeader:], state)
+	return v
+}
+
+// decodeCheckpoint reverses encodeCheckpoint; the state aliases v.
+func decodeCheckpoint(v []byte) (uint64, []byte, error) {
+	if len(v) < checkpointHeader {
+		return 0, nil, fmt.Errorf("%d bytes, want at least %d", len(v), checkpointHeader)
 	}
-	return int(b[0])
+	if v[0] != checkpointVersion {
+		return 0, nil, fmt.Errorf("version %d, want %d", v[0], checkpointVersion)
+	}
+	return binary.BigEndian.Uint64(v[1:checkpointHeader]), v[checkpointHeader:], nil
 }
 
 // Save stores partition p's state at position, replacing the record of
@@ -125,10 +144,10 @@ func firstByte(b []byte) int {
 // the record has changed since, nothing is written and the error wraps
 // ErrCheckpointConflict: another writer owns the partition now.
 func (c *Checkpoints) Save(ctx context.Context, p int, position uint64, state []byte, revision uint64) (uint64, error) {
-	v := make([]byte, checkpointHeader+len(state))
-	v[0] = checkpointVersion
-	binary.BigEndian.PutUint64(v[1:checkpointHeader], position)
-	copy(v[checkpointHeader:], state)
+	if err := checkPartition(p); err != nil {
+		return 0, err
+	}
+	v := encodeCheckpoint(position, state)
 	var rev uint64
 	var err error
 	if revision == 0 {

@@ -3,6 +3,7 @@ package natslog_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,5 +53,31 @@ func testCheckpointCAS(t *testing.T, js jetstream.JetStream, replicas int) {
 	}
 	if _, err := cp.Load(ctx, 4); !errors.Is(err, natslog.ErrNoCheckpoint) {
 		t.Fatalf("another partition: %v, want ErrNoCheckpoint", err)
+	}
+}
+
+// TestCheckpointCorrupt stores a record that is not a checkpoint under a
+// partition's key: Load says it is corrupt, names the key, and does not
+// return it as state.
+func TestCheckpointCorrupt(t *testing.T) {
+	_, js, _ := startLog(t, 1, natslog.Options{Replicas: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	cp, err := natslog.OpenCheckpoints(ctx, js, natslog.CheckpointOptions{Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, natslog.DefaultCheckpointBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "partition.5", []byte("xyz")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.Load(ctx, 5); !errors.Is(err, natslog.ErrCorruptCheckpoint) || !strings.Contains(err.Error(), "partition.5") {
+		t.Fatalf("load of a 3-byte record: %v, want ErrCorruptCheckpoint naming the key", err)
+	}
+	if _, err := cp.Save(ctx, -1, 0, nil, 0); !errors.Is(err, natslog.ErrInvalidOption) {
+		t.Fatalf("save of partition -1: %v, want ErrInvalidOption", err)
 	}
 }

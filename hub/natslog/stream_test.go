@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -174,5 +175,36 @@ func TestReaderResumesAfterSequence(t *testing.T) {
 		if i > 0 && m.Seq <= all[i-1].Seq {
 			t.Fatalf("message %d: sequence %d after %d", i, m.Seq, all[i-1].Seq)
 		}
+	}
+}
+
+// TestReaderSkipsBadDeviceSubject sends a batch whose topic names an
+// invalid device id over MQTT between two valid ones: the Reader reports
+// it as ErrBadSubject with its sequence and goes on to the next message.
+func TestReaderSkipsBadDeviceSubject(t *testing.T) {
+	c, js, l := startLog(t, 1, natslog.Options{Replicas: 1, Partitions: 1})
+	cl := mqttClient(t, c.Nodes[0].MQTTURL(), "bad-subject-test")
+	mqttPublish(t, cl, wire.BatchTopic("dev-1"), []byte("first"))
+	mqttPublish(t, cl, "edge/v1/bad!id/batch", []byte("bad"))
+	mqttPublish(t, cl, wire.BatchTopic("dev-2"), []byte("second"))
+	waitMessages(t, js, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	r := openReader(ctx, t, l, 0, 0)
+	defer r.Close()
+	var got []string
+	for range 3 {
+		m, err := r.Next(ctx)
+		switch {
+		case errors.Is(err, natslog.ErrBadSubject) && m.Seq == 2:
+			got = append(got, "bad@2")
+		case err != nil:
+			t.Fatalf("after %v: %v", got, err)
+		default:
+			got = append(got, fmt.Sprintf("%s:%s@%d", m.Device, m.Data, m.Seq))
+		}
+	}
+	if want := []string{"dev-1:first@1", "bad@2", "dev-2:second@3"}; !slices.Equal(got, want) {
+		t.Fatalf("read %v, want %v", got, want)
 	}
 }

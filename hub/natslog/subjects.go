@@ -66,7 +66,7 @@ func parseLogSubject(subject string) (int, string, error) {
 		return 0, "", fmt.Errorf("%w: %q: want %s.{partition}.{device}", ErrBadSubject, subject, LogPrefix)
 	}
 	p, err := strconv.Atoi(ps)
-	if err != nil || p < 0 || p >= maxPartitions {
+	if err != nil || p < 0 || p >= maxPartitions || strconv.Itoa(p) != ps {
 		return 0, "", fmt.Errorf("%w: %q: partition %q", ErrBadSubject, subject, ps)
 	}
 	device, err := deviceFromToken(token)
