@@ -142,7 +142,10 @@ func decodeCheckpoint(v []byte) (uint64, []byte, error) {
 // Save stores partition p's state at position, replacing the record of
 // revision (0: there must be none yet), and returns the new revision. If
 // the record has changed since, nothing is written and the error wraps
-// ErrCheckpointConflict: another writer owns the partition now.
+// ErrCheckpointConflict: another writer owns the partition now. Any other
+// error leaves it unknown whether the record was stored (a lost reply); a
+// retry that then conflicts must Load and compare before concluding
+// another writer saved.
 func (c *Checkpoints) Save(ctx context.Context, p int, position uint64, state []byte, revision uint64) (uint64, error) {
 	if err := checkPartition(p); err != nil {
 		return 0, err

@@ -78,10 +78,7 @@ func TestClusterKillLosesNoAcknowledgedMessage(t *testing.T) {
 	publish(150, 300)
 	publishMQTT(10, 20)
 
-	rev2, err := cp.Save(ctx, 0, 300, []byte("after"), rev1)
-	if err != nil {
-		t.Fatalf("checkpoint save with %s down: %v", leader, err)
-	}
+	rev2 := saveRetrying(ctx, t, cp, 0, 300, []byte("after"), rev1)
 	if _, err := cp.Save(ctx, 0, 200, []byte("zombie"), rev1); !errors.Is(err, natslog.ErrCheckpointConflict) {
 		t.Fatalf("stale checkpoint save with %s down: %v, want ErrCheckpointConflict", leader, err)
 	}
@@ -188,26 +185,41 @@ type stored struct {
 	subjects string // the subject of the last copy
 }
 
-// storedPayloads reads every message of the log's stream by sequence.
+// storedPayloads reads every message of the log's stream by sequence,
+// starting over after an error (a leader change) until the bound.
 func storedPayloads(t *testing.T, js jetstream.JetStream) map[string]stored {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
+	for {
+		out, err := readAll(ctx, js)
+		if err == nil {
+			return out
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("read the stream: %v", err)
+		}
+		t.Logf("read the stream: %v; starting over", err)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func readAll(ctx context.Context, js jetstream.JetStream) (map[string]stored, error) {
 	s, err := js.Stream(ctx, natslog.DefaultStream)
 	if err != nil {
-		t.Fatalf("stream info: %v", err)
+		return nil, fmt.Errorf("stream info: %w", err)
 	}
 	st := s.CachedInfo().State
 	out := map[string]stored{}
 	for seq := st.FirstSeq; seq <= st.LastSeq && st.Msgs > 0; seq++ {
 		m, err := s.GetMsg(ctx, seq)
 		if err != nil {
-			t.Fatalf("get seq %d of %d..%d: %v", seq, st.FirstSeq, st.LastSeq, err)
+			return nil, fmt.Errorf("get seq %d of %d..%d: %w", seq, st.FirstSeq, st.LastSeq, err)
 		}
 		id := string(m.Data)
 		out[id] = stored{n: out[id].n + 1, subjects: m.Subject}
 	}
-	return out
+	return out, nil
 }
 
 // checkLog checks the stream holds each JetStream-acknowledged payload
@@ -257,5 +269,35 @@ func checkLog(t *testing.T, js jetstream.JetStream, l *natslog.Log, acked, sent 
 				t.Errorf("partition %d reader: message %q of %q (sent as %q)", p, m.Data, m.Device, d)
 			}
 		}
+	}
+}
+
+// saveRetrying saves a checkpoint, retrying while the bucket has no leader
+// (its election after a kill can end later than the log's). A save whose
+// reply was lost may have been stored, and its retry is then a conflict:
+// the record is loaded to tell that from another writer's.
+func saveRetrying(ctx context.Context, t *testing.T, cp *natslog.Checkpoints, p int, pos uint64, state []byte, rev uint64) uint64 {
+	t.Helper()
+	ambiguous := false
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := cp.Save(actx, p, pos, state, rev)
+		cancel()
+		switch {
+		case err == nil:
+			return r
+		case errors.Is(err, natslog.ErrCheckpointConflict) && ambiguous:
+			if got, lerr := cp.Load(ctx, p); lerr == nil && got.Position == pos && string(got.State) == string(state) {
+				return got.Revision
+			}
+			t.Fatalf("checkpoint save: %v, and the stored record is not ours", err)
+		case errors.Is(err, natslog.ErrCheckpointConflict):
+			t.Fatalf("checkpoint save: %v", err)
+		case ctx.Err() != nil:
+			t.Fatalf("checkpoint save not acknowledged within the test's bound: %v", err)
+		}
+		t.Logf("checkpoint save: %v; retrying", err)
+		ambiguous = true
+		time.Sleep(100 * time.Millisecond)
 	}
 }

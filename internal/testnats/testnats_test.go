@@ -25,8 +25,19 @@ func TestClusterSurvivesKillAndRestart(t *testing.T) {
 		t.Fatalf("create R3 stream: %v", err)
 	}
 	c.Kill(0)
-	if _, err := js.Publish(ctx, "t.a", []byte("x")); err != nil {
-		t.Fatalf("publish to R3 stream with %s down: %v", c.Nodes[0].Name, err)
+	// Retried while the stream elects a new leader if n0 led it; the
+	// message id keeps a retry of a stored message from storing it twice.
+	for {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.Publish(actx, "t.a", []byte("x"), jetstream.WithMsgID("x"))
+		acancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("publish to R3 stream with %s down: %v", c.Nodes[0].Name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	c.Restart(0)
 	js0 := connect(t, c.Nodes[0].URL())
