@@ -109,7 +109,28 @@ func (a *Agent) setupClock() error {
 		return err
 	}
 	a.cs, a.clock = c, c
+	if a.tconn != nil {
+		a.tconn.clock.Store(c) // a new time connection polls at once
+	}
 	return nil
+}
+
+// waitFirstSync holds the first upload until the clock is trusted, at most
+// FirstSyncWait: events accepted meanwhile are then sent stamped or
+// repaired by the agent's own estimate, not left to the hub's.
+func (a *Agent) waitFirstSync(ctx context.Context) {
+	if a.cs == nil || a.opts.FirstSyncWait <= 0 {
+		return
+	}
+	t := time.NewTimer(a.opts.FirstSyncWait)
+	defer t.Stop()
+	select {
+	case <-a.cs.Synced():
+	case <-ctx.Done():
+	case <-t.C:
+		a.log.Info("no trusted clock within first-sync-wait; uploading, events stamped meanwhile are repaired once it is",
+			"first_sync_wait", a.opts.FirstSyncWait)
+	}
 }
 
 // listen binds the HTTP and UDP listeners, so an address in use fails New.
@@ -183,6 +204,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cs != nil {
 		clockDone.Go(func() { _ = a.cs.Run(clockCtx) })
 	}
+	a.waitFirstSync(ctx)
 	upCtx, stopUplink := context.WithCancel(context.Background())
 	upDone := make(chan error, 1)
 	go func() { upDone <- a.up.Run(upCtx) }()

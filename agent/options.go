@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -68,6 +69,13 @@ type Options struct {
 	// and Registerer are set by the agent.
 	Clock clocksync.Options
 
+	// FirstSyncWait is how long Run holds the first upload for the
+	// clock's first trusted estimate (restored or from a time exchange),
+	// so the first batch is stamped or repaired by the agent rather than
+	// left to the hub's coarser estimate; ingest is served meanwhile.
+	// Default 2 s; at most 1 min; NoFirstSyncWait uploads at once. Only
+	// with a time source.
+	FirstSyncWait time.Duration
 	// DrainTimeout is how long shutdown lets a connected uplink send what
 	// the buffer holds before it disconnects. Default 5 s; NoDrain skips it.
 	DrainTimeout time.Duration
@@ -86,6 +94,14 @@ type Options struct {
 	Gatherer   prometheus.Gatherer
 }
 
+// ClockStateFile is the file in DataDir that keeps the clock's estimate
+// across restarts of the agent in the same boot (clocksync.Options.StatePath).
+const ClockStateFile = "clock-state.json"
+
+// NoFirstSyncWait, as Options.FirstSyncWait, uploads without waiting for
+// the clock.
+const NoFirstSyncWait = time.Duration(-1)
+
 // NoDrain, as Options.DrainTimeout, disconnects at once on shutdown.
 const NoDrain = time.Duration(-1)
 
@@ -99,6 +115,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MaxRequestEvents == 0 {
 		o.MaxRequestEvents = 10_000
+	}
+	if o.FirstSyncWait == 0 {
+		o.FirstSyncWait = 2 * time.Second
 	}
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = 5 * time.Second
@@ -170,6 +189,9 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("agent: ntp servers[%d] is empty", i)
 		}
 	}
+	if o.FirstSyncWait != NoFirstSyncWait && (o.FirstSyncWait < 0 || o.FirstSyncWait > time.Minute) {
+		return fmt.Errorf("agent: first sync wait %v: want NoFirstSyncWait or up to 1m", o.FirstSyncWait)
+	}
 	if o.DrainTimeout != NoDrain && (o.DrainTimeout < 0 || o.DrainTimeout > 10*time.Minute) {
 		return fmt.Errorf("agent: drain timeout %v: want NoDrain or up to 10m", o.DrainTimeout)
 	}
@@ -201,6 +223,9 @@ func (o *Options) clockOptions(hub clocksync.HubExchanger) (co clocksync.Options
 	}
 	if co.Wall == nil {
 		co.Wall = o.Now
+	}
+	if co.StatePath == "" {
+		co.StatePath = filepath.Join(o.DataDir, ClockStateFile)
 	}
 	return co, len(co.Servers) > 0 || co.Hub != nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
@@ -16,8 +17,9 @@ import (
 // timeConn is the second MQTT connection that carries hub time requests
 // (the uplink's clients are private to it; see the package documentation).
 type timeConn struct {
-	cli mqtt.Client
-	hub *clocksync.MQTTHub
+	cli   mqtt.Client
+	hub   *clocksync.MQTTHub
+	clock atomic.Pointer[clocksync.Clock] // polled at once on (re)connect
 }
 
 // newTimeConn starts connecting in the background; paho retries and
@@ -55,6 +57,9 @@ func newTimeConn(o *Options) (*timeConn, error) {
 	co.SetOnConnectHandler(func(mqtt.Client) {
 		if tc.hub != nil {
 			tc.hub.Resubscribe() // a clean session lost the subscription
+		}
+		if c := tc.clock.Load(); c != nil {
+			c.PollSoon()
 		}
 	})
 	tc.cli = mqtt.NewClient(co)

@@ -58,18 +58,25 @@ func (e Estimate) Proto() *wirepb.ClockEstimate {
 // and corrects times with it. Run polls the sources; every other method is
 // safe for concurrent use and never blocks on the network.
 type Clock struct {
-	opts    Options
-	log     *slog.Logger
-	boot    string
-	metrics *metrics
+	opts      Options
+	log       *slog.Logger
+	boot      string
+	bootKnown bool // boot is the system's, not a random stand-in
+	metrics   *metrics
+
+	soon   chan struct{} // PollSoon's wake-up, buffered 1
+	synced chan struct{} // closed once the estimate is first trusted
+	once   sync.Once
 
 	model    atomic.Pointer[model]
 	wallBase atomic.Int64 // wall minus mono (ns) at the last check
 	reqID    atomic.Uint64
 
-	mu      sync.Mutex // serialises rounds; guards est and servers
+	mu      sync.Mutex // serialises rounds; guards est, servers, savedAt, saveDue
 	est     *estimator
 	servers []*server
+	savedAt time.Duration // monotonic time of the last state write, -1 none
+	saveDue bool          // a round changed the estimate since that write
 }
 
 // New validates opts and returns a Clock that has no estimate yet: call
@@ -79,11 +86,13 @@ func New(opts Options) (*Clock, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Clock{opts: opts, log: opts.Logger.With("component", "clocksync"), boot: opts.BootID}
+	c := &Clock{opts: opts, log: opts.Logger.With("component", "clocksync"), boot: opts.BootID, bootKnown: true,
+		soon: make(chan struct{}, 1), synced: make(chan struct{}), savedAt: -1}
 	if c.boot == "" {
 		id, err := ReadBootID()
 		if err != nil {
 			id = RandomBootID()
+			c.bootKnown = false
 			c.log.Warn("no boot id: events will not be repaired across restarts", "err", err, "boot_id", id)
 		}
 		c.boot = id
@@ -98,7 +107,32 @@ func New(opts Options) (*Clock, error) {
 	}
 	c.metrics = m
 	c.wallBase.Store(c.opts.Wall().UnixNano() - int64(c.opts.Mono()))
+	if opts.StatePath != "" {
+		c.restore()
+		c.noteTrusted(c.model.Load())
+	}
 	return c, nil
+}
+
+// Synced is closed once the estimate is first trusted (restored or from a
+// round), so a caller can wait, bounded, for it before its first upload.
+func (c *Clock) Synced() <-chan struct{} { return c.synced }
+
+// PollSoon makes Run start its next round now rather than after its
+// interval: for when a time source has just become reachable (the hub's
+// time connection is up). It never blocks.
+func (c *Clock) PollSoon() {
+	select {
+	case c.soon <- struct{}{}:
+	default:
+	}
+}
+
+// noteTrusted closes Synced if m is trusted now.
+func (c *Clock) noteTrusted(m *model) {
+	if m != nil && m.uncertainty(c.opts.Mono()) <= c.opts.MaxUncertainty {
+		c.once.Do(func() { close(c.synced) })
+	}
 }
 
 // BootID returns the boot id that this Clock's monotonic times belong to.
@@ -174,10 +208,13 @@ func (c *Clock) estimateAt(m *model, mono time.Duration, wall time.Time) Estimat
 	return e
 }
 
-// Run polls the sources until ctx ends: quickly while the clock is
-// untrusted or its drift unknown, every PollInterval after that, each
-// interval spread by PollJitter. It returns nil when ctx ends.
+// Run polls the sources until ctx ends: at once, then quickly while the
+// clock is untrusted or its drift unknown, every PollInterval after that,
+// each interval spread by PollJitter, and at once after PollSoon. It
+// returns nil when ctx ends, after writing the state file if a round
+// since its last write is not in it.
 func (c *Clock) Run(ctx context.Context) error {
+	defer c.flushState()
 	for {
 		if err := c.Poll(ctx); err != nil && ctx.Err() == nil {
 			c.log.Debug("time round failed", "err", err)
@@ -188,7 +225,19 @@ func (c *Clock) Run(ctx context.Context) error {
 			t.Stop()
 			return nil
 		case <-t.C:
+		case <-c.soon:
+			t.Stop()
 		}
+	}
+}
+
+// flushState writes the state file if a round was left out of it by
+// StateInterval.
+func (c *Clock) flushState() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.saveDue {
+		c.maybeSave(c.opts.Mono(), true)
 	}
 }
 
@@ -251,6 +300,8 @@ func (c *Clock) Poll(ctx context.Context) error {
 		c.metrics.rounds.WithLabelValues("accepted").Inc()
 	}
 	c.model.Store(next)
+	c.noteTrusted(next)
+	c.maybeSave(mono, false)
 	if cur == nil || (cur.uncertainty(mono) > c.opts.MaxUncertainty) != (next.uncertainty(mono) > c.opts.MaxUncertainty) {
 		est := c.estimateAt(next, mono, c.opts.Wall())
 		c.log.Info("clock estimate", "trusted", est.Trusted(), "offset", est.Offset,

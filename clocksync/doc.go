@@ -55,4 +55,17 @@
 // another boot, or one whose uncertainty would exceed
 // Options.MaxUncertainty, stays UNTRUSTED: it keeps its raw device time and
 // is never silently given a wrong one.
+//
+// A correction the estimate cannot tell from zero (|offset| <=
+// uncertainty) is not applied: the event keeps its device time, with the
+// uncertainty grown by the offset left out, so a right clock's events on
+// a window boundary stay in their window.
+//
+// # Restarts
+//
+// With Options.StatePath, the window of samples is saved with the boot id
+// and restored by a later Clock of the same boot: its monotonic times
+// still lie on the same line, and the fit's uncertainty has grown by the
+// drift bound since the newest sample. A state from another boot, or one
+// that cannot be read, is logged and ignored.
 package clocksync

@@ -13,6 +13,8 @@ type metrics struct {
 	samples *prometheus.CounterVec // source, result
 	rounds  *prometheus.CounterVec // result
 	steps   *prometheus.CounterVec // kind
+	// stateWrites counts writes of the state file by result (ok, error).
+	stateWrites *prometheus.CounterVec
 }
 
 func newMetrics(c *Clock, reg prometheus.Registerer) (*metrics, error) {
@@ -29,6 +31,10 @@ func newMetrics(c *Clock, reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "edgeflow", Subsystem: "clocksync", Name: "steps_total",
 			Help: "Detected clock steps by kind: wall (the device clock was set) or source (the time source jumped).",
 		}, []string{"kind"}),
+		stateWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "edgeflow", Subsystem: "clocksync", Name: "state_writes_total",
+			Help: "Writes of the saved clock state (Options.StatePath) by result (ok, error).",
+		}, []string{"result"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -39,7 +45,7 @@ func newMetrics(c *Clock, reg prometheus.Registerer) (*metrics, error) {
 		}, func() float64 { return f(c.Estimate()) })
 	}
 	cs := []prometheus.Collector{
-		m.samples, m.rounds, m.steps,
+		m.samples, m.rounds, m.steps, m.stateWrites,
 		gauge("offset_seconds", "Estimated true time minus device wall clock.", func(e Estimate) float64 { return e.Offset.Seconds() }),
 		gauge("uncertainty_seconds", "Half-width of the interval that holds the true offset; grows while no sample arrives.", func(e Estimate) float64 { return e.Uncertainty.Seconds() }),
 		gauge("drift_ppm", "Estimated drift of the offset, parts per million.", func(e Estimate) float64 { return e.Drift }),

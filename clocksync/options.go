@@ -76,6 +76,17 @@ type Options struct {
 	// ReadBootID, or a random id unique to this Clock if that fails (so
 	// nothing is repaired across a restart that cannot prove its boot).
 	BootID string
+	// StatePath, if set, is the file that keeps the estimator's samples
+	// with their boot id across process restarts: New restores them when
+	// the boot id matches (the fit is of true time against the monotonic
+	// clock of that boot, so it still holds, its uncertainty grown by the
+	// drift bound since), and ignores them after a reboot or when the boot
+	// id is unknown. Written atomically after rounds that changed the
+	// estimate. Default "" (not kept).
+	StatePath string
+	// StateInterval is the least monotonic time between writes of
+	// StatePath. Default 10 s.
+	StateInterval time.Duration
 	// Dialer, if set, replaces the UDP dialer of NTP queries (tests, or
 	// binding to one interface). See ntp.QueryOptions.Dialer.
 	Dialer func(localAddress, remoteAddress string) (net.Conn, error)
@@ -102,6 +113,7 @@ func (o *Options) EnsureDefaults() {
 	setDur(&o.MaxDelay, time.Second)
 	setDur(&o.MaxUncertainty, 10*time.Second)
 	setDur(&o.StepThreshold, 128*time.Millisecond)
+	setDur(&o.StateInterval, 10*time.Second)
 	if o.PollJitter == 0 {
 		o.PollJitter = 0.1
 	}
@@ -151,6 +163,7 @@ func (o *Options) Validate() error {
 		{"MaxDelay", o.MaxDelay},
 		{"MaxUncertainty", o.MaxUncertainty},
 		{"StepThreshold", o.StepThreshold},
+		{"StateInterval", o.StateInterval},
 	}
 	for _, p := range positive {
 		if p.d <= 0 {

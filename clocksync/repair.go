@@ -38,7 +38,8 @@ type Correction struct {
 }
 
 // Stamp reads the clocks for an event being captured now and corrects its
-// time with the current estimate, if trusted. It never blocks.
+// time with the current estimate, if trusted and distinguishable from zero
+// (see settle). It never blocks.
 func (c *Clock) Stamp() Stamp {
 	mono, wall, slack := c.read()
 	st := Stamp{DeviceTime: wall, Mono: mono, BootID: c.boot, Correction: untrusted(wall)}
@@ -48,14 +49,29 @@ func (c *Clock) Stamp() Stamp {
 	}
 	if u := m.uncertainty(mono); u <= c.opts.MaxUncertainty {
 		t := m.trueTime(mono)
-		st.Correction = Correction{
+		st.Correction = settle(Correction{
 			Time:        time.Unix(0, t),
 			Offset:      time.Duration(t - wall.UnixNano()),
 			Uncertainty: u + slack,
 			Method:      m.method,
-		}
+		}, wall)
 	}
 	return st
+}
+
+// settle leaves a device time as it is when the correction cannot be told
+// from zero (|Offset| <= Uncertainty): the clock is right within what the
+// estimate knows, and moving its times by noise would move events stamped
+// exactly on a window boundary into the previous window. The uncertainty
+// then grows by the offset left out, so the interval still holds the true
+// time. Method stays that of the estimate, which vouches for the clock.
+func settle(cr Correction, deviceTime time.Time) Correction {
+	if cr.Offset.Abs() > cr.Uncertainty {
+		return cr
+	}
+	cr.Uncertainty += cr.Offset.Abs()
+	cr.Time, cr.Offset = deviceTime, 0
+	return cr
 }
 
 // StampEvent fills ev's time fields (device_time_ns, mono_ns, boot_id and
@@ -95,12 +111,12 @@ func (c *Clock) Correct(deviceTime time.Time, mono time.Duration, bootID string)
 	if mono < m.firstMono {
 		method = wirepb.TimeMethod_TIME_METHOD_REPAIRED
 	}
-	return Correction{
+	return settle(Correction{
 		Time:        time.Unix(0, t),
 		Offset:      time.Duration(t - deviceTime.UnixNano()),
 		Uncertainty: u,
 		Method:      method,
-	}
+	}, deviceTime)
 }
 
 // RepairEvent re-times ev if it was captured untrusted and can now be

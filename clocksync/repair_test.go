@@ -113,3 +113,75 @@ func TestReadBootID(t *testing.T) {
 		t.Errorf("MonoNow went %v then %v", m1, m2)
 	}
 }
+
+// TestSettle: a correction the estimate cannot tell from zero is not
+// applied, and the interval then still holds the truth.
+func TestSettle(t *testing.T) {
+	dt := time.Date(2025, 6, 1, 5, 0, 0, 0, time.UTC) // on a window boundary
+	for _, tc := range []struct {
+		name        string
+		offset, unc time.Duration
+		wantOff     time.Duration
+		wantUnc     time.Duration
+	}{
+		{"noise below the uncertainty", 220 * time.Microsecond, 400 * time.Microsecond, 0, 620 * time.Microsecond},
+		{"negative noise", -400 * time.Microsecond, 400 * time.Microsecond, 0, 800 * time.Microsecond},
+		{"a real offset", 3 * time.Millisecond, 400 * time.Microsecond, 3 * time.Millisecond, 400 * time.Microsecond},
+		{"minutes off", -7 * time.Minute, time.Millisecond, -7 * time.Minute, time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Correction{Time: dt.Add(tc.offset), Offset: tc.offset, Uncertainty: tc.unc, Method: wirepb.TimeMethod_TIME_METHOD_HUB_SYNC}
+			got := settle(in, dt)
+			if got.Offset != tc.wantOff || got.Uncertainty != tc.wantUnc || !got.Time.Equal(dt.Add(tc.wantOff)) || got.Method != in.Method {
+				t.Errorf("settle = %+v, want offset %v ± %v", got, tc.wantOff, tc.wantUnc)
+			}
+			// Wherever the truth lies within the estimate's interval, the
+			// settled interval holds it too.
+			for _, truth := range []time.Duration{tc.offset - tc.unc, tc.offset + tc.unc} {
+				if (got.Offset - truth).Abs() > got.Uncertainty {
+					t.Errorf("true offset %v outside %v ± %v", truth, got.Offset, got.Uncertainty)
+				}
+			}
+		})
+	}
+}
+
+// TestRightClockKeepsItsTimes: a device whose clock is right, synced over
+// the hub's time service, stamps and repairs events at their own device
+// time; a device 40 ms off is corrected.
+func TestRightClockKeepsItsTimes(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		offset  time.Duration
+		applied bool
+	}{
+		{"right", 0, false},
+		{"40 ms behind", 40 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev := newSimClock(day0)
+			ref := newRef(dev, tc.offset, 0)
+			c := newTestClock(t, dev, nil, func(o *Options) { o.Hub = &fakeHub{ref: ref, delay: 200 * time.Microsecond} })
+			var early wirepb.Event
+			c.StampEvent(&early) // before any sample: untrusted, repaired later
+			pollN(t, c, dev, 5, 10*time.Second)
+			var ev wirepb.Event
+			c.StampEvent(&ev)
+			if !c.RepairEvent(&early) {
+				t.Fatal("not repaired")
+			}
+			for _, e := range []*wirepb.Event{&ev, &early} {
+				if e.Method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
+					t.Fatalf("untrusted: %+v", e)
+				}
+				if (e.OffsetNs != 0) != tc.applied {
+					t.Errorf("offset %v ± %v applied %v, want %v", time.Duration(e.OffsetNs), time.Duration(e.UncertaintyNs), e.OffsetNs != 0, tc.applied)
+				}
+				truth := ref.at(time.Duration(e.MonoNs))
+				if err := time.Duration(e.DeviceTimeNs + e.OffsetNs - truth).Abs(); err > time.Duration(e.UncertaintyNs) {
+					t.Errorf("corrected time %v off, uncertainty %v", err, time.Duration(e.UncertaintyNs))
+				}
+			}
+		})
+	}
+}

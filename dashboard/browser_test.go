@@ -18,6 +18,7 @@ import (
 
 	"edgeflow/demo"
 	"edgeflow/hub"
+	"edgeflow/hub/hubapi"
 	"edgeflow/simulator"
 )
 
@@ -211,7 +212,7 @@ func comparePage(ctx context.Context, base string) (shown, error) {
 	if err != nil {
 		return page, err
 	}
-	var devs hub.DevicesResponse
+	var devs hubapi.DevicesResponse
 	if err := getJSON(base+"/v1/devices", &devs); err != nil {
 		return page, err
 	}
@@ -231,7 +232,7 @@ func comparePage(ctx context.Context, base string) (shown, error) {
 	if page.Query == "" {
 		return page, fmt.Errorf("the chart has no data-query")
 	}
-	var agg hub.AggregatesResponse
+	var agg hubapi.AggregatesResponse
 	if err := getJSON(base+"/"+page.Query, &agg); err != nil {
 		return page, err
 	}

@@ -15,7 +15,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"edgeflow/hub"
+	"edgeflow/hub/broker"
 	"edgeflow/internal/testbroker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -219,7 +219,7 @@ func TestBrokerRetainedAuthenticated(t *testing.T) {
 func credentialsFile(t testing.TB, pairs ...string) string {
 	var b strings.Builder
 	for i := 0; i < len(pairs); i += 2 {
-		line, err := hub.HashPassword(pairs[i], []byte(pairs[i+1]), 4)
+		line, err := broker.HashPassword(pairs[i], []byte(pairs[i+1]), 4)
 		if err != nil {
 			t.Fatal(err)
 		}

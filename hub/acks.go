@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync"
 
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/broker"
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -78,7 +81,7 @@ type ackRound struct {
 
 // ackItem is one batch's ack, before runs are merged.
 type ackItem struct {
-	key    streamKey
+	key    hublog.StreamKey
 	a      *wirepb.Ack
 	ranged bool // may join a run: OK or DUPLICATE, and the agent said range_acks
 }
@@ -87,8 +90,8 @@ type ackItem struct {
 // messages.
 func (r *ackRound) add(s *Server, g []*pending) {
 	for _, p := range g {
-		if p.kind != entryBatch {
-			if p.kind == entryStatus {
+		if p.kind != hublog.KindBatch {
+			if p.kind == hublog.KindStatus {
 				s.m.statuses.Inc()
 			}
 			continue
@@ -97,7 +100,7 @@ func (r *ackRound) add(s *Server, g []*pending) {
 		r.arrived = append(r.arrived, p.serverTimeNs)
 		// An ack naming refused events answers its batch alone: a run's
 		// ack has one range and no room for them.
-		r.items = append(r.items, ackItem{streamKey{p.device, p.stream}, a, p.rangeAcks && wire.RunAckStatus(a.Status) && len(a.Refused) == 0})
+		r.items = append(r.items, ackItem{hublog.StreamKey{Device: p.device, ID: p.stream}, a, p.rangeAcks && wire.RunAckStatus(a.Status) && len(a.Refused) == 0})
 	}
 }
 
@@ -105,20 +108,20 @@ func (r *ackRound) add(s *Server, g []*pending) {
 // batches need not come in order (the broker's client may hand over
 // messages concurrently), so the acks are sorted by stream and first
 // sequence number first; agents take acks in any order.
-func (r *ackRound) messages(s *Server) []Message {
+func (r *ackRound) messages(s *Server) []broker.Message {
 	slices.SortFunc(r.items, func(x, y ackItem) int {
-		if c := strings.Compare(x.key.device, y.key.device); c != 0 {
+		if c := strings.Compare(x.key.Device, y.key.Device); c != 0 {
 			return c
 		}
-		if c := bytes.Compare(x.key.id[:], y.key.id[:]); c != 0 {
+		if c := bytes.Compare(x.key.ID[:], y.key.ID[:]); c != 0 {
 			return c
 		}
 		return cmp.Compare(x.a.FirstSeq, y.a.FirstSeq)
 	})
-	msgs := make([]Message, 0, len(r.items))
+	msgs := make([]broker.Message, 0, len(r.items))
 	var run *ackItem // the last ack kept, which the next may extend
 	keep := func() {
-		if m, ok := s.ackMessage(run.key.device, run.a); ok {
+		if m, ok := s.ackMessage(run.key.Device, run.a); ok {
 			msgs = append(msgs, m)
 		}
 	}
@@ -183,25 +186,24 @@ func refusedEvents(gs []*wirepb.Gap) uint64 {
 // refused one by one (its new sequence numbers only: a redelivery counts
 // nothing again).
 func (s *Server) countRefused(p *pending) {
-	if len(p.entry.refused) == 0 {
+	if len(p.entry.Refused) == 0 {
 		return
 	}
-	for _, r := range p.entry.refused {
-		s.m.refused.WithLabelValues(r.fault.Reason()).Add(float64(r.Len()))
+	for _, r := range p.entry.Refused {
+		s.m.refused.WithLabelValues(r.Fault.Reason()).Add(float64(r.Len()))
 	}
 	r := p.refused[0]
-	s.rejLog.log(s.log, "batch", p.device, "events refused, the rest of the batch applied", &Rejection{Reason(r.Reason),
-		fmt.Sprintf("%d events refused, first [%d, %d] %s", refusedEvents(p.refused), r.FirstSeq, r.LastSeq, r.Reason)})
+	s.rejLog.log(s.log, "batch", p.device, "events refused, the rest of the batch applied", &batchview.Rejection{Reason: batchview.Reason(r.Reason), Detail: fmt.Sprintf("%d events refused, first [%d, %d] %s", refusedEvents(p.refused), r.FirstSeq, r.LastSeq, r.Reason)})
 }
 
 // ackMessage encodes an ack for device's ack topic.
-func (s *Server) ackMessage(device string, a *wirepb.Ack) (Message, bool) {
+func (s *Server) ackMessage(device string, a *wirepb.Ack) (broker.Message, bool) {
 	payload, err := wire.EncodeAck(a)
 	if err != nil {
 		s.log.Error("encode ack", "device", device, "err", err)
-		return Message{}, false
+		return broker.Message{}, false
 	}
-	return Message{Topic: wire.AckTopic(device), Payload: payload, AtMostOnce: !s.opts.AcksAtLeastOnce}, true
+	return broker.Message{Topic: wire.AckTopic(device), Payload: payload, AtMostOnce: !s.opts.AcksAtLeastOnce}, true
 }
 
 // log writes one line unless one was written less than an interval ago;

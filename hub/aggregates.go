@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/hublog"
 	"edgeflow/internal/lograte"
 	"edgeflow/wire/wirepb"
 )
@@ -26,7 +27,7 @@ const aggSnapshotVersion = 1
 // the applier's goroutine (or recovery, before it starts).
 type aggregates struct {
 	eng   *aggregate.Engine
-	store *badgerPartials
+	store *hublog.BadgerPartials
 	log   *slog.Logger
 	rates map[error]*rateLog // one rate-limited log line per kind of held or dropped events
 	now   time.Time          // processing time of the tick being applied (engine's Clock)
@@ -37,7 +38,7 @@ type aggregates struct {
 // newAggregates builds the engine with the Badger store (bound later) and
 // a clock that only logged ticks move.
 func newAggregates(opt aggregate.Options, log *slog.Logger, now func() time.Time) (*aggregates, error) {
-	a := &aggregates{store: newBadgerPartials(), log: log, rates: map[error]*rateLog{}}
+	a := &aggregates{store: hublog.NewBadgerPartials(), log: log, rates: map[error]*rateLog{}}
 	for _, kind := range []error{nil, aggregate.ErrSeriesLimit, aggregate.ErrQuarantineFull, aggregate.ErrQuarantined, aggregate.ErrPartialsLimit} {
 		a.rates[kind] = &rateLog{lim: lograte.Limiter{Every: time.Minute}, now: now}
 	}
@@ -136,14 +137,14 @@ func (a *aggregates) TickAt(now time.Time, walSeq uint64) {
 }
 
 func (a *aggregates) flush() {
-	if err := a.store.flush(); err != nil {
+	if err := a.store.Flush(); err != nil {
 		a.rates[nil].log(a.log, "aggregate", "", "writing evicted partials failed; they stay in memory and are retried", err)
 	}
 }
 
 // Snapshot implements Consumer.
 func (a *aggregates) Snapshot() ([]byte, error) {
-	if err := a.store.flush(); err != nil {
+	if err := a.store.Flush(); err != nil {
 		return nil, err
 	}
 	snap, err := a.eng.Snapshot()
@@ -152,7 +153,7 @@ func (a *aggregates) Snapshot() ([]byte, error) {
 	}
 	out := make([]byte, 0, len(snap)+11)
 	out = append(out, aggSnapshotVersion)
-	out = binary.AppendUvarint(out, a.store.generation())
+	out = binary.AppendUvarint(out, a.store.Generation())
 	return append(out, snap...), nil
 }
 
@@ -162,7 +163,7 @@ func (a *aggregates) Restore(b []byte) error {
 	if err != nil {
 		return err
 	}
-	a.store.setGeneration(gen)
+	a.store.SetGeneration(gen)
 	if err := a.eng.Restore(snap); err != nil {
 		if errors.Is(err, aggregate.ErrIncompatibleSnapshot) {
 			return fmt.Errorf("%w; run `hubd rebuild` with the new configuration to recompute the aggregates from the log", err)
@@ -175,11 +176,11 @@ func (a *aggregates) Restore(b []byte) error {
 // splitAggSnapshot reads the header of the engine's checkpoint entry.
 func splitAggSnapshot(b []byte) (gen uint64, snap []byte, err error) {
 	if len(b) < 2 || b[0] != aggSnapshotVersion {
-		return 0, nil, fmt.Errorf("%w: aggregate snapshot: unknown version", ErrCorrupt)
+		return 0, nil, fmt.Errorf("%w: aggregate snapshot: unknown version", hublog.ErrCorrupt)
 	}
 	gen, n := binary.Uvarint(b[1:])
 	if n <= 0 {
-		return 0, nil, fmt.Errorf("%w: aggregate snapshot: bad generation", ErrCorrupt)
+		return 0, nil, fmt.Errorf("%w: aggregate snapshot: bad generation", hublog.ErrCorrupt)
 	}
 	return gen, b[1+n:], nil
 }

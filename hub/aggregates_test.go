@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/hubapi"
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -126,7 +128,7 @@ func waitCount(t *testing.T, s *Server, base time.Time, want uint64) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		var r AggregatesResponse
+		var r hubapi.AggregatesResponse
 		getJSON(t, s.Handler(), aggPath("temp", "1m", base.Add(-time.Hour), base.Add(time.Hour), "&aggs=count"), &r)
 		var n uint64
 		final := true
@@ -147,9 +149,9 @@ func waitCount(t *testing.T, s *Server, base time.Time, want uint64) {
 // checkBrute compares /v1/aggregates (tumbling 1m by device) with the
 // brute-force answer: exact count, sum, min, max, avg; quantiles within
 // the sketch's relative accuracy of a value at their rank.
-func checkBrute(t *testing.T, h http.Handler, sent []sentEvent, base time.Time) AggregatesResponse {
+func checkBrute(t *testing.T, h http.Handler, sent []sentEvent, base time.Time) hubapi.AggregatesResponse {
 	t.Helper()
-	var r AggregatesResponse
+	var r hubapi.AggregatesResponse
 	if code, body := getJSON(t, h, aggPath("temp", "tumbling:1m", base.Add(-time.Hour), base.Add(time.Hour), "&group_by=device"), &r); code != 200 {
 		t.Fatalf("status %d: %s", code, body)
 	}
@@ -241,7 +243,7 @@ func TestAggregatesLateCrashRebuild(t *testing.T) {
 	if revised != 1 {
 		t.Fatal("late window missing")
 	}
-	var late LateResponse
+	var late hubapi.LateResponse
 	getJSON(t, s1.Handler(), "/v1/late", &late)
 	if len(late.Events) != 1 || late.Events[0].Value != 42 || late.Events[0].Device != "d1" {
 		t.Fatalf("late log: %+v", late)
@@ -311,12 +313,12 @@ func sameAnswers(t *testing.T, when string, want, got [][]byte) {
 // engineCheckpoint reads the engine's entry of the last checkpoint.
 func engineCheckpoint(t *testing.T, dir string) []byte {
 	t.Helper()
-	st, err := openStore(dir, true, quietLogger(t))
+	st, err := hublog.OpenStore(dir, true, quietLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.close()
-	_, state, err := st.loadCheckpoint()
+	defer st.Close()
+	_, state, err := st.LoadCheckpoint()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +332,7 @@ func engineCheckpoint(t *testing.T, dir string) []byte {
 func countPartialKeys(t *testing.T, s *Server, gen uint64) int {
 	n := 0
 	var drop []uint64
-	_, err := dropGenerations(s.st.db, func(g uint64) bool { drop = append(drop, g); return false })
+	_, err := hublog.DropGenerations(s.st.DB, func(g uint64) bool { drop = append(drop, g); return false })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +374,7 @@ func TestRebuildNewResolution(t *testing.T) {
 	o.Aggregate.Resolution = 5 * time.Second
 	s3 := startHub(t, o)
 	checkBrute(t, s3.Handler(), sent, base)
-	var r AggregatesResponse
+	var r hubapi.AggregatesResponse
 	if code, body := getJSON(t, s3.Handler(), aggPath("temp", "tumbling:5s", base, base.Add(time.Hour), ""), &r); code != 200 || len(r.Windows) != 41 {
 		t.Fatalf("5s windows: %d %d %s", code, len(r.Windows), body)
 	}
@@ -399,16 +401,16 @@ func TestEventsEndpoint(t *testing.T) {
 		t.Fatalf("scanned %d log entries, want ev1's 2", r.Scanned)
 	}
 	code, _ := getJSON(t, s.Handler(), fmt.Sprintf("/v1/events?device=ev1&from=%d&to=%d&limit=2&metric=temp", base.UnixMilli(), base.Add(time.Minute).UnixMilli()), &r)
-	if code != 200 || len(r.Events) != 2 || !r.Truncated || r.NextFrom != rfc3339(time.Unix(0, at(3))) {
+	if code != 200 || len(r.Events) != 2 || !r.Truncated || r.NextFrom != hubapi.RFC3339(time.Unix(0, at(3))) {
 		t.Fatalf("limited: %d %+v", code, r)
 	}
 }
 
 // eventValues asks s's GET /v1/events for device's events in [from, to)
 // and returns the answer and the events' values in order.
-func eventValues(t *testing.T, s *Server, device string, from, to time.Time) (EventsResponse, []float64) {
+func eventValues(t *testing.T, s *Server, device string, from, to time.Time) (hubapi.EventsResponse, []float64) {
 	t.Helper()
-	var r EventsResponse
+	var r hubapi.EventsResponse
 	code, body := getJSON(t, s.Handler(), fmt.Sprintf("/v1/events?device=%s&from=%d&to=%d", device, from.UnixMilli(), to.UnixMilli()), &r)
 	if code != 200 {
 		t.Fatalf("%d %s", code, body)
@@ -534,7 +536,7 @@ func TestQueryAPIParamErrors(t *testing.T) {
 		t.Run(tt.path, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest("GET", tt.path, nil))
-			var e APIError
+			var e hubapi.APIError
 			body, _ := io.ReadAll(rec.Body)
 			if err := json.Unmarshal(body, &e); err != nil || rec.Code != 400 || e.Param != tt.param || e.Error == "" {
 				t.Fatalf("got %d %s; want 400 naming %q", rec.Code, body, tt.param)
@@ -547,7 +549,7 @@ func TestQueryAPIParamErrors(t *testing.T) {
 	d.send(timedBatch("cap", d.stream, 1, []int64{base.UnixNano(), base.Add(time.Minute).UnixNano()}, []float64{1, 2}))
 	waitCount(t, s, base, 2)
 	code, body := getJSON(t, h, aggPath("temp", "1m", base, base.Add(time.Hour), "&limit=1"), nil)
-	var e APIError
+	var e hubapi.APIError
 	if err := json.Unmarshal(body, &e); err != nil || code != 400 || e.Param != "limit" {
 		t.Fatalf("over the limit: %d %s", code, body)
 	}
@@ -601,7 +603,7 @@ func TestQueryHubsMerge(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := QueryHubs(context.Background(), http.DefaultClient, urls[:2], "", q)
+			got, err := hubapi.QueryHubs(context.Background(), http.DefaultClient, urls[:2], "", q)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -621,7 +623,7 @@ func TestQueryHubsMerge(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var e APIError
+		var e hubapi.APIError
 		_ = json.NewDecoder(resp.Body).Decode(&e)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest || e.Param != param {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/hublog"
 )
 
 // BenchmarkQueryDayHTTP measures GET /v1/aggregates over real HTTP for one
@@ -102,11 +103,11 @@ var benchDay = time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
 // an hour, so the whole day is final; evicted selects evict_after 1m
 // (everything in Badger) or 48h; cache is query_cache_partials (0: default).
 func dayOfPartials(b *testing.B, evicted bool, cache int) *aggregates {
-	st, err := openStore(b.TempDir(), false, quietLogger(b))
+	st, err := hublog.OpenStore(b.TempDir(), false, quietLogger(b))
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { st.close() })
+	b.Cleanup(func() { st.Close() })
 	opt := aggregate.Options{IdleTimeout: time.Minute, EvictAfter: 48 * time.Hour, MaxSeries: 10, QueryCachePartials: cache}
 	if evicted {
 		opt.EvictAfter = time.Minute
@@ -115,7 +116,7 @@ func dayOfPartials(b *testing.B, evicted bool, cache int) *aggregates {
 	if err != nil {
 		b.Fatal(err)
 	}
-	a.store.bind(st.db)
+	a.store.Bind(st.DB)
 	var id aggregate.StreamID
 	for h := 0; h < 25; h++ {
 		bt := aggregate.Batch{Seq: uint64(h + 1), Device: "d1", Stream: id, ServerTime: benchDay.Add(time.Duration(h+1) * time.Hour).UnixNano()}

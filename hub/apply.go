@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"time"
 
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/hubapi"
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -45,15 +48,15 @@ func (a *applier) str(b []byte) string {
 
 // applyEntry applies one entry. v is its parsed batch when the caller has
 // it (live path); nil makes applyEntry parse the stored payload (replay).
-func (a *applier) applyEntry(e *walEntry, v *batchView) error {
-	switch e.kind {
-	case entryStatus:
-		st, err := wire.DecodeStatus(e.payload, wire.Limits{})
+func (a *applier) applyEntry(e *hublog.Entry, v *batchview.View) error {
+	switch e.Kind {
+	case hublog.KindStatus:
+		st, err := wire.DecodeStatus(e.Payload, wire.Limits{})
 		if err != nil {
-			return fmt.Errorf("%w: log entry %d: status: %v", ErrCorrupt, e.seq, err)
+			return fmt.Errorf("%w: log entry %d: status: %v", hublog.ErrCorrupt, e.Seq, err)
 		}
 		a.reg.applyStatus(e, st)
-	case entryBatch:
+	case hublog.KindBatch:
 		if v == nil {
 			var err error
 			if v, err = a.parseStored(e); err != nil {
@@ -62,25 +65,25 @@ func (a *applier) applyEntry(e *walEntry, v *batchView) error {
 		}
 		a.reg.applyBatch(e, v)
 		a.feedConsumers(e, v)
-	case entryTick:
-		a.tickConsumers(time.Unix(0, e.serverTimeNs), e.seq)
-	case entryRetire:
+	case hublog.KindTick:
+		a.tickConsumers(time.Unix(0, e.ServerTimeNs), e.Seq)
+	case hublog.KindRetire:
 		a.retireStream(e)
 	default:
-		return fmt.Errorf("%w: log entry %d: unknown kind %d", ErrCorrupt, e.seq, e.kind)
+		return fmt.Errorf("%w: log entry %d: unknown kind %d", hublog.ErrCorrupt, e.Seq, e.Kind)
 	}
-	a.lastSeq = e.seq
+	a.lastSeq = e.Seq
 	return nil
 }
 
 // parseStored parses the batch payload of a stored entry.
-func (a *applier) parseStored(e *walEntry) (*batchView, error) {
-	v := new(batchView)
-	err := parseBatchFrame(v, e.payload, a.limits)
+func (a *applier) parseStored(e *hublog.Entry) (*batchview.View, error) {
+	v := new(batchview.View)
+	err := batchview.ParseBatchFrame(v, e.Payload, a.limits)
 	if err == nil {
 		return v, nil
 	}
-	return nil, fmt.Errorf("%w: log entry %d: batch: %v", ErrCorrupt, e.seq, err)
+	return nil, fmt.Errorf("%w: log entry %d: batch: %v", hublog.ErrCorrupt, e.Seq, err)
 }
 
 // observe feeds the hub's clock estimator with a batch's timing; it runs in
@@ -120,12 +123,12 @@ func (a *applier) tickConsumers(now time.Time, seq uint64) {
 }
 
 // feedConsumers builds the AppliedBatch of e and hands it to each consumer.
-func (a *applier) feedConsumers(e *walEntry, v *batchView) {
+func (a *applier) feedConsumers(e *hublog.Entry, v *batchview.View) {
 	n := uint64(0)
-	for _, r := range e.fresh {
+	for _, r := range e.Fresh {
 		n += r.Len()
 	}
-	for _, r := range e.refused {
+	for _, r := range e.Refused {
 		n -= r.Len()
 	}
 	a.events += n
@@ -140,28 +143,28 @@ func (a *applier) feedConsumers(e *walEntry, v *batchView) {
 
 // build fills the reusable AppliedBatch with the fresh events of e that
 // the hub did not refuse.
-func (a *applier) build(e *walEntry, v *batchView) *AppliedBatch {
+func (a *applier) build(e *hublog.Entry, v *batchview.View) *AppliedBatch {
 	b := &a.batch
 	*b = AppliedBatch{
-		WALSeq: e.seq, Device: e.device, Stream: e.stream, Ranges: e.appliedRanges(),
-		ServerTime: time.Unix(0, e.serverTimeNs), SendTimeNs: v.sendTimeNs,
+		WALSeq: e.Seq, Device: e.Device, Stream: e.Stream, Ranges: e.AppliedRanges(),
+		ServerTime: time.Unix(0, e.ServerTimeNs), SendTimeNs: v.SendTimeNs,
 		Events: b.Events[:0],
 	}
-	if v.hasBacklog {
-		b.Backlog = Backlog{Events: v.backlog.Events, Bytes: v.backlog.Bytes, OldestNs: v.backlog.OldestNs}
+	if v.HasBacklog {
+		b.Backlog = hubapi.Backlog{Events: v.Backlog.Events, Bytes: v.Backlog.Bytes, OldestNs: v.Backlog.OldestNs}
 	}
 	a.tags = a.tags[:0]
-	evs := v.eventList()
-	for _, r := range e.fresh {
+	evs := v.EventList()
+	for _, r := range e.Fresh {
 		for seq := r.First; seq <= r.Last && seq >= r.First; seq++ {
-			i := seq - v.firstSeq
+			i := seq - v.FirstSeq
 			if i >= uint64(len(evs)) {
 				break
 			}
-			if len(e.refused) > 0 && e.refusedAt(seq) {
+			if len(e.Refused) > 0 && e.RefusedAt(seq) {
 				continue
 			}
-			b.Events = append(b.Events, a.event(seq, &evs[i], v, e.est))
+			b.Events = append(b.Events, a.event(seq, &evs[i], v, e.Est))
 		}
 	}
 	return b
@@ -184,38 +187,38 @@ func (a *applier) safeCall(name string, fn func()) {
 }
 
 // event converts one parsed event, correcting its time.
-func (a *applier) event(seq uint64, ev *eventView, v *batchView, est hubEstimate) AppliedEvent {
+func (a *applier) event(seq uint64, ev *batchview.EventView, v *batchview.View, est hublog.HubEstimate) AppliedEvent {
 	out := AppliedEvent{
-		Seq: seq, Metric: a.str(ev.metric), Value: ev.value, DeviceTimeNs: ev.deviceTimeNs,
-		EventTimeNs: ev.deviceTimeNs, UncertaintyNs: ev.uncertaintyNs, Method: ev.method,
+		Seq: seq, Metric: a.str(ev.Metric), Value: ev.Value, DeviceTimeNs: ev.DeviceTimeNs,
+		EventTimeNs: ev.DeviceTimeNs, UncertaintyNs: ev.UncertaintyNs, Method: ev.Method,
 	}
-	if ev.tagHi > ev.tagLo {
+	if ev.TagHi > ev.TagLo {
 		lo := len(a.tags)
-		for _, t := range v.tags[ev.tagLo:ev.tagHi] {
-			a.tags = append(a.tags, Tag{Key: a.str(t.key), Value: a.str(t.value)})
+		for _, t := range v.Tags[ev.TagLo:ev.TagHi] {
+			a.tags = append(a.tags, Tag{Key: a.str(t.Key), Value: a.str(t.Value)})
 		}
 		out.Tags = a.tags[lo:len(a.tags):len(a.tags)]
 	}
-	correctTime(&out, ev.offsetNs, est)
+	correctTime(&out, ev.OffsetNs, est)
 	return out
 }
 
 // correctTime sets the event time: the agent's correction when it trusts
 // its clock, else the hub's estimate when it has one (HUB_ESTIMATE), else
 // the raw device time, UNTRUSTED.
-func correctTime(e *AppliedEvent, agentOffsetNs int64, est hubEstimate) {
+func correctTime(e *AppliedEvent, agentOffsetNs int64, est hublog.HubEstimate) {
 	if e.Method != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
 		e.EventTimeNs = e.DeviceTimeNs + agentOffsetNs // bounded by validation
 		return
 	}
-	if !est.ok {
+	if !est.OK {
 		return
 	}
-	t, ok := addNs(e.DeviceTimeNs, est.offsetNs)
-	if !ok || !saneTime(t) {
+	t, ok := addNs(e.DeviceTimeNs, est.OffsetNs)
+	if !ok || !batchview.SaneTime(t) {
 		return
 	}
-	e.EventTimeNs, e.UncertaintyNs, e.Method = t, est.uncertaintyNs, wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE
+	e.EventTimeNs, e.UncertaintyNs, e.Method = t, est.UncertaintyNs, wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE
 }
 
 // addNs adds two int64s and reports whether the sum did not overflow.

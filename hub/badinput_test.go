@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -28,23 +29,6 @@ func rawBatch(t testing.TB, b *wirepb.Batch, edit func(i int, ev []byte) []byte)
 		t.Fatal(err)
 	}
 	return wire.Frame(wire.MsgBatch, body)
-}
-
-// splitBatch returns b's header (its events left out) and its events,
-// each encoded as an agent's buffer stores them.
-func splitBatch(t testing.TB, b *wirepb.Batch) (*wirepb.Batch, [][]byte) {
-	t.Helper()
-	h := proto.Clone(b).(*wirepb.Batch)
-	h.Events = nil
-	var evs [][]byte
-	for _, e := range b.Events {
-		raw, err := proto.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs = append(evs, raw)
-	}
-	return h, evs
 }
 
 // TestBatchesThatLie sends, through the embedded broker, batches that lie
@@ -70,84 +54,84 @@ func TestBatchesThatLie(t *testing.T) {
 		name   string
 		make   func() (first uint64, payload []byte)
 		status wirepb.AckStatus
-		reason Reason
+		reason batchview.Reason
 		// refused: the batch is applied without its bad events, which the
 		// ack lists with this reason (refusedN of them).
-		refused  Reason
+		refused  batchview.Reason
 		refusedN uint64
 	}{
 		{"device in topic differs from payload", func() (uint64, []byte) {
 			return next, encodeBatch(t, makeBatch("someone-else", d.stream, next, 5))
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonDeviceMismatch, "", 0},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, batchview.ReasonDeviceMismatch, "", 0},
 		{"sequence goes back (already applied)", func() (uint64, []byte) {
 			return 1, encodeBatch(t, makeBatch("liar", d.stream, 1, 5))
 		}, wirepb.AckStatus_ACK_STATUS_DUPLICATE, "", "", 0},
 		{"sequence jumps by 2^63", func() (uint64, []byte) {
 			return next + 1<<63, encodeBatch(t, makeBatch("liar", d.stream, next+1<<63, 5))
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonSeqAhead, "", 0},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, batchview.ReasonSeqAhead, "", 0},
 		{"sequence overflows uint64", func() (uint64, []byte) {
 			return math.MaxUint64 - 1, encodeBatch(t, makeBatch("liar", d.stream, math.MaxUint64-1, 5))
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonSeqOverflow, "", 0},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, batchview.ReasonSeqOverflow, "", 0},
 		{"first_seq 0", func() (uint64, []byte) {
 			return 0, encodeBatch(t, makeBatch("liar", d.stream, 0, 5))
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonFirstSeq, "", 0},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, batchview.ReasonFirstSeq, "", 0},
 		{"timestamp in year 1", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[2].DeviceTimeNs = math.MinInt64 // year 1 is before int64 nanoseconds reach
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonTime, 1},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", batchview.ReasonTime, 1},
 		{"timestamp in year 9999", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[2].DeviceTimeNs = math.MaxInt64 // year 2262, the largest; 9999 cannot be written
 			b.Events[3].OffsetNs = year(2200) - baseTimeNs + 1
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonTime, 2},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", batchview.ReasonTime, 2},
 		{"send time in year 1970", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.SendTimeNs = 1
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTime, "", 0},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, batchview.ReasonTime, "", 0},
 		{"NaN value", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[4].Value = math.NaN()
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonValue, 1},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", batchview.ReasonValue, 1},
 		{"+Inf value", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[0].Value = math.Inf(1)
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonValue, 1},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", batchview.ReasonValue, 1},
 		{"-Inf value", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[0].Value = math.Inf(-1)
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonValue, 1},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", batchview.ReasonValue, 1},
 		{"invalid UTF-8 metric name", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[1].Metric = "BADNAME1"
 			return next, rawBatch(t, b, func(_ int, ev []byte) []byte {
 				return bytes.Replace(ev, []byte("BADNAME1"), []byte("BAD\xff\xfeME1"), 1)
 			})
-		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonMetric, 1},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", batchview.ReasonMetric, 1},
 		{"invalid UTF-8 tag key", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[1].Tags[0].Key = "BADKEY12"
 			return next, rawBatch(t, b, func(_ int, ev []byte) []byte {
 				return bytes.Replace(ev, []byte("BADKEY12"), []byte("BA\xc3\x28EY12"), 1)
 			})
-		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonTag, 1},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", batchview.ReasonTag, 1},
 		{"invalid UTF-8 tag value", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[1].Tags[0].Value = "BADVAL12"
 			return next, rawBatch(t, b, func(_ int, ev []byte) []byte {
 				return bytes.Replace(ev, []byte("BADVAL12"), []byte("BA\xed\xa0\x80L12"), 1) // a surrogate
 			})
-		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonTag, 1},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", batchview.ReasonTag, 1},
 		{"empty metric name", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			b.Events[1].Metric = ""
 			return next, encodeBatch(t, b)
-		}, wirepb.AckStatus_ACK_STATUS_OK, "", ReasonMetric, 1},
+		}, wirepb.AckStatus_ACK_STATUS_OK, "", batchview.ReasonMetric, 1},
 		{"a million tags", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 5)
 			tag, _ := proto.Marshal(&wirepb.Event{Tags: []*wirepb.Tag{{Key: "k", Value: "v"}}})
@@ -157,7 +141,7 @@ func TestBatchesThatLie(t *testing.T) {
 				}
 				return append(ev, bytes.Repeat(tag, 1_000_000)...)
 			})
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTooLarge, "", 0},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, batchview.ReasonTooLarge, "", 0},
 		{"more events than the limit", func() (uint64, []byte) {
 			b := makeBatch("liar", d.stream, next, 1)
 			ev, _ := proto.Marshal(&wirepb.Event{Metric: "m", DeviceTimeNs: baseTimeNs, Method: wirepb.TimeMethod_TIME_METHOD_NTP})
@@ -169,11 +153,11 @@ func TestBatchesThatLie(t *testing.T) {
 			}
 			body, _ := wire.AppendRawEvents(h, evs)
 			return next, wire.Frame(wire.MsgBatch, body)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonTooLarge, "", 0},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, batchview.ReasonTooLarge, "", 0},
 		{"garbage after a valid header", func() (uint64, []byte) {
 			p := encodeBatch(t, makeBatch("liar", d.stream, next, 5))
 			return next, append(p[:len(p)-3], 0xff, 0xff, 0xff)
-		}, wirepb.AckStatus_ACK_STATUS_REJECTED, ReasonMalformed, "", 0},
+		}, wirepb.AckStatus_ACK_STATUS_REJECTED, batchview.ReasonMalformed, "", 0},
 	}
 	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
@@ -220,7 +204,7 @@ func TestBatchesThatLie(t *testing.T) {
 		}
 		c.Publish(wire.BatchTopic("liar"), 1, false, big).WaitTimeout(5 * time.Second)
 		m := brokerMetricsOf(s)
-		waitFor(t, func() bool { return counterValue(t, m.disconnects.WithLabelValues("packet_too_large")) == 1 })
+		waitFor(t, func() bool { return counterValue(t, m.Disconnects.WithLabelValues("packet_too_large")) == 1 })
 		good()
 	})
 	if n := counterValue(t, s.m.panics); n != 0 {

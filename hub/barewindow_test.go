@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"edgeflow/hub/hubapi"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -30,7 +31,7 @@ func TestBareDurationWindowHTTP(t *testing.T) {
 
 	from, to := base.Add(-time.Minute), base.Add(time.Hour)
 	for bare, explicit := range map[string]string{"2m": "tumbling:2m", "10s": "tumbling:10s"} {
-		var got, want AggregatesResponse
+		var got, want hubapi.AggregatesResponse
 		if code, body := getJSON(t, h, aggPath("temp", bare, from, to, ""), &got); code != 200 {
 			t.Fatalf("window=%s: %d %s", bare, code, body)
 		}
@@ -44,7 +45,7 @@ func TestBareDurationWindowHTTP(t *testing.T) {
 
 	// The configured window named "1m" (tumbling 1m) and the configured
 	// hopping "5m-1m" keep answering by name.
-	var named, hop AggregatesResponse
+	var named, hop hubapi.AggregatesResponse
 	getJSON(t, h, aggPath("temp", "1m", from, to, ""), &named)
 	getJSON(t, h, aggPath("temp", "5m-1m", from, to, ""), &hop)
 	if len(named.Windows) == 0 || len(hop.Windows) <= len(named.Windows) {
@@ -57,7 +58,7 @@ func TestBareDurationWindowHTTP(t *testing.T) {
 		"weekly": `no configured window "weekly"`,
 	} {
 		code, body := getJSON(t, h, aggPath("temp", window, from, to, ""), nil)
-		var e APIError
+		var e hubapi.APIError
 		if err := json.Unmarshal(body, &e); err != nil || code != 400 || e.Param != "window" || !strings.Contains(e.Error, want) {
 			t.Errorf("window=%s: %d %s, want a 400 naming window with %q", window, code, body, want)
 		}

@@ -18,6 +18,8 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/broker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -27,7 +29,7 @@ func writeCredentials(t testing.TB, pairs ...string) string {
 	t.Helper()
 	var b strings.Builder
 	for i := 0; i < len(pairs); i += 2 {
-		line, err := HashPassword(pairs[i], []byte(pairs[i+1]), 4) // bcrypt.MinCost: fast tests
+		line, err := broker.HashPassword(pairs[i], []byte(pairs[i+1]), 4) // bcrypt.MinCost: fast tests
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +70,7 @@ func mqttClient(t testing.TB, broker, clientID, user, pass string, tc *tls.Confi
 }
 
 // brokerMetricsOf returns the embedded broker's metrics.
-func brokerMetricsOf(s *Server) *brokerMetrics { return s.tr.(*embeddedBroker).auth.m }
+func brokerMetricsOf(s *Server) *broker.Metrics { return s.tr.(*broker.Embedded).Auth.Metrics }
 
 // subscribeCode subscribes and returns the SUBACK's code (0x80: refused).
 func subscribeCode(t *testing.T, c paho.Client, filter string) byte {
@@ -111,8 +113,8 @@ func TestBrokerPasswords(t *testing.T) {
 	m := brokerMetricsOf(s)
 	// An unknown device costs a bcrypt comparison too (slow under -race):
 	// the client may give up before the broker has counted it.
-	waitFor(t, func() bool { return counterValue(t, m.refused.WithLabelValues(refusedBadCredentials)) == 2 })
-	if n := counterValue(t, m.refused.WithLabelValues(refusedNoCredentials)); n != 1 {
+	waitFor(t, func() bool { return counterValue(t, m.Refused.WithLabelValues(broker.RefusedBadCredentials)) == 2 })
+	if n := counterValue(t, m.Refused.WithLabelValues(broker.RefusedNoCredentials)); n != 1 {
 		t.Fatalf("no_credentials refusals %v, want 1", n)
 	}
 	// The right password works end to end: a batch is acked OK.
@@ -170,7 +172,7 @@ func TestBrokerTopicPermissions(t *testing.T) {
 	if code := subscribeCode(t, a.c, wire.TimeRespTopic("dev-a")); code == 0x80 {
 		t.Error("own time response refused")
 	}
-	if n := counterValue(t, m.denied.WithLabelValues("subscribe")); n != 6 {
+	if n := counterValue(t, m.Denied.WithLabelValues("subscribe")); n != 6 {
 		t.Errorf("denied subscriptions %v, want 6", n)
 	}
 
@@ -186,7 +188,7 @@ func TestBrokerTopicPermissions(t *testing.T) {
 	// drops the connection; the hub never sees the batch.
 	forged := encodeBatch(t, makeBatch("dev-b", b.stream, 6, 5))
 	a.c.Publish(wire.BatchTopic("dev-b"), 1, false, forged).WaitTimeout(2 * time.Second)
-	waitFor(t, func() bool { return counterValue(t, m.denied.WithLabelValues("publish")) == 1 })
+	waitFor(t, func() bool { return counterValue(t, m.Denied.WithLabelValues("publish")) == 1 })
 	// dev-b's own 5 events reach the registry after their ack (the applier).
 	waitFor(t, func() bool { i, _ := s.Device("dev-b"); return len(i.Streams) > 0 && i.Streams[0].Events >= 5 })
 	time.Sleep(100 * time.Millisecond)
@@ -232,7 +234,7 @@ func TestBrokerConnectionLimit(t *testing.T) {
 	if _, err := mqttClient(t, url, "b1", "dev-b", "password-b", nil, ""); err != nil {
 		t.Fatalf("another device: %v", err)
 	}
-	if n := counterValue(t, brokerMetricsOf(s).refused.WithLabelValues(refusedTooMany)); n != 1 {
+	if n := counterValue(t, brokerMetricsOf(s).Refused.WithLabelValues(broker.RefusedTooMany)); n != 1 {
 		t.Fatalf("too_many_connections %v, want 1", n)
 	}
 }
@@ -368,7 +370,7 @@ func TestBrokerClientCertificates(t *testing.T) {
 	if _, err := mqttClient(t, url, "edgeflow-weird", "", "", pki.clientTLS(t, weird, weirdKey), ""); err == nil {
 		t.Fatal("certificate with CN dev/+ accepted")
 	}
-	if n := counterValue(t, brokerMetricsOf(s).refused.WithLabelValues(refusedBadIdentity)); n != 2 {
+	if n := counterValue(t, brokerMetricsOf(s).Refused.WithLabelValues(broker.RefusedBadIdentity)); n != 2 {
 		t.Fatalf("bad_identity refusals %v, want 2", n)
 	}
 }
@@ -379,7 +381,7 @@ func TestIdentityMismatchRejected(t *testing.T) {
 	s := startHub(t, testOptions(t, t.TempDir()))
 	b := makeBatch("dev-b", wire.NewStreamID(), 1, 5)
 	s.handleFrom(wire.BatchTopic("dev-b"), "dev-a", encodeBatch(t, b))
-	if n := counterValue(t, s.m.rejected.WithLabelValues(string(ReasonIdentityMismatch))); n != 1 {
+	if n := counterValue(t, s.m.rejected.WithLabelValues(string(batchview.ReasonIdentityMismatch))); n != 1 {
 		t.Fatalf("identity_mismatch %v, want 1", n)
 	}
 	s.handleFrom(wire.BatchTopic("dev-b"), "dev-b", encodeBatch(t, b))
@@ -404,7 +406,7 @@ func TestRateLimited(t *testing.T) {
 	if n := counterValue(t, s.m.batches.WithLabelValues("retry_later")); n != 1 {
 		t.Fatalf("retry_later batches %v, want 1", n)
 	}
-	if n := counterValue(t, s.m.rejected.WithLabelValues(string(ReasonRateLimited))); n != 1 {
+	if n := counterValue(t, s.m.rejected.WithLabelValues(string(batchview.ReasonRateLimited))); n != 1 {
 		t.Fatalf("rate_limited %v, want 1", n)
 	}
 	// Other devices are not affected.

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"bytes"
+	"edgeflow/hub/broker"
 	"io"
 	"net"
 	"strings"
@@ -51,11 +52,11 @@ func TestClientQueueBound(t *testing.T) {
 	payload := bytes.Repeat([]byte{0xA5}, 256<<10)
 	const sent = 1000
 	for range sent {
-		if err := s.tr.Publish([]Message{{Topic: "edge/v1/stalled/ack", Payload: payload, AtMostOnce: true}}); err != nil {
+		if err := s.tr.Publish([]broker.Message{{Topic: "edge/v1/stalled/ack", Payload: payload, AtMostOnce: true}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	dropped := counterValue(t, m.dropped)
+	dropped := counterValue(t, m.Dropped)
 	if dropped < sent/2 {
 		t.Fatalf("dropped %v of %d messages to a client that stopped reading; want most, with a queue of 2", dropped, sent)
 	}
@@ -66,7 +67,7 @@ func TestClientQueueBound(t *testing.T) {
 
 // An out-of-range client queue is refused at validation, by name.
 func TestClientQueueValidate(t *testing.T) {
-	for _, n := range []int{-1, maxClientQueue + 1} {
+	for _, n := range []int{-1, broker.MaxClientQueue + 1} {
 		o := testOptions(t, t.TempDir())
 		o.MQTTClientQueue = n
 		o.EnsureDefaults()

@@ -9,6 +9,8 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/hublog"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -19,11 +21,11 @@ import (
 // After the committer hands a pending on, it is read-only (the applier may
 // still release its view).
 type pending struct {
-	kind         entryKind
+	kind         hublog.Kind
 	device       string // from the topic
 	serverTimeNs int64
 	payload      []byte // as received
-	view         *batchView
+	view         *batchview.View
 	stream       wire.StreamID
 	first, last  uint64
 	rangeAcks    bool      // the agent takes one ack for a run of batches
@@ -32,10 +34,10 @@ type pending struct {
 	// (a device at its bound of streams); else the rate limiter says.
 	retryAfterNs int64
 
-	rej      *Rejection // set: acked REJECTED, not logged
-	dup      bool       // set: acked DUPLICATE, not logged
-	accepted bool       // set: logged as entry
-	entry    walEntry
+	rej      *batchview.Rejection // set: acked REJECTED, not logged
+	dup      bool                 // set: acked DUPLICATE, not logged
+	accepted bool                 // set: logged as entry
+	entry    hublog.Entry
 	// refused are the batch's events the hub refuses one by one, as the
 	// ack tells them (the committer fills it: the view may be released
 	// before the ack is sent).
@@ -50,8 +52,8 @@ type committer struct {
 	in        chan *pending
 	toAck     chan []*pending
 	toApply   chan []*pending
-	st        *store
-	streams   map[streamKey]*dedupState
+	st        *hublog.Store
+	streams   map[hublog.StreamKey]*hublog.DedupState
 	nextSeq   uint64
 	estimator ClockEstimator
 	opts      *Options
@@ -62,8 +64,7 @@ type committer struct {
 	// counts from it); waitTimer is reused from group to group.
 	lastEnd   time.Time
 	waitTimer *time.Timer
-	ceiling   *ceilingJournal // HUB_CEILING_STORE's journal (ceiling.go)
-	cap       streamCap       // streams per device and their expiry (streamcap.go)
+	cap       streamCap // streams per device and their expiry (streamcap.go)
 }
 
 // applyLagBytes bounds the payload bytes committed (and acknowledged) but
@@ -200,23 +201,20 @@ func (c *committer) collect() (group []*pending, more bool) {
 
 // commit classifies and writes one group, then syncs.
 func (c *committer) commit(group []*pending) error {
-	if ceilingStore != "" {
-		return c.ceilingCommit(group)
-	}
 	start := time.Now()
-	txn := c.st.db.NewTransaction(true)
+	txn := c.st.DB.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	logged, err := c.eachEntry(group, func(p *pending, kvs []kv) error {
 		if err := setAll(txn, kvs); errors.Is(err, badger.ErrTxnTooBig) {
 			if err := txn.Commit(); err != nil {
 				return fmt.Errorf("commit log group: %w", err)
 			}
-			txn = c.st.db.NewTransaction(true)
+			txn = c.st.DB.NewTransaction(true)
 			if err := setAll(txn, kvs); err != nil {
-				return fmt.Errorf("log entry %d alone: %w", p.entry.seq, err)
+				return fmt.Errorf("log entry %d alone: %w", p.entry.Seq, err)
 			}
 		} else if err != nil {
-			return fmt.Errorf("log entry %d: %w", p.entry.seq, err)
+			return fmt.Errorf("log entry %d: %w", p.entry.Seq, err)
 		}
 		return nil
 	})
@@ -226,7 +224,7 @@ func (c *committer) commit(group []*pending) error {
 	if err := txn.Commit(); err != nil {
 		return fmt.Errorf("commit log group: %w", err)
 	}
-	if err := c.st.flush(); err != nil {
+	if err := c.st.Flush(); err != nil {
 		return fmt.Errorf("sync log: %w", err)
 	}
 	c.durable(start, logged)
@@ -288,17 +286,17 @@ func setAll(txn *badger.Txn, kvs []kv) error {
 // entryKVs assigns p its log position and returns its entry and, for a
 // batch, its stream's applied ranges as they are after p and its
 // event-time index keys.
-func (c *committer) entryKVs(p *pending, key streamKey) []kv {
-	p.entry.seq = c.nextSeq
+func (c *committer) entryKVs(p *pending, key hublog.StreamKey) []kv {
+	p.entry.Seq = c.nextSeq
 	c.nextSeq++
 	p.accepted = true
-	if p.kind == entryRetire {
+	if p.kind == hublog.KindRetire {
 		return retireKVs(p)
 	}
 	out := make([]kv, 1, 2+maxIndexKeys)
-	out[0] = kv{k: walKey(p.entry.seq, p.serverTimeNs), v: p.entry.encode()}
-	if p.kind == entryBatch {
-		out = append(out, kv{k: rangesKey(key.device, key.id), v: encodeDedup(c.streams[key])})
+	out[0] = kv{k: hublog.WALKey(p.entry.Seq, p.serverTimeNs), v: p.entry.Encode()}
+	if p.kind == hublog.KindBatch {
+		out = append(out, kv{k: hublog.RangesKey(key.Device, key.ID), v: hublog.EncodeDedup(c.streams[key])})
 		out = eventIndexKVs(out, &p.entry, p.view, &p.times)
 	}
 	return out
@@ -307,76 +305,77 @@ func (c *committer) entryKVs(p *pending, key streamKey) []kv {
 // classify decides a pending's fate against the stream's applied ranges
 // and, when it is to be logged, fills its entry. ok is false for
 // duplicates and rejections.
-func (c *committer) classify(p *pending) (key streamKey, ok bool) {
-	p.entry = walEntry{kind: p.kind, serverTimeNs: p.serverTimeNs, device: p.device, payload: p.payload}
-	if p.kind == entryRetire {
-		p.entry.stream = p.stream
-		return streamKey{p.device, p.stream}, true
+func (c *committer) classify(p *pending) (key hublog.StreamKey, ok bool) {
+	p.entry = hublog.Entry{Kind: p.kind, ServerTimeNs: p.serverTimeNs, Device: p.device, Payload: p.payload}
+	if p.kind == hublog.KindRetire {
+		p.entry.Stream = p.stream
+		return hublog.StreamKey{Device: p.device, ID: p.stream}, true
 	}
-	if p.kind != entryBatch {
+	if p.kind != hublog.KindBatch {
 		return key, true
 	}
-	key = streamKey{p.device, p.stream}
+	key = hublog.StreamKey{Device: p.device, ID: p.stream}
 	st := c.streams[key]
 	opening := st == nil
 	if opening {
 		if !c.admitStream(p) {
 			return key, false
 		}
-		st = &dedupState{}
+		st = &hublog.DedupState{}
 	}
 	p.refused = ackRefused(p.view)
-	if st.applied.Covers(p.first, p.last) {
+	if st.Applied.Covers(p.first, p.last) {
 		p.dup = true
 		return key, false
 	}
-	if p.first > st.horizon && p.first-st.horizon > c.opts.MaxSeqAhead {
-		p.rej = &Rejection{ReasonSeqAhead, fmt.Sprintf("first_seq %d is more than %d beyond the stream's highest sequence %d", p.first, c.opts.MaxSeqAhead, st.horizon)}
+	if p.first > st.Horizon && p.first-st.Horizon > c.opts.MaxSeqAhead {
+		p.rej = &batchview.Rejection{Reason: batchview.ReasonSeqAhead, Detail: fmt.Sprintf("first_seq %d is more than %d beyond the stream's highest sequence %d", p.first, c.opts.MaxSeqAhead, st.Horizon)}
 		return key, false
 	}
-	fresh := st.applied.Missing(nil, p.first, p.last)
-	if st.applied.Len()+len(fresh) > c.opts.MaxRangesPerStream {
-		p.rej = &Rejection{ReasonFragmented, fmt.Sprintf("stream already holds %d disjoint ranges (limit %d)", st.applied.Len(), c.opts.MaxRangesPerStream)}
+	fresh := st.Applied.Missing(nil, p.first, p.last)
+	if st.Applied.Len()+len(fresh) > c.opts.MaxRangesPerStream {
+		p.rej = &batchview.Rejection{Reason: batchview.ReasonFragmented, Detail: fmt.Sprintf("stream already holds %d disjoint ranges (limit %d)", st.Applied.Len(), c.opts.MaxRangesPerStream)}
 		return key, false
 	}
-	st.applied.Add(p.first, p.last)
-	st.horizon = max(st.horizon, p.last)
-	for _, g := range p.view.gaps {
-		st.horizon = max(st.horizon, g.last)
+	st.Applied.Add(p.first, p.last)
+	st.Horizon = max(st.Horizon, p.last)
+	for _, g := range p.view.Gaps {
+		st.Horizon = max(st.Horizon, g.Last)
 	}
-	st.lastSeenNs = max(st.lastSeenNs, p.serverTimeNs)
+	st.LastSeenNs = max(st.LastSeenNs, p.serverTimeNs)
 	if opening {
 		c.openStream(key, st)
 	}
-	p.entry.stream, p.entry.firstSeq, p.entry.count, p.entry.fresh = p.stream, p.first, p.last-p.first+1, fresh
-	p.entry.refused = freshRefused(p.view, fresh)
-	p.entry.est = c.estimate(p)
+	c.streams[key] = st
+	p.entry.Stream, p.entry.FirstSeq, p.entry.Count, p.entry.Fresh = p.stream, p.first, p.last-p.first+1, fresh
+	p.entry.Refused = freshRefused(p.view, fresh)
+	p.entry.Est = c.estimate(p)
 	return key, true
 }
 
 // estimate feeds the hub's clock estimator and returns its estimate for
 // the batch's device, which the entry keeps for replays.
-func (c *committer) estimate(p *pending) hubEstimate {
+func (c *committer) estimate(p *pending) hublog.HubEstimate {
 	if c.estimator == nil {
-		return hubEstimate{}
+		return hublog.HubEstimate{}
 	}
-	observe(c.estimator, p.device, p.view.sendTimeNs, p.serverTimeNs)
+	observe(c.estimator, p.device, p.view.SendTimeNs, p.serverTimeNs)
 	off, unc, ok := c.estimator.Estimate(p.device)
 	if !ok {
-		return hubEstimate{}
+		return hublog.HubEstimate{}
 	}
-	return hubEstimate{ok: true, offsetNs: int64(off), uncertaintyNs: int64(max(unc, 0))}
+	return hublog.HubEstimate{OK: true, OffsetNs: int64(off), UncertaintyNs: int64(max(unc, 0))}
 }
 
 // ackRefused lists a batch's refused events as the ack names them: one
 // range per run, with the fault's reason.
-func ackRefused(v *batchView) []*wirepb.Gap {
-	if len(v.refused) == 0 {
+func ackRefused(v *batchview.View) []*wirepb.Gap {
+	if len(v.Refused) == 0 {
 		return nil
 	}
-	out := make([]*wirepb.Gap, len(v.refused))
-	for i, r := range v.refused {
-		out[i] = &wirepb.Gap{FirstSeq: v.firstSeq + uint64(r.lo), LastSeq: v.firstSeq + uint64(r.hi), Reason: r.fault.Reason()}
+	out := make([]*wirepb.Gap, len(v.Refused))
+	for i, r := range v.Refused {
+		out[i] = &wirepb.Gap{FirstSeq: v.FirstSeq + uint64(r.Lo), LastSeq: v.FirstSeq + uint64(r.Hi), Reason: r.Fault.Reason()}
 	}
 	return out
 }
@@ -384,13 +383,13 @@ func ackRefused(v *batchView) []*wirepb.Gap {
 // freshRefused returns the parts of a batch's refused runs that lie in
 // fresh (what the entry applies): the entry records them, so a replay
 // skips exactly the events the live apply skipped.
-func freshRefused(v *batchView, fresh []ranges.SeqRange) []refusedRange {
-	var out []refusedRange
-	for _, r := range v.refused {
-		lo, hi := v.firstSeq+uint64(r.lo), v.firstSeq+uint64(r.hi)
+func freshRefused(v *batchview.View, fresh []ranges.SeqRange) []hublog.RefusedRange {
+	var out []hublog.RefusedRange
+	for _, r := range v.Refused {
+		lo, hi := v.FirstSeq+uint64(r.Lo), v.FirstSeq+uint64(r.Hi)
 		for _, f := range fresh {
 			if a, b := max(lo, f.First), min(hi, f.Last); a <= b {
-				out = append(out, refusedRange{ranges.SeqRange{First: a, Last: b}, r.fault})
+				out = append(out, hublog.RefusedRange{SeqRange: ranges.SeqRange{First: a, Last: b}, Fault: r.Fault})
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package hub
 import (
 	"time"
 
+	"edgeflow/hub/hubapi"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -42,7 +43,7 @@ type AppliedBatch struct {
 	// SendTimeNs is the device's clock when it sent the batch, Unix ns.
 	SendTimeNs int64
 	// Backlog is what the agent still held when it sent the batch.
-	Backlog Backlog
+	Backlog hubapi.Backlog
 	// Events are the applied events in sequence order.
 	Events []AppliedEvent
 }
@@ -74,13 +75,6 @@ type AppliedEvent struct {
 type Tag struct {
 	Key   string `json:"key"`
 	Value string `json:"value"`
-}
-
-// Backlog is what an agent reported it still holds for the hub.
-type Backlog struct {
-	Events   uint64 `json:"events"`
-	Bytes    uint64 `json:"bytes"`
-	OldestNs int64  `json:"oldest_ns,omitempty"`
 }
 
 // ClockEstimator is the hub's own estimate of each device's clock error,

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"edgeflow/hub/broker"
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
@@ -61,7 +62,7 @@ func TestReloadCredentials(t *testing.T) {
 	if _, err := connect("dev-c", "password-c"); err != nil {
 		t.Fatalf("added device refused: %v", err)
 	}
-	if n := counterValue(t, brokerMetricsOf(s).disconnects.WithLabelValues(disconnectRevoked)); n != 2 {
+	if n := counterValue(t, brokerMetricsOf(s).Disconnects.WithLabelValues(broker.DisconnectRevoked)); n != 2 {
 		t.Fatalf("credentials_revoked disconnects %v, want 2", n)
 	}
 
@@ -70,7 +71,7 @@ func TestReloadCredentials(t *testing.T) {
 	if err := os.WriteFile(s.opts.MQTTAuthFile, []byte("dev-c:$2a$04$notahash-secretish\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.ReloadCredentials(); err == nil || !errors.Is(err, ErrBadCredentialsFile) || strings.Contains(err.Error(), "secretish") {
+	if _, _, err := s.ReloadCredentials(); err == nil || !errors.Is(err, broker.ErrBadCredentialsFile) || strings.Contains(err.Error(), "secretish") {
 		t.Fatalf("broken file: %v", err)
 	}
 	if _, err := connect("dev-c", "password-c"); err != nil {

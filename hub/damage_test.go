@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"edgeflow/hub/hublog"
 	badger "github.com/dgraph-io/badger/v4"
 )
 
@@ -35,11 +36,11 @@ func TestRetentionKeepsPreviousCheckpointLog(t *testing.T) {
 	if n, err := s.Retain(); err != nil || n == 0 {
 		t.Fatalf("retain: %d %v", n, err)
 	}
-	if first, err := s.st.firstWALSeq(); err != nil || first != older+1 {
+	if first, err := s.st.FirstWALSeq(); err != nil || first != older+1 {
 		t.Fatalf("oldest log entry after retention: %d (%v), want %d (after the previous checkpoint)", first, err, older+1)
 	}
 	before, _, _ := s.StateDump()
-	if err := s.st.db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(keyCheckpoint), []byte("garbage")) }); err != nil {
+	if err := s.st.DB.Update(func(txn *badger.Txn) error { return txn.Set([]byte(hublog.KeyCheckpoint), []byte("garbage")) }); err != nil {
 		t.Fatal(err)
 	}
 	s.skipFinalCheckpoint = true
@@ -66,26 +67,26 @@ func TestUncheckedPointerLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _, _ := s.StateDump()
-	st, err := openStore(o.DataDir, true, quietLogger(t))
+	st, err := hublog.OpenStore(o.DataDir, true, quietLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ck, _, err := st.loadCheckpoint()
+	ck, _, err := st.LoadCheckpoint()
 	if err != nil || ck == nil {
 		t.Fatalf("checkpoint: %v %v", ck, err)
 	}
 	legacy := *ck
 	legacy.StateCRC = nil
 	v, _ := json.Marshal(&legacy)
-	if err := st.db.Update(func(txn *badger.Txn) error {
-		if err := txn.Delete([]byte(keyPrevCheckpoint)); err != nil {
+	if err := st.DB.Update(func(txn *badger.Txn) error {
+		if err := txn.Delete([]byte(hublog.KeyPrevCheckpoint)); err != nil {
 			return err
 		}
-		return txn.Set([]byte(keyCheckpoint), v)
+		return txn.Set([]byte(hublog.KeyCheckpoint), v)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	_ = st.close()
+	_ = st.Close()
 	o.Consumers = []Consumer{newCountingConsumer()}
 	o.Registerer = nil
 	s2 := startHub(t, o)
@@ -101,14 +102,14 @@ func TestUncheckedPointerLoads(t *testing.T) {
 // checksummed pointer is damage, never a different checkpoint.
 func TestDecodePointerDetectsDamage(t *testing.T) {
 	crc := uint32(7)
-	v := encodePointer(&checkpoint{Pos: 1234, Generation: 3, Chunks: 1, Bytes: 99, StateCRC: &crc})
-	if ck, err := decodePointer(v); err != nil || ck.Pos != 1234 {
+	v := hublog.EncodePointer(&hublog.Checkpoint{Pos: 1234, Generation: 3, Chunks: 1, Bytes: 99, StateCRC: &crc})
+	if ck, err := hublog.DecodePointer(v); err != nil || ck.Pos != 1234 {
 		t.Fatalf("%+v %v", ck, err)
 	}
 	for i := range v {
 		b := bytes.Clone(v)
 		b[i] ^= 0x10
-		if _, err := decodePointer(b); err == nil {
+		if _, err := hublog.DecodePointer(b); err == nil {
 			t.Fatalf("byte %d flipped: no error", i)
 		}
 	}
@@ -130,14 +131,14 @@ func TestDamagedPreviousCheckpoint(t *testing.T) {
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStore(o.DataDir, true, quietLogger(t))
+	st, err := hublog.OpenStore(o.DataDir, true, quietLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(keyPrevCheckpoint), []byte("CK\x02damaged")) }); err != nil {
+	if err := st.DB.Update(func(txn *badger.Txn) error { return txn.Set([]byte(hublog.KeyPrevCheckpoint), []byte("CK\x02damaged")) }); err != nil {
 		t.Fatal(err)
 	}
-	_ = st.close()
+	_ = st.Close()
 	o.Consumers = []Consumer{newCountingConsumer()}
 	o.Registerer = nil
 	s2 := startHub(t, o)

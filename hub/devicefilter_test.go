@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"edgeflow/hub/hubapi"
 	"testing"
 	"time"
 )
@@ -16,7 +17,7 @@ func TestAggregatesDeviceFilter(t *testing.T) {
 	a.send(timedBatch("df1", a.stream, 1, []int64{at(1), at(2), at(70)}, []float64{1, 2, 7}))
 	b.send(timedBatch("df2", b.stream, 1, []int64{at(3)}, []float64{-1}))
 	path := aggPath("temp", "tumbling:1m", base, base.Add(time.Hour), "&group_by=device&aggs=count,sum")
-	var all, one AggregatesResponse
+	var all, one hubapi.AggregatesResponse
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		getJSON(t, s.Handler(), path, &all)

@@ -19,6 +19,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"edgeflow/hub/hubapi"
+	"edgeflow/hub/hublog"
 	"edgeflow/wire/wirepb"
 )
 
@@ -30,7 +32,7 @@ func addDevices(t *testing.T, s *Server, ids []string) {
 	rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 	now := time.Now().UnixNano()
 	for i, id := range shuffled {
-		e := &walEntry{kind: entryStatus, device: id, serverTimeNs: now + int64(i)}
+		e := &hublog.Entry{Kind: hublog.KindStatus, Device: id, ServerTimeNs: now + int64(i)}
 		s.reg.applyStatus(e, &wirepb.Status{Online: i%2 == 0, TimeNs: now, Version: "v" + id})
 	}
 }
@@ -82,7 +84,7 @@ func TestDevicesAPIParamErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			code, ctype, body := apiGet(t, s, tt.path)
-			var e APIError
+			var e hubapi.APIError
 			if err := json.Unmarshal(body, &e); err != nil || code != 400 || e.Param != tt.param || e.Error == "" {
 				t.Fatalf("got %d %s; want 400 naming %q with a reason", code, body, tt.param)
 			}
@@ -127,7 +129,7 @@ func TestDevicesAPIPaging(t *testing.T) {
 					q.Set("after", after)
 				}
 				code, _, body := apiGet(t, s, "/v1/devices?"+q.Encode())
-				var resp DevicesResponse
+				var resp hubapi.DevicesResponse
 				if err := json.Unmarshal(body, &resp); err != nil || code != 200 {
 					t.Fatalf("page %d: %d %s", page, code, body)
 				}
@@ -165,7 +167,7 @@ func TestDevicesAPIPaging(t *testing.T) {
 		if _, ok := resp["next"]; ok {
 			t.Fatalf("next on the only page: %s", resp["next"])
 		}
-		var page DevicesResponse
+		var page hubapi.DevicesResponse
 		if err := json.Unmarshal(body, &page); err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +179,7 @@ func TestDevicesAPIPaging(t *testing.T) {
 
 	t.Run("after an absent id", func(t *testing.T) {
 		code, _, body := apiGet(t, s, "/v1/devices?limit=3&after=dev-05x")
-		var resp DevicesResponse
+		var resp hubapi.DevicesResponse
 		if err := json.Unmarshal(body, &resp); err != nil || code != 200 {
 			t.Fatalf("%d %s", code, body)
 		}
@@ -210,12 +212,12 @@ func TestDevicesAPIUnknownDevice(t *testing.T) {
 	addDevices(t, s, []string{"pump-1"})
 
 	code, _, body := apiGet(t, s, "/v1/devices/pump-1")
-	var d DeviceInfo
+	var d hubapi.DeviceInfo
 	if err := json.Unmarshal(body, &d); err != nil || code != 200 || d.ID != "pump-1" || d.Status != "online" {
 		t.Fatalf("known device: %d %s", code, body)
 	}
 	code, ctype, body := apiGet(t, s, "/v1/devices/pump-2")
-	var e APIError
+	var e hubapi.APIError
 	if err := json.Unmarshal(body, &e); err != nil || code != 404 || !strings.Contains(e.Error, "pump-2") {
 		t.Fatalf("unknown device: %d %s; want 404 with a JSON error naming it", code, body)
 	}
@@ -275,7 +277,7 @@ func routePattern(path string) string {
 // files register on a mux (mux.Handle or mux.HandleFunc).
 func registeredGETs(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob("*.go")
+	files, err := filepath.Glob("api/*.go") // the routes are registered in package api
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +303,7 @@ func registeredGETs(t *testing.T) []string {
 
 // TestOpenAPIMatchesHandler checks that every path in docs/openapi.yaml is
 // served by Handler() under that very pattern, and that every GET route
-// the package registers is in docs/openapi.yaml.
+// package api registers is in docs/openapi.yaml.
 func TestOpenAPIMatchesHandler(t *testing.T) {
 	s := startHub(t, aggTestOptions(t, t.TempDir())) // with an engine: every route
 	mux, ok := s.Handler().(*http.ServeMux)
@@ -360,7 +362,7 @@ func jsonFields(v any) []string {
 // paging parameters, next, and the error answers.
 func TestOpenAPIDeviceSchemas(t *testing.T) {
 	doc := readOpenAPI(t)
-	for name, v := range map[string]any{"DeviceInfo": DeviceInfo{}, "ClockInfo": ClockInfo{}, "Backlog": Backlog{}, "StreamInfo": StreamInfo{}, "Error": APIError{}} {
+	for name, v := range map[string]any{"DeviceInfo": hubapi.DeviceInfo{}, "ClockInfo": hubapi.ClockInfo{}, "Backlog": hubapi.Backlog{}, "StreamInfo": hubapi.StreamInfo{}, "Error": hubapi.APIError{}} {
 		sch, ok := doc.Components.Schemas[name]
 		if !ok {
 			t.Errorf("components/schemas/%s is missing", name)
@@ -386,7 +388,7 @@ func TestOpenAPIDeviceSchemas(t *testing.T) {
 		t.Errorf("/v1/devices parameters %v, want %v", params, want)
 	}
 	body := list.Responses["200"].Content["application/json"].Schema
-	for _, field := range jsonFields(DevicesResponse{}) {
+	for _, field := range jsonFields(hubapi.DevicesResponse{}) {
 		if _, ok := body.Properties[field]; !ok {
 			t.Errorf("/v1/devices 200 lacks %q", field)
 		}

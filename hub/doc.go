@@ -5,6 +5,15 @@
 // they are durable, and applies them to in-memory state (the device registry
 // and the Consumers, such as the event-time engine).
 //
+// # Packages
+//
+// The root package keeps the Server, its Options, the pipeline below, the
+// registry and recovery; each other concern is a package under hub/ that
+// never imports this one: hublog (the store and every Badger key),
+// batchview (parsing and validating batches), broker (the MQTT side), api
+// (the HTTP handlers over a Backend the Server implements) and hubapi (the
+// API's JSON types, for clients), with ranges, clockest and timeservice.
+//
 // # Pipeline
 //
 // A Transport (the embedded mochi-mqtt broker or an external broker through
@@ -20,32 +29,19 @@
 // applyLagBytes of payload (while it encodes a checkpoint, for one) before
 // the committer waits for it: acks do not wait for the applier.
 //
-// # Storage layout (one Badger directory)
+// # Storage
 //
-//	w<walSeq:8><serverTimeNs:8>      -> log entry (metadata + payload as received)
-//	r<device>\x00<streamID:16>       -> applied sequence ranges, horizon and last-seen time of the stream
-//	c                                -> newest checkpoint pointer (position, chunks, CRC-32Cs)
-//	c1                               -> the checkpoint before it (see checkpoint.go)
-//	k<gen:8><chunk:4>                -> checkpoint state chunks of both
-//	t<device>\x00<level:1><bucketStart:8><walSeq:8><serverTimeNs:8> -> empty: the
-//	                                    event-time index of batch entries (see eventindex.go)
-//	i                                -> empty: the event-time index covers the whole log
-//	                                    (e<device>\x00... and s, the arrival index before
-//	                                    it, are deleted when an old store's index is built)
-//	x<recordedAtNs:8>                -> a recorded loss to store damage (see damage.go)
-//	a<gen:8><series:4><bucket:8>     -> evicted aggregate partial, base resolution
-//	d<gen:8><tier:1><series:4><bucket:8> -> downsampled aggregate partial (see partials.go)
-//
-// The applied ranges and the event-time index keys are written in the same
-// transaction as the log entries that produced them, so the dedup state and
-// the index are never ahead of or behind the log; a stream retired after
-// Options.StreamIdleExpiry has its ranges key deleted in the transaction of
-// its retirement entry (streamcap.go).
+// The log, the applied ranges, the checkpoints, the event-time index,
+// the stored aggregate partials and the damage records live in one Badger
+// directory, owned by package hublog, whose doc shows every key. The
+// applied ranges and the event-time index keys (eventindex.go) are
+// written in the same transaction as the log entries that produced them,
+// so the dedup state and the index are never ahead of or behind the log.
 // Everything else the hub holds in memory (registry, consumer state) is a
 // function of the log: a restart loads the newest usable checkpoint and
 // replays the log entries after its position through the same apply path.
-// Retention keeps the log after the older checkpoint, so a damaged newest
-// one costs a longer replay, not data.
+// A stream retired after Options.StreamIdleExpiry has its ranges key
+// deleted in the transaction of its retirement entry (streamcap.go).
 //
 // # Partial overlap
 //

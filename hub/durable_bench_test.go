@@ -13,6 +13,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
 
+	"edgeflow/hub/hublog"
 	"edgeflow/internal/cputime"
 )
 
@@ -40,11 +41,11 @@ func BenchmarkDurableGroup(b *testing.B) {
 		frame[i] = byte(i*7 + i>>8) // not all zero: a file system may skip zero pages
 	}
 	b.Run("hub-store", func(b *testing.B) {
-		st, err := openStore(b.TempDir(), true, slog.New(slog.DiscardHandler))
+		st, err := hublog.OpenStore(b.TempDir(), true, slog.New(slog.DiscardHandler))
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer st.close()
+		defer st.Close()
 		small := make([]byte, 16) // a dedup range's size
 		n := uint64(0)
 		durableLoop(b, func() {
@@ -54,9 +55,9 @@ func BenchmarkDurableGroup(b *testing.B) {
 				kvs = append(kvs, kv{k: append(binary.BigEndian.AppendUint64(nil, n), 'p'), v: frame},
 					kv{k: append(binary.BigEndian.AppendUint64(nil, n), 'r'), v: small})
 			}
-			err := st.db.Update(func(txn *badger.Txn) error { return setAll(txn, kvs) })
+			err := st.DB.Update(func(txn *badger.Txn) error { return setAll(txn, kvs) })
 			if err == nil {
-				err = st.flush()
+				err = st.Flush()
 			}
 			if err != nil {
 				b.Fatal(err)

@@ -13,6 +13,8 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/hublog"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -45,23 +47,17 @@ import (
 // UNTRUSTED event takes the hub's estimate (eventIndexKVs). Retention and
 // the one-time build compute them from the stored entry, the same way.
 //
-// keyEventIndex marks a store whose index covers the whole log. A store
-// without it (written before the index existed) gets its index built
-// once from its log when the hub opens it; the per-device arrival index
-// that came before (keys e<device>\x00<serverTimeNs:8><position:8> and
-// its marker s) is deleted then.
-const (
-	prefixEventIndex = 't'
-	keyEventIndex    = "i"
-	prefixArrivalOld = 'e' // the arrival index the event-time index replaced
-	keyArrivalOld    = "s"
-)
+// The keys and their codecs are hublog's (keys.go): hublog.KeyEventIndex
+// marks a store whose index covers the whole log. A store without it
+// (written before the index existed) gets its index built once from its
+// log when the hub opens it; the per-device arrival index that came
+// before (keys e<device>\x00<serverTimeNs:8><position:8> and its marker
+// s) is deleted then.
 
 // Index levels: buckets of a minute, an hour and a day, and the catch-all.
 const (
-	levelAll       = 3
-	maxIndexKeys   = 4 // keys per entry, and buckets per level at most
-	eventKeyFixLen = 1 + 8 + 8 + 8
+	levelAll     = hublog.EventIndexLevelAll
+	maxIndexKeys = 4 // keys per entry, and buckets per level at most
 )
 
 // levelSize is the bucket size of each level but the catch-all, in ns.
@@ -70,51 +66,6 @@ var levelSize = [levelAll]int64{int64(time.Minute), int64(time.Hour), int64(24 *
 // errIndexScanCap is returned by eventEntries when more entries than its
 // cap would be read.
 var errIndexScanCap = errors.New("hub: event index: too many log entries")
-
-// eventIndexPrefix is the prefix of all of device's index keys, with room
-// for the rest of a key.
-func eventIndexPrefix(device string) []byte {
-	k := make([]byte, 0, 2+len(device)+eventKeyFixLen)
-	k = append(k, prefixEventIndex)
-	k = append(k, device...)
-	return append(k, 0)
-}
-
-// sortableNs encodes a signed time so that byte order is time order.
-func sortableNs(ns int64) uint64 { return uint64(ns) ^ 1<<63 }
-
-// appendEventIndexKey appends to prefix (from eventIndexPrefix) the rest
-// of the key of the entry at position seq for one bucket.
-func appendEventIndexKey(prefix []byte, level byte, bucket int64, seq uint64, serverTimeNs int64) []byte {
-	k := append(prefix, level)
-	k = binary.BigEndian.AppendUint64(k, sortableNs(bucket))
-	k = binary.BigEndian.AppendUint64(k, seq)
-	return binary.BigEndian.AppendUint64(k, uint64(serverTimeNs))
-}
-
-// eventIndexKey is one parsed index key.
-type eventIndexKey struct {
-	device       string
-	level        byte
-	bucket       int64
-	seq          uint64
-	serverTimeNs int64
-}
-
-// parseEventIndexKey splits an index key. Device ids never hold a 0 byte,
-// so the byte before the fixed part ends the device.
-func parseEventIndexKey(k []byte) (eventIndexKey, error) {
-	n := len(k) - eventKeyFixLen
-	if n < 3 || k[0] != prefixEventIndex || k[n-1] != 0 || k[n] > levelAll {
-		return eventIndexKey{}, fmt.Errorf("%w: event index key %x", ErrCorrupt, k)
-	}
-	return eventIndexKey{
-		device: string(k[1 : n-1]), level: k[n],
-		bucket:       int64(binary.BigEndian.Uint64(k[n+1:]) ^ 1<<63),
-		seq:          binary.BigEndian.Uint64(k[n+9:]),
-		serverTimeNs: int64(binary.BigEndian.Uint64(k[n+17:])),
-	}, nil
-}
 
 // bucketOf is the start of the bucket of size holding ns.
 func bucketOf(ns, size int64) int64 {
@@ -184,32 +135,29 @@ func (s *bucketSet) choose() (level byte, buckets []int64, lastNs int64) {
 // fresh that refused does not hold: the events the applier applies, at
 // the time correctTime gives them (as applier.event does). It reads a
 // columnar batch's columns without building its events.
-func (s *bucketSet) addEvents(v *batchView, fresh []ranges.SeqRange, refused []refusedRange, est hubEstimate) {
-	if ceilingNoDecode {
-		return
-	}
-	n := uint64(v.len())
-	c, evs := &v.cols, v.events
-	if v.columnar && (len(c.Time) < int(n) || len(c.Offset) < int(n) || len(c.Uncertainty) < int(n) || len(c.Method) < int(n)) ||
-		!v.columnar && len(evs) < int(n) {
+func (s *bucketSet) addEvents(v *batchview.View, fresh []ranges.SeqRange, refused []hublog.RefusedRange, est hublog.HubEstimate) {
+	n := uint64(v.Len())
+	c, evs := v.Columns(), v.Events
+	if c != nil && (len(c.Time) < int(n) || len(c.Offset) < int(n) || len(c.Uncertainty) < int(n) || len(c.Method) < int(n)) ||
+		c == nil && len(evs) < int(n) {
 		return // not a parsed batch
 	}
 	var e AppliedEvent // reused: correctTime reads and sets only its time fields
 	var off int64
 	for _, r := range fresh {
-		if r.First < v.firstSeq || r.Last < r.First {
+		if r.First < v.FirstSeq || r.Last < r.First {
 			continue
 		}
-		lo, hi := r.First-v.firstSeq, min(r.Last-v.firstSeq, n-1)
+		lo, hi := r.First-v.FirstSeq, min(r.Last-v.FirstSeq, n-1)
 		for i := lo; i <= hi && i < n; i++ {
-			if len(refused) > 0 && (&walEntry{refused: refused}).refusedAt(v.firstSeq+i) {
+			if len(refused) > 0 && (&hublog.Entry{Refused: refused}).RefusedAt(v.FirstSeq+i) {
 				continue
 			}
-			if v.columnar {
+			if c != nil {
 				e.DeviceTimeNs, off, e.UncertaintyNs, e.Method = c.Time[i], c.Offset[i], c.Uncertainty[i], wirepb.TimeMethod(int32(c.Method[i]))
 			} else {
 				ev := &evs[i]
-				e.DeviceTimeNs, off, e.UncertaintyNs, e.Method = ev.deviceTimeNs, ev.offsetNs, ev.uncertaintyNs, ev.method
+				e.DeviceTimeNs, off, e.UncertaintyNs, e.Method = ev.DeviceTimeNs, ev.OffsetNs, ev.UncertaintyNs, ev.Method
 			}
 			e.EventTimeNs = e.DeviceTimeNs
 			s.untrusted = s.untrusted || e.Method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED
@@ -228,40 +176,40 @@ func (s *bucketSet) addEvents(v *batchView, fresh []ranges.SeqRange, refused []r
 // per-event work, and the committer uses the set as it is when the entry
 // applies the whole batch and no event's time depends on the estimate
 // (eventIndexKVs).
-func (p *pending) prepareEventIndex(v *batchView) {
+func (p *pending) prepareEventIndex(v *batchview.View) {
 	if p.last < p.first || p.first == 0 {
 		return
 	}
 	whole := []ranges.SeqRange{{First: p.first, Last: p.last}}
-	p.times.addEvents(v, whole, freshRefused(v, whole), hubEstimate{})
+	p.times.addEvents(v, whole, freshRefused(v, whole), hublog.HubEstimate{})
 	p.times.done = true
 }
 
 // eventIndexKVs appends the index keys and values of batch entry e parsed
 // as v to out, from pre when a decode worker prepared it and it holds for
 // e (else nil), else from v.
-func eventIndexKVs(out []kv, e *walEntry, v *batchView, pre *bucketSet) []kv {
+func eventIndexKVs(out []kv, e *hublog.Entry, v *batchview.View, pre *bucketSet) []kv {
 	var s bucketSet
-	if pre != nil && pre.done && !(pre.untrusted && e.est.ok) && len(e.fresh) == 1 &&
-		e.fresh[0].First == v.firstSeq && e.fresh[0].Last == v.firstSeq+uint64(v.len())-1 {
+	if pre != nil && pre.done && !(pre.untrusted && e.Est.OK) && len(e.Fresh) == 1 &&
+		e.Fresh[0].First == v.FirstSeq && e.Fresh[0].Last == v.FirstSeq+uint64(v.Len())-1 {
 		s = *pre
 	} else {
-		s.addEvents(v, e.fresh, e.refused, e.est)
+		s.addEvents(v, e.Fresh, e.Refused, e.Est)
 	}
 	level, buckets, lastNs := s.choose()
 	if len(buckets) == 0 {
 		return out
 	}
-	n := 2 + len(e.device) + eventKeyFixLen
+	n := 2 + len(e.Device) + hublog.EventKeyFixLen
 	buf := make([]byte, 0, n*len(buckets)+8)
 	for _, b := range buckets {
-		buf = append(buf, prefixEventIndex)
-		buf = append(buf, e.device...)
-		buf = appendEventIndexKey(append(buf, 0), level, b, e.seq, e.serverTimeNs)
+		buf = append(buf, hublog.PrefixEventIndex)
+		buf = append(buf, e.Device...)
+		buf = hublog.AppendEventIndexKey(append(buf, 0), level, b, e.Seq, e.ServerTimeNs)
 		out = append(out, kv{k: buf[len(buf)-n : len(buf) : len(buf)]})
 	}
 	if level == levelAll {
-		buf = binary.BigEndian.AppendUint64(buf, sortableNs(lastNs))
+		buf = binary.BigEndian.AppendUint64(buf, hublog.SortableNs(lastNs))
 		out[len(out)-1].v = buf[len(buf)-8:]
 	}
 	return out
@@ -269,13 +217,13 @@ func eventIndexKVs(out []kv, e *walEntry, v *batchView, pre *bucketSet) []kv {
 
 // storedIndexKVs returns the index keys and values of a stored log entry
 // (none for ticks and status entries).
-func storedIndexKVs(e *walEntry, lim wire.Limits) ([]kv, error) {
-	if e.kind != entryBatch {
+func storedIndexKVs(e *hublog.Entry, lim wire.Limits) ([]kv, error) {
+	if e.Kind != hublog.KindBatch {
 		return nil, nil
 	}
-	v := new(batchView)
-	if err := parseBatchFrame(v, e.payload, lim); err != nil {
-		return nil, fmt.Errorf("%w: log entry %d: batch: %v", ErrCorrupt, e.seq, err)
+	v := new(batchview.View)
+	if err := batchview.ParseBatchFrame(v, e.Payload, lim); err != nil {
+		return nil, fmt.Errorf("%w: log entry %d: batch: %v", hublog.ErrCorrupt, e.Seq, err)
 	}
 	return eventIndexKVs(nil, e, v, nil), nil
 }
@@ -290,14 +238,14 @@ type indexPosition struct {
 // entries that may hold events with a corrected time in [fromNs, toNs)
 // and that arrived before arrivedBeforeNs. Past maxEntries entries it
 // returns errIndexScanCap without calling fn.
-func (s *store) eventEntries(device string, fromNs, toNs, arrivedBeforeNs int64, maxEntries int, fn func(*walEntry) error) error {
-	return s.db.View(func(txn *badger.Txn) error {
+func eventEntries(st *hublog.Store, device string, fromNs, toNs, arrivedBeforeNs int64, maxEntries int, fn func(*hublog.Entry) error) error {
+	return st.DB.View(func(txn *badger.Txn) error {
 		pos, err := eventPositions(txn, device, fromNs, toNs, arrivedBeforeNs, maxEntries)
 		if err != nil {
 			return err
 		}
 		for _, p := range pos {
-			e, ok, err := readEntry(txn, p.seq, p.serverTimeNs)
+			e, ok, err := hublog.ReadEntry(txn, p.seq, p.serverTimeNs)
 			if err != nil {
 				return err
 			}
@@ -317,7 +265,7 @@ func eventPositions(txn *badger.Txn, device string, fromNs, toNs, arrivedBeforeN
 	if toNs <= fromNs {
 		return nil, nil
 	}
-	prefix := eventIndexPrefix(device)
+	prefix := hublog.EventIndexPrefix(device)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	var pos []indexPosition
@@ -327,16 +275,16 @@ func eventPositions(txn *badger.Txn, device string, fromNs, toNs, arrivedBeforeN
 		if l < levelAll {
 			lo, hi = bucketOf(fromNs, levelSize[l]), bucketOf(toNs-1, levelSize[l])
 		}
-		seek := binary.BigEndian.AppendUint64(append(bytes.Clone(prefix), l), sortableNs(lo))
+		seek := binary.BigEndian.AppendUint64(append(bytes.Clone(prefix), l), hublog.SortableNs(lo))
 		for it.Seek(seek); it.Valid(); it.Next() {
-			k, err := parseEventIndexKey(it.Item().Key())
+			k, err := hublog.ParseEventIndexKey(it.Item().Key())
 			if err != nil {
 				return nil, err
 			}
-			if k.level != l || k.bucket > hi {
+			if k.Level != l || k.Bucket > hi {
 				break
 			}
-			if k.serverTimeNs >= arrivedBeforeNs {
+			if k.ServerTimeNs >= arrivedBeforeNs {
 				continue
 			}
 			if l == levelAll {
@@ -347,7 +295,7 @@ func eventPositions(txn *badger.Txn, device string, fromNs, toNs, arrivedBeforeN
 					continue
 				}
 			}
-			if pos = append(pos, indexPosition{k.seq, k.serverTimeNs}); len(pos) > maxKeys {
+			if pos = append(pos, indexPosition{k.Seq, k.ServerTimeNs}); len(pos) > maxKeys {
 				return nil, errIndexScanCap
 			}
 		}
@@ -365,27 +313,12 @@ func catchAllLast(item *badger.Item) (int64, error) {
 	var last int64
 	err := item.Value(func(v []byte) error {
 		if len(v) != 8 {
-			return fmt.Errorf("%w: event index key %x: value %x, want 8 bytes", ErrCorrupt, item.Key(), v)
+			return fmt.Errorf("%w: event index key %x: value %x, want 8 bytes", hublog.ErrCorrupt, item.Key(), v)
 		}
-		last = int64(binary.BigEndian.Uint64(v) ^ 1<<63)
+		last = hublog.UnsortableNs(binary.BigEndian.Uint64(v))
 		return nil
 	})
 	return last, err
-}
-
-// readEntry reads the log entry at position seq with server time
-// serverTimeNs; ok is false if it is gone (retention deletes an entry's
-// index keys with it; a crash between the two may leave keys behind).
-func readEntry(txn *badger.Txn, seq uint64, serverTimeNs int64) (e *walEntry, ok bool, err error) {
-	item, err := txn.Get(walKey(seq, serverTimeNs))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	e, err = walItemEntry(item, seq)
-	return e, err == nil, err
 }
 
 // indexKeysOfLog returns the index keys of the log entries with the given
@@ -393,15 +326,15 @@ func readEntry(txn *badger.Txn, seq uint64, serverTimeNs int64) (e *walEntry, ok
 // each entry: about what replaying them costs. An entry that cannot
 // be read or parsed has no keys it can name; its keys, if any, stay, and
 // readers skip them once the entry is gone.
-func (s *store) indexKeysOfLog(walKeys [][]byte, lim wire.Limits) ([][]byte, error) {
+func indexKeysOfLog(st *hublog.Store, walKeys [][]byte, lim wire.Limits) ([][]byte, error) {
 	var out [][]byte
-	err := s.db.View(func(txn *badger.Txn) error {
+	err := st.DB.View(func(txn *badger.Txn) error {
 		for _, wk := range walKeys {
-			seq, t, err := parseWALKey(wk)
+			seq, t, err := hublog.ParseWALKey(wk)
 			if err != nil {
 				return err
 			}
-			e, ok, err := readEntry(txn, seq, t)
+			e, ok, err := hublog.ReadEntry(txn, seq, t)
 			if err != nil || !ok {
 				continue
 			}
@@ -416,13 +349,13 @@ func (s *store) indexKeysOfLog(walKeys [][]byte, lim wire.Limits) ([][]byte, err
 }
 
 // ensureEventIndex builds the event-time index from the whole log once,
-// for a store written before it existed (see keyEventIndex), deleting the
+// for a store written before it existed (see hublog.KeyEventIndex), deleting the
 // arrival index it replaces. Entries it cannot read are left to recovery,
 // which reports them.
-func (s *store) ensureEventIndex(lim wire.Limits, log *slog.Logger) error {
+func ensureEventIndex(st *hublog.Store, lim wire.Limits, log *slog.Logger) error {
 	done := false
-	err := s.db.View(func(txn *badger.Txn) error {
-		_, err := txn.Get([]byte(keyEventIndex))
+	err := st.DB.View(func(txn *badger.Txn) error {
+		_, err := txn.Get([]byte(hublog.KeyEventIndex))
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		}
@@ -433,22 +366,22 @@ func (s *store) ensureEventIndex(lim wire.Limits, log *slog.Logger) error {
 		return err
 	}
 	start := time.Now()
-	if err := s.db.DropPrefix([]byte{prefixArrivalOld}); err != nil {
+	if err := st.DB.DropPrefix([]byte{hublog.PrefixArrivalOld}); err != nil {
 		return fmt.Errorf("delete the old arrival index: %w", err)
 	}
-	wb := s.db.NewWriteBatch()
+	wb := st.DB.NewWriteBatch()
 	defer wb.Cancel()
 	entries, keys, skipped := 0, 0, 0
-	err = s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixWAL}, PrefetchValues: true, PrefetchSize: 16})
+	err = st.DB.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{hublog.PrefixWAL}, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			seq, _, err := parseWALKey(it.Item().Key())
+			seq, _, err := hublog.ParseWALKey(it.Item().Key())
 			if err != nil {
 				return err
 			}
 			entries++
-			e, err := walItemEntry(it.Item(), seq)
+			e, err := hublog.WALItemEntry(it.Item(), seq)
 			var kvs []kv
 			if err == nil {
 				kvs, err = storedIndexKVs(e, lim)
@@ -467,16 +400,16 @@ func (s *store) ensureEventIndex(lim wire.Limits, log *slog.Logger) error {
 		return nil
 	})
 	if err == nil {
-		err = wb.Delete([]byte(keyArrivalOld))
+		err = wb.Delete([]byte(hublog.KeyArrivalOld))
 	}
 	if err == nil {
-		err = wb.Set([]byte(keyEventIndex), nil)
+		err = wb.Set([]byte(hublog.KeyEventIndex), nil)
 	}
 	if err == nil {
 		err = wb.Flush()
 	}
 	if err == nil {
-		err = s.db.Sync()
+		err = st.DB.Sync()
 	}
 	if err != nil {
 		return fmt.Errorf("build the event-time index: %w", err)

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"edgeflow/hub/hublog"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 )
@@ -28,8 +29,8 @@ func BenchmarkEventIndexKeys(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					e := &walEntry{kind: entryBatch, seq: 1, serverTimeNs: baseTimeNs, device: "bench-0",
-						payload: wire.FrameWith(wire.MsgBatch, codec, body), fresh: []ranges.SeqRange{{First: 1, Last: uint64(size)}}}
+					e := &hublog.Entry{Kind: hublog.KindBatch, Seq: 1, ServerTimeNs: baseTimeNs, Device: "bench-0",
+						Payload: wire.FrameWith(wire.MsgBatch, codec, body), Fresh: []ranges.SeqRange{{First: 1, Last: uint64(size)}}}
 					v, err := newApplier(nil, nil, nil, limitsWithDefaults(wire.Limits{})).parseStored(e)
 					if err != nil {
 						b.Fatal(err)

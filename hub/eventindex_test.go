@@ -15,6 +15,9 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 	"google.golang.org/protobuf/proto"
 
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/hubapi"
+	"edgeflow/hub/hublog"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -66,34 +69,6 @@ func TestBucketChoice(t *testing.T) {
 	}
 }
 
-// TestEventIndexKeyOrder: keys parse back to what made them, and sort by
-// device, level, bucket (negative buckets first), position.
-func TestEventIndexKeyOrder(t *testing.T) {
-	in := []eventIndexKey{
-		{"a", 0, -120e9, 7, 1}, {"a", 0, -60e9, 3, 2}, {"a", 0, 0, 1, 3}, {"a", 0, 60e9, 2, 4},
-		{"a", 1, 0, 9, 5}, {"a", levelAll, 0, 4, 6}, {"ab", 0, -60e9, 1, 7},
-	}
-	var keys [][]byte
-	for _, k := range in {
-		keys = append(keys, appendEventIndexKey(eventIndexPrefix(k.device), k.level, k.bucket, k.seq, k.serverTimeNs))
-	}
-	if !slices.IsSortedFunc(keys, func(a, b []byte) int { return slices.Compare(a, b) }) {
-		t.Fatal("keys do not sort in device, level, bucket order")
-	}
-	for i, k := range keys {
-		got, err := parseEventIndexKey(k)
-		if err != nil || got != in[i] {
-			t.Fatalf("parse %x: %+v %v, want %+v", k, got, err, in[i])
-		}
-	}
-	for _, bad := range [][]byte{nil, {prefixEventIndex}, append([]byte{'w', 'a', 0}, make([]byte, eventKeyFixLen)...),
-		append([]byte{prefixEventIndex, 'a', 0, levelAll + 1}, make([]byte, eventKeyFixLen-1)...)} {
-		if _, err := parseEventIndexKey(bad); err == nil {
-			t.Fatalf("parsed %x", bad)
-		}
-	}
-}
-
 // TestEventBucketsCoverApplied: for random batches in both codecs, with
 // every time method (the hub's estimate included), partial overlap and
 // refused events, every event the applier applies lies in one of the
@@ -127,26 +102,26 @@ func TestEventBucketsCoverApplied(t *testing.T) {
 			t.Fatal(err)
 		}
 		codec := []wire.Codec{wire.CodecZstd, wire.CodecColumns}[i%2]
-		e := &walEntry{kind: entryBatch, seq: uint64(i + 1), serverTimeNs: base, device: "d",
-			payload: wire.FrameWith(wire.MsgBatch, codec, body),
-			fresh:   []ranges.SeqRange{{First: 10 + uint64(rng.IntN(n)), Last: 9 + uint64(n)}},
-			est:     hubEstimate{ok: rng.IntN(2) == 0, offsetNs: rng.Int64N(int64(time.Hour)), uncertaintyNs: 1e6}}
+		e := &hublog.Entry{Kind: hublog.KindBatch, Seq: uint64(i + 1), ServerTimeNs: base, Device: "d",
+			Payload: wire.FrameWith(wire.MsgBatch, codec, body),
+			Fresh:   []ranges.SeqRange{{First: 10 + uint64(rng.IntN(n)), Last: 9 + uint64(n)}},
+			Est:     hublog.HubEstimate{OK: rng.IntN(2) == 0, OffsetNs: rng.Int64N(int64(time.Hour)), UncertaintyNs: 1e6}}
 		if rng.IntN(2) == 0 {
-			e.fresh[0].First = 10 // the whole batch, as most are
+			e.Fresh[0].First = 10 // the whole batch, as most are
 		}
 		v, err := app.parseStored(e)
 		if err == nil {
-			err = validateEvents(v)
+			err = batchview.ValidateBatch(v, "d")
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.refused = freshRefused(v, e.fresh)
-		if len(e.refused) > 0 {
+		e.Refused = freshRefused(v, e.Fresh)
+		if len(e.Refused) > 0 {
 			withRefused++
 		}
 		var bs bucketSet
-		bs.addEvents(v, e.fresh, e.refused, e.est)
+		bs.addEvents(v, e.Fresh, e.Refused, e.Est)
 		level, buckets, last := bs.choose()
 		// What the committer writes from a decode worker's set is what
 		// retention and the one-time build compute from the stored entry.
@@ -253,7 +228,7 @@ func TestEventsByEventTime(t *testing.T) {
 	var paged []float64
 	from := twoHours
 	for page := 0; ; page++ {
-		var r EventsResponse
+		var r hubapi.EventsResponse
 		code, body := getJSON(t, s.Handler(), fmt.Sprintf("/v1/events?device=late1&from=%d&to=%d&limit=25", from.UnixMilli(), twoHours.Add(time.Hour).UnixMilli()), &r)
 		if code != 200 || page > 10 {
 			t.Fatalf("page %d: %d %s", page, code, body)
@@ -275,7 +250,7 @@ func TestEventsByEventTime(t *testing.T) {
 	}
 
 	// arrived_within filters by arrival: everything arrived just now.
-	var r EventsResponse
+	var r hubapi.EventsResponse
 	q := fmt.Sprintf("/v1/events?device=late1&from=%d&to=%d&arrived_within=1m", twoHours.UnixMilli(), twoHours.Add(time.Hour).UnixMilli())
 	if code, body := getJSON(t, s.Handler(), q, &r); code != 200 || len(r.Events) != 0 || r.Scanned != 0 {
 		t.Fatalf("arrived within a minute of two hours ago: %d %s", code, body)
@@ -309,16 +284,16 @@ func TestEventIndexBuiltForOldStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.DropPrefix([]byte{prefixEventIndex})
+	err = db.DropPrefix([]byte{hublog.PrefixEventIndex})
 	if err == nil {
 		err = db.Update(func(txn *badger.Txn) error {
-			if err := txn.Delete([]byte(keyEventIndex)); err != nil {
+			if err := txn.Delete([]byte(hublog.KeyEventIndex)); err != nil {
 				return err
 			}
-			if err := txn.Set([]byte(keyArrivalOld), []byte{0}); err != nil {
+			if err := txn.Set([]byte(hublog.KeyArrivalOld), []byte{0}); err != nil {
 				return err
 			}
-			return txn.Set([]byte{prefixArrivalOld, 'o', 'l', 'd', '1', 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 1}, nil)
+			return txn.Set([]byte{hublog.PrefixArrivalOld, 'o', 'l', 'd', '1', 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 1}, nil)
 		})
 	}
 	if cerr := db.Close(); err == nil {
@@ -329,10 +304,10 @@ func TestEventIndexBuiltForOldStore(t *testing.T) {
 	}
 
 	s2 := startHub(t, o)
-	if n := countKeys(t, s2.st.db, prefixArrivalOld); n != 0 {
+	if n := countKeys(t, s2.st.DB, hublog.PrefixArrivalOld); n != 0 {
 		t.Fatalf("%d keys of the old arrival index left", n)
 	}
-	if n := countKeys(t, s2.st.db, keyArrivalOld[0]); n != 0 {
+	if n := countKeys(t, s2.st.DB, hublog.KeyArrivalOld[0]); n != 0 {
 		t.Fatalf("the old arrival index's marker is left")
 	}
 	if n := indexedEntries(t, s2.st); n != 2 {
@@ -348,25 +323,25 @@ func TestEventIndexBuiltForOldStore(t *testing.T) {
 
 // indexedEntries checks that every event-time index key of st names a
 // stored log entry of its device and returns how many entries they name.
-func indexedEntries(t *testing.T, st *store) int {
+func indexedEntries(t *testing.T, st *hublog.Store) int {
 	t.Helper()
 	named := map[uint64]bool{}
-	err := st.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixEventIndex}})
+	err := st.DB.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{hublog.PrefixEventIndex}})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			k, err := parseEventIndexKey(it.Item().Key())
+			k, err := hublog.ParseEventIndexKey(it.Item().Key())
 			if err != nil {
 				return err
 			}
-			e, ok, err := readEntry(txn, k.seq, k.serverTimeNs)
+			e, ok, err := hublog.ReadEntry(txn, k.Seq, k.ServerTimeNs)
 			if err != nil {
 				return err
 			}
-			if !ok || e.device != k.device || e.kind != entryBatch {
+			if !ok || e.Device != k.Device || e.Kind != hublog.KindBatch {
 				return fmt.Errorf("index key %+v names no batch entry of its device", k)
 			}
-			named[k.seq] = true
+			named[k.Seq] = true
 		}
 		return nil
 	})

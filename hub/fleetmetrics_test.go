@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"edgeflow/hub/hubapi"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,7 +14,7 @@ func TestFleetCollector(t *testing.T) {
 	reg := newRegistry()
 	add := func(id string, events uint64, oldestAgo, offset time.Duration, gaps [][2]uint64) {
 		d := reg.device(id)
-		d.Backlog = Backlog{Events: events}
+		d.Backlog = hubapi.Backlog{Events: events}
 		if oldestAgo > 0 {
 			// the device clock is offset behind true time: oldest is in device time
 			d.Backlog.OldestNs = now.Add(-oldestAgo).UnixNano() - int64(offset)

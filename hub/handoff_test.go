@@ -6,6 +6,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/hub/broker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -36,7 +37,7 @@ func TestWatchesHandedOff(t *testing.T) {
 		"edge/v1/+/+/+/+":            false,
 		"edge/v1/+/time/req/extra/#": false,
 	} {
-		if got := watchesHandedOff(filter); got != want {
+		if got := broker.WatchesHandedOff(filter); got != want {
 			t.Errorf("watchesHandedOff(%q) = %v, want %v", filter, got, want)
 		}
 	}
@@ -52,7 +53,7 @@ func TestHandedOff(t *testing.T) {
 		"edge/v1/d":             false,
 		"x/edge/v1/d/batch":     false,
 	} {
-		if got := handedOff(topic); got != want {
+		if got := broker.HandedOff(topic); got != want {
 			t.Errorf("handedOff(%q) = %v, want %v", topic, got, want)
 		}
 	}
@@ -65,9 +66,9 @@ func TestHandedOff(t *testing.T) {
 func TestHandoffWithWatcher(t *testing.T) {
 	s, cc := startCountingHub(t, t.TempDir())
 	waitReady(t, s)
-	broker := "tcp://" + s.BrokerAddr()
-	e := s.tr.(*embeddedBroker)
-	dev := newDevice(t, broker, "dev-h")
+	brokerURL := "tcp://" + s.BrokerAddr()
+	e := s.tr.(*broker.Embedded)
+	dev := newDevice(t, brokerURL, "dev-h")
 	next := uint64(1)
 	send := func() {
 		t.Helper()
@@ -77,12 +78,12 @@ func TestHandoffWithWatcher(t *testing.T) {
 		next += 5
 	}
 	send()
-	if h, r := e.direct.handed.Load(), e.direct.routed.Load(); h != 1 || r != 0 {
+	if h, r := e.Direct.Handed.Load(), e.Direct.Routed.Load(); h != 1 || r != 0 {
 		t.Fatalf("handed off %d, routed %d batches with no other subscriber, want 1, 0", h, r)
 	}
 
 	got := make(chan string, 16)
-	wo := paho.NewClientOptions().AddBroker(broker).SetClientID("watcher").SetCleanSession(true)
+	wo := paho.NewClientOptions().AddBroker(brokerURL).SetClientID("watcher").SetCleanSession(true)
 	w := paho.NewClient(wo)
 	if tok := w.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatalf("watcher connect: %v", tok.Error())
@@ -93,7 +94,7 @@ func TestHandoffWithWatcher(t *testing.T) {
 			t.Fatalf("watcher subscribe %s: %v", f, tok.Error())
 		}
 	}
-	if n := e.direct.watchers.Load(); n != 2 {
+	if n := e.Direct.Watchers.Load(); n != 2 {
 		t.Fatalf("watchers %d after two subscriptions that match batches, want 2", n)
 	}
 	send()
@@ -113,20 +114,20 @@ func TestHandoffWithWatcher(t *testing.T) {
 			t.Fatal("a subscriber to batches did not get the batch published while it was subscribed")
 		}
 	}
-	if n := e.direct.routed.Load(); n != 1 {
+	if n := e.Direct.Routed.Load(); n != 1 {
 		t.Fatalf("routed %d batches with a watcher, want 1", n)
 	}
 
 	if tok := w.Unsubscribe("edge/v1/+/batch"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 		t.Fatal(tok.Error())
 	}
-	if n := e.direct.watchers.Load(); n != 1 {
+	if n := e.Direct.Watchers.Load(); n != 1 {
 		t.Fatalf("watchers %d after one unsubscribe, want 1", n)
 	}
 	w.Disconnect(100) // a clean session ends: its subscriptions go
-	waitFor(t, func() bool { return e.direct.watchers.Load() == 0 })
+	waitFor(t, func() bool { return e.Direct.Watchers.Load() == 0 })
 	send()
-	if h, r := e.direct.handed.Load(), e.direct.routed.Load(); h != 2 || r != 1 {
+	if h, r := e.Direct.Handed.Load(), e.Direct.Routed.Load(); h != 2 || r != 1 {
 		t.Fatalf("handed off %d, routed %d batches, want 2, 1 once the watcher left", h, r)
 	}
 	key := "dev-h/" + dev.stream.String()

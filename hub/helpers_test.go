@@ -3,9 +3,6 @@ package hub
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -13,50 +10,23 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"edgeflow/hub/clockest"
+	"edgeflow/hub/internal/hubtest"
 	"edgeflow/hub/ranges"
 	"edgeflow/hub/timeservice"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
-// baseTimeNs is a plausible device time for test events.
-var baseTimeNs = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC).UnixNano()
+// The shared helpers, under the names the hub's tests use.
+var (
+	baseTimeNs  = hubtest.BaseTimeNs
+	makeBatch   = hubtest.MakeBatch
+	encodeBatch = hubtest.EncodeBatch
+	quietLogger = hubtest.QuietLogger
+	splitBatch  = hubtest.SplitBatch
+)
 
-// makeBatch builds a valid batch of n events starting at first.
-func makeBatch(device string, stream wire.StreamID, first uint64, n int) *wirepb.Batch {
-	b := &wirepb.Batch{DeviceId: device, StreamId: stream[:], FirstSeq: first, SendTimeNs: baseTimeNs + int64(first)*1e6,
-		Backlog: &wirepb.Backlog{Events: 10, Bytes: 1000},
-		Clock:   &wirepb.ClockEstimate{OffsetNs: 1500, UncertaintyNs: 2000, Method: wirepb.TimeMethod_TIME_METHOD_NTP}}
-	for i := 0; i < n; i++ {
-		seq := first + uint64(i)
-		b.Events = append(b.Events, &wirepb.Event{Metric: []string{"temp", "hum", "volt"}[seq%3], Value: float64(seq%97) / 4,
-			Tags: []*wirepb.Tag{{Key: "room", Value: fmt.Sprint("r", seq%5)}}, DeviceTimeNs: baseTimeNs + int64(seq)*1e6,
-			MonoNs: int64(seq) * 1e6, BootId: "boot-1", OffsetNs: 1500, UncertaintyNs: 2000, Method: wirepb.TimeMethod_TIME_METHOD_NTP})
-	}
-	return b
-}
-
-// encodeBatch frames b.
-func encodeBatch(t testing.TB, b *wirepb.Batch) []byte {
-	t.Helper()
-	p, err := wire.EncodeBatch(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// quietLogger discards logs unless -v.
-func quietLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+type lockedBuffer = hubtest.LockedBuffer
 
 // testOptions are options for a hub on loopback with free ports.
 func testOptions(t testing.TB, dir string) Options {

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/hublog"
 	"edgeflow/internal/lograte"
 	"edgeflow/wire"
 )
@@ -77,7 +79,7 @@ func (s *Server) handleStatus(device string, payload []byte, now int64) {
 		s.rejLog.log(s.log, "status", device, "bad status message", err)
 		return
 	}
-	p := &pending{kind: entryStatus, device: device, serverTimeNs: now, payload: payload}
+	p := &pending{kind: hublog.KindStatus, device: device, serverTimeNs: now, payload: payload}
 	s.enqueue(func() { s.com.in <- p })
 }
 
@@ -91,25 +93,25 @@ func (s *Server) decodeLoop(in <-chan inMsg) {
 // decode unframes, parses and validates one batch. A failure yields a
 // pending with a rejection (or an internal error, for a panic).
 func (s *Server) decode(msg inMsg) (p *pending) {
-	p = &pending{kind: entryBatch, device: msg.device, serverTimeNs: msg.serverTimeNs, payload: msg.payload}
+	p = &pending{kind: hublog.KindBatch, device: msg.device, serverTimeNs: msg.serverTimeNs, payload: msg.payload}
 	defer func() {
 		if r := recover(); r != nil {
 			s.m.panics.Inc()
 			s.log.Error("recovered panic decoding batch", "device", msg.device, "panic", r)
-			p.view, p.rej = nil, &Rejection{ReasonInternal, "the hub failed to handle this batch"}
+			p.view, p.rej = nil, &batchview.Rejection{Reason: batchview.ReasonInternal, Detail: "the hub failed to handle this batch"}
 		}
 	}()
-	v := s.views.Get().(*batchView)
-	err := parseBatchFrame(v, msg.payload, s.opts.Limits)
+	v := s.views.Get().(*batchview.View)
+	err := batchview.ParseBatchFrame(v, msg.payload, s.opts.Limits)
 	if err == nil {
-		err = validateBatch(v, msg.device)
+		err = batchview.ValidateBatch(v, msg.device)
 	}
 	if err == nil {
-		err = s.limiter.take(msg.device, v.len(), msg.serverTimeNs)
+		err = s.limiter.take(msg.device, v.Len(), msg.serverTimeNs)
 	}
 	p.describe(v)
 	if err != nil {
-		p.rej = asRejection(err)
+		p.rej = batchview.AsRejection(err)
 		s.views.Put(v)
 		return p
 	}
@@ -120,13 +122,13 @@ func (s *Server) decode(msg inMsg) (p *pending) {
 
 // describe copies the stream and range the ack will name, as far as the
 // (possibly invalid) view tells them.
-func (p *pending) describe(v *batchView) {
-	if len(v.streamID) == len(p.stream) {
-		copy(p.stream[:], v.streamID)
+func (p *pending) describe(v *batchview.View) {
+	if len(v.StreamID) == len(p.stream) {
+		copy(p.stream[:], v.StreamID)
 	}
-	p.first, p.rangeAcks = v.firstSeq, v.rangeAcks
-	if n := uint64(v.len()); n > 0 && v.firstSeq > 0 && v.firstSeq+n-1 >= v.firstSeq {
-		p.last = v.firstSeq + n - 1
+	p.first, p.rangeAcks = v.FirstSeq, v.RangeAcks
+	if n := uint64(v.Len()); n > 0 && v.FirstSeq > 0 && v.FirstSeq+n-1 >= v.FirstSeq {
+		p.last = v.FirstSeq + n - 1
 	}
 }
 

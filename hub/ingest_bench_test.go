@@ -13,15 +13,16 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"google.golang.org/protobuf/proto"
 
+	"edgeflow/hub/broker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
 // benchPayloads encodes n batches of size events for each of devices
 // streams, with realistic (poorly compressible) values, framed with codec.
-func benchPayloads(tb testing.TB, devices, n, size int, codec wire.Codec) [][]Message {
+func benchPayloads(tb testing.TB, devices, n, size int, codec wire.Codec) [][]broker.Message {
 	rng := rand.New(rand.NewPCG(7, 8))
-	out := make([][]Message, devices)
+	out := make([][]broker.Message, devices)
 	for d := range out {
 		id := fmt.Sprintf("bench-%d", d)
 		sid := wire.NewStreamID()
@@ -36,7 +37,7 @@ func benchPayloads(tb testing.TB, devices, n, size int, codec wire.Codec) [][]Me
 			if err != nil {
 				tb.Fatal(err)
 			}
-			out[d] = append(out[d], Message{Topic: wire.BatchTopic(id), Payload: wire.FrameWith(wire.MsgBatch, codec, body)})
+			out[d] = append(out[d], broker.Message{Topic: wire.BatchTopic(id), Payload: wire.FrameWith(wire.MsgBatch, codec, body)})
 		}
 	}
 	return out
@@ -70,7 +71,7 @@ func benchIngest(b *testing.B, devices, size int, noSync bool, codec wire.Codec)
 	done := make(chan struct{}, 1)
 	perDevice := (b.N + devices - 1) / devices
 	want := int64(perDevice * devices)
-	err := s.tr.(*embeddedBroker).srv.Subscribe(wire.TopicPrefix+"+/ack", 99, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+	err := s.tr.(*broker.Embedded).Srv.Subscribe(wire.TopicPrefix+"+/ack", 99, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
 		if a, err := wire.DecodeAck(pk.Payload, wire.Limits{}); err != nil || a.Status != wirepb.AckStatus_ACK_STATUS_OK {
 			b.Errorf("ack %v %v", a, err)
 		}
@@ -93,7 +94,7 @@ func benchIngest(b *testing.B, devices, size int, noSync bool, codec wire.Codec)
 	var wg sync.WaitGroup
 	for d := range payloads {
 		wg.Add(1)
-		go func(ms []Message) {
+		go func(ms []broker.Message) {
 			defer wg.Done()
 			for _, m := range ms {
 				s.handle(m.Topic, m.Payload)

@@ -10,6 +10,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"edgeflow/hub/hubapi"
 	"edgeflow/hub/ranges"
 	"edgeflow/internal/testbroker"
 	"edgeflow/wire"
@@ -20,8 +21,8 @@ import (
 // DUPLICATE for a redelivery, REJECTED with a reason for bad batches while
 // the next good batch still flows, OK for a partial overlap (only the new
 // part applied), and the registry shows it all.
-func deliveryScenario(t *testing.T, s *Server, broker string, cc *countingConsumer) {
-	d := newDevice(t, broker, "dev-a")
+func deliveryScenario(t *testing.T, s *Server, brokerURL string, cc *countingConsumer) {
+	d := newDevice(t, brokerURL, "dev-a")
 	ack := d.send(makeBatch("dev-a", d.stream, 1, 100))
 	if ack.Status != wirepb.AckStatus_ACK_STATUS_OK || ack.FirstSeq != 1 || ack.LastSeq != 100 || string(ack.StreamId) != string(d.stream[:]) {
 		t.Fatalf("first batch: %v", ack)
@@ -91,7 +92,7 @@ func checkDeviceAPI(t *testing.T, s *Server, id string, stream wire.StreamID) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var info DeviceInfo
+	var info hubapi.DeviceInfo
 	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET device: %v %d", err, resp.StatusCode)
 	}

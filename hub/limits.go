@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/wire"
 )
 
@@ -57,7 +58,7 @@ func (r *rateLimiter) take(device string, n int, nowNs int64) error {
 		b.lastNs = nowNs
 	}
 	if b.tokens < 0 {
-		return reject(ReasonRateLimited, "device %s is over its %.0f events/s (the batch's %d events were not applied; send them again later)", device, r.rate, n)
+		return batchview.Reject(batchview.ReasonRateLimited, "device %s is over its %.0f events/s (the batch's %d events were not applied; send them again later)", device, r.rate, n)
 	}
 	b.tokens -= float64(n)
 	return nil
@@ -102,9 +103,9 @@ func (s *Server) handleFrom(topic, identity string, payload []byte) {
 	if identity != "" {
 		if device, kind, err := wire.ParseTopic(topic); err == nil && kind == wire.KindBatch && device != identity {
 			s.m.batches.WithLabelValues("rejected").Inc()
-			s.m.rejected.WithLabelValues(string(ReasonIdentityMismatch)).Inc()
+			s.m.rejected.WithLabelValues(string(batchview.ReasonIdentityMismatch)).Inc()
 			s.rejLog.log(s.log, "batch", device, "rejected batch",
-				reject(ReasonIdentityMismatch, "published by device %q for device %q", identity, device))
+				batchview.Reject(batchview.ReasonIdentityMismatch, "published by device %q for device %q", identity, device))
 			return
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"edgeflow/hub/hublog"
 	badger "github.com/dgraph-io/badger/v4"
 )
 
@@ -36,7 +37,7 @@ func (s *Server) applyGroup(g []*pending) {
 		if p.accepted {
 			before := s.app.events
 			if err := s.app.applyEntry(&p.entry, p.view); err != nil {
-				s.log.Error("apply log entry", "position", p.entry.seq, "err", err)
+				s.log.Error("apply log entry", "position", p.entry.Seq, "err", err)
 			}
 			s.m.events.Add(float64(s.app.events - before))
 		}
@@ -113,10 +114,10 @@ func (s *Server) Checkpoint() error {
 func (s *Server) writeCheckpoint(pos uint64, state []byte, encErr error) error {
 	err := encErr
 	if err == nil {
-		var ck *checkpoint
-		if ck, err = s.st.writeCheckpoint(pos, state, s.opts.Now().UnixNano()); err == nil {
+		var ck *hublog.Checkpoint
+		if ck, err = s.st.WriteCheckpoint(pos, state, s.opts.Now().UnixNano()); err == nil {
 			s.lastCkpt = ck
-			s.ckptPos.Store(s.st.oldestRetainedPos())
+			s.ckptPos.Store(s.st.OldestRetainedPos())
 			s.m.checkpoints.WithLabelValues("ok").Inc()
 			s.log.Debug("checkpoint written", "position", pos, "bytes", len(state))
 			return nil
@@ -143,7 +144,7 @@ func (s *Server) startLoops() {
 // rebuild moves processing time exactly as the live run did. A tick costs
 // a 30-byte log entry (and shares its group's fsync).
 func (s *Server) logTick() {
-	p := &pending{kind: entryTick, serverTimeNs: s.opts.Now().UnixNano()}
+	p := &pending{kind: hublog.KindTick, serverTimeNs: s.opts.Now().UnixNano()}
 	s.enqueue(func() { s.com.in <- p })
 }
 
@@ -161,9 +162,6 @@ func (s *Server) every(d time.Duration, fn func()) {
 	}
 }
 
-// retainBatch bounds the deletions of one retention transaction.
-const retainBatch = 10000
-
 // Retain deletes log entries older than RetentionMaxAge that both
 // retained checkpoints cover (so recovery can fall back to the older), and
 // their event-time index keys, then lets Badger reclaim value log space.
@@ -180,12 +178,12 @@ func (s *Server) Retain() (int, error) {
 		}
 		// The index keys go first: after a crash between the two, the
 		// entries are still there and the next pass deletes both.
-		idx, err := s.st.indexKeysOfLog(keys, s.opts.Limits)
+		idx, err := indexKeysOfLog(s.st, keys, s.opts.Limits)
 		if err == nil {
-			err = deleteKeys(s.st.db, idx)
+			err = hublog.DeleteKeys(s.st.DB, idx)
 		}
 		if err == nil {
-			err = deleteKeys(s.st.db, keys)
+			err = hublog.DeleteKeys(s.st.DB, keys)
 		}
 		if err != nil {
 			return deleted, err
@@ -199,11 +197,11 @@ func (s *Server) Retain() (int, error) {
 // older than cutoff and at or below position pos.
 func (s *Server) expiredKeys(cutoff int64, pos uint64) ([][]byte, error) {
 	var keys [][]byte
-	err := s.st.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixWAL}})
+	err := s.st.DB.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{hublog.PrefixWAL}})
 		defer it.Close()
-		for it.Rewind(); it.Valid() && len(keys) < retainBatch; it.Next() {
-			seq, t, err := parseWALKey(it.Item().Key())
+		for it.Rewind(); it.Valid() && len(keys) < hublog.RetainBatch; it.Next() {
+			seq, t, err := hublog.ParseWALKey(it.Item().Key())
 			if err != nil {
 				return err
 			}
@@ -223,7 +221,7 @@ func (s *Server) collectGarbage(deleted int) {
 		return
 	}
 	for i := 0; i < 16; i++ {
-		if err := s.st.db.RunValueLogGC(0.5); err != nil {
+		if err := s.st.DB.RunValueLogGC(0.5); err != nil {
 			return
 		}
 	}

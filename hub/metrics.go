@@ -3,6 +3,7 @@ package hub
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/wire"
 )
 
@@ -57,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, devices func() (all, online int)) (*m
 		streams:        prometheus.NewGauge(prometheus.GaugeOpts(f("streams", "Streams (device, stream id) the hub keeps dedup state of; each device holds at most max-streams-per-device."))),
 		streamsRetired: prometheus.NewCounter(prometheus.CounterOpts(f("streams_retired_total", "Streams retired after stream-idle-expiry without a batch."))),
 	}
-	for _, r := range allReasons {
+	for _, r := range batchview.AllReasons {
 		m.rejected.WithLabelValues(string(r))
 	}
 	for f := wire.FaultValue; f <= wire.FaultTime; f++ {

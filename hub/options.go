@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/broker"
 	"edgeflow/wire"
 )
 
@@ -86,7 +87,7 @@ type Options struct {
 	MQTTMaxRetainedBytes int
 	// MQTTAuthThrottle slows down clients and sources that fail the
 	// embedded broker's password check; zero fields take its defaults.
-	MQTTAuthThrottle AuthThrottle
+	MQTTAuthThrottle broker.AuthThrottle
 	// MaxEventsPerSecond is each device's sustained event rate; a batch
 	// that arrives while the device's token bucket is in debt is not
 	// applied and answered RETRY_LATER (reason rate_limited, with the time
@@ -305,8 +306,8 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.TickInterval, time.Second)
 	setDefault(&o.StreamHeartbeat, 15*time.Second)
 	setDefault(&o.MQTTMaxConnsPerDevice, 4)
-	setDefault(&o.MQTTMaxRetainedBytes, DefaultMaxRetainedBytes)
-	setDefault(&o.MQTTClientQueue, defaultClientQueue)
+	setDefault(&o.MQTTMaxRetainedBytes, broker.DefaultMaxRetainedBytes)
+	setDefault(&o.MQTTClientQueue, broker.DefaultClientQueue)
 	setDefault(&o.HTTPReadTimeout, 30*time.Second)
 	setDefault(&o.HTTPWriteTimeout, 2*time.Minute)
 	setDefault(&o.HTTPMaxRequestBytes, 64<<10)
@@ -374,7 +375,7 @@ func (o *Options) Validate() error {
 	case o.MQTTURL == "" && !validHostPort(o.MQTTListen):
 		return bad("MQTTListen", "%q is not host:port", o.MQTTListen)
 	case o.MQTTURL != "" && !validBrokerURL(o.MQTTURL):
-		return bad("MQTTURL", "%q is not tcp://, ssl://, tls://, mqtt://, mqtts://, ws:// or wss:// host:port", redactURL(o.MQTTURL))
+		return bad("MQTTURL", "%q is not tcp://, ssl://, tls://, mqtt://, mqtts://, ws:// or wss:// host:port", broker.RedactURL(o.MQTTURL))
 	case o.Group != "" && !validGroup(o.Group):
 		return bad("Group", "%q must be non-empty without '/', '+' or '#'", o.Group)
 	case o.Group != "" && o.MQTTURL == "":
@@ -497,12 +498,12 @@ func (o *Options) validateSecurity(bad func(field, format string, args ...any) e
 		return bad("MQTTTLSClientCAFile", "client certificates need TLS (MQTTTLSCertFile and MQTTTLSKeyFile)")
 	case o.MQTTDenyAnonymous && o.MQTTAuthFile == "" && o.MQTTTLSClientCAFile == "":
 		return bad("MQTTDenyAnonymous", "no device could connect: set MQTTAuthFile or MQTTTLSClientCAFile")
-	case o.MQTTClientQueue < 1 || o.MQTTClientQueue > maxClientQueue:
-		return bad("MQTTClientQueue", "%d: want 1..%d", o.MQTTClientQueue, maxClientQueue)
+	case o.MQTTClientQueue < 1 || o.MQTTClientQueue > broker.MaxClientQueue:
+		return bad("MQTTClientQueue", "%d: want 1..%d", o.MQTTClientQueue, broker.MaxClientQueue)
 	case o.MQTTMaxConnsPerDevice < -1:
 		return bad("MQTTMaxConnsPerDevice", "%d: want -1 (no bound) or positive", o.MQTTMaxConnsPerDevice)
-	case o.MQTTMaxRetainedBytes < 1 || o.MQTTMaxRetainedBytes > maxMaxRetainedBytes:
-		return bad("MQTTMaxRetainedBytes", "%d: want 1..%d", o.MQTTMaxRetainedBytes, maxMaxRetainedBytes)
+	case o.MQTTMaxRetainedBytes < 1 || o.MQTTMaxRetainedBytes > broker.MaxMaxRetainedBytes:
+		return bad("MQTTMaxRetainedBytes", "%d: want 1..%d", o.MQTTMaxRetainedBytes, broker.MaxMaxRetainedBytes)
 	case o.MaxEventsPerSecond < 0 || math.IsNaN(o.MaxEventsPerSecond) || math.IsInf(o.MaxEventsPerSecond, 0):
 		return bad("MaxEventsPerSecond", "%v: want a finite rate >= 0", o.MaxEventsPerSecond)
 	case o.EventsBurst < 0 || math.IsNaN(o.EventsBurst) || math.IsInf(o.EventsBurst, 0):
@@ -515,18 +516,18 @@ func (o *Options) validateSecurity(bad func(field, format string, args ...any) e
 }
 
 // brokerSecurity loads the embedded broker's credentials and TLS files.
-func (o *Options) brokerSecurity() (BrokerSecurity, error) {
-	sec := BrokerSecurity{DenyAnonymous: o.MQTTDenyAnonymous, MaxConnsPerDevice: max(o.MQTTMaxConnsPerDevice, 0),
+func (o *Options) brokerSecurity() (broker.BrokerSecurity, error) {
+	sec := broker.BrokerSecurity{DenyAnonymous: o.MQTTDenyAnonymous, MaxConnsPerDevice: max(o.MQTTMaxConnsPerDevice, 0),
 		MaxRetainedBytes: o.MQTTMaxRetainedBytes, Throttle: o.MQTTAuthThrottle}
 	if o.MQTTAuthFile != "" {
-		c, err := LoadCredentials(o.MQTTAuthFile)
+		c, err := broker.LoadCredentials(o.MQTTAuthFile)
 		if err != nil {
 			return sec, fmt.Errorf("%w: MQTTAuthFile: %w", ErrInvalidOptions, err)
 		}
 		sec.Credentials = c
 	}
 	if o.MQTTTLSCertFile != "" {
-		c, err := BrokerTLSConfig(o.MQTTTLSCertFile, o.MQTTTLSKeyFile, o.MQTTTLSClientCAFile)
+		c, err := broker.BrokerTLSConfig(o.MQTTTLSCertFile, o.MQTTTLSKeyFile, o.MQTTTLSClientCAFile)
 		if err != nil {
 			return sec, fmt.Errorf("%w: MQTTTLSCertFile: %w", ErrInvalidOptions, err)
 		}

@@ -8,18 +8,19 @@ import (
 	badger "github.com/dgraph-io/badger/v4"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/hublog"
 )
 
 // TestBadgerPartials checks Put (buffered), flush, Get and Scan order,
 // negative buckets, generations and that buffered data wins.
 func TestBadgerPartials(t *testing.T) {
-	st, err := openStore(t.TempDir(), false, quietLogger(t))
+	st, err := hublog.OpenStore(t.TempDir(), false, quietLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.close()
-	p := newBadgerPartials()
-	p.bind(st.db)
+	defer st.Close()
+	p := hublog.NewBadgerPartials()
+	p.Bind(st.DB)
 	for _, bk := range []int64{-5, 3, 1, 7} {
 		if err := p.Put(0, 2, bk, []byte(fmt.Sprint("v", bk))); err != nil {
 			t.Fatal(err)
@@ -36,7 +37,7 @@ func TestBadgerPartials(t *testing.T) {
 	if got := scan(-10, 7); got != "-5=v-5 1=v1 3=v3 " {
 		t.Fatalf("buffered scan: %q", got)
 	}
-	if err := p.flush(); err != nil {
+	if err := p.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	_ = p.Put(0, 2, 3, []byte("new3"))
@@ -50,11 +51,11 @@ func TestBadgerPartials(t *testing.T) {
 	if _, ok, _ := p.Get(0, 2, 8); ok {
 		t.Fatal("get of a missing partial")
 	}
-	p.setGeneration(1)
+	p.SetGeneration(1)
 	if _, ok, _ := p.Get(0, 2, 7); ok {
 		t.Fatal("generation 1 sees generation 0")
 	}
-	n, err := dropGenerations(st.db, func(g uint64) bool { return g == 0 })
+	n, err := hublog.DropGenerations(st.DB, func(g uint64) bool { return g == 0 })
 	if err != nil || n != 5 {
 		t.Fatalf("dropped %d, %v", n, err)
 	}
@@ -65,18 +66,18 @@ func TestBadgerPartials(t *testing.T) {
 // Replace swaps fine for coarse partials in one transaction (buffered
 // ones included), DeleteRange counts, and generations drop every tier.
 func TestBadgerPartialsTiers(t *testing.T) {
-	st, err := openStore(t.TempDir(), false, quietLogger(t))
+	st, err := hublog.OpenStore(t.TempDir(), false, quietLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.close()
+	defer st.Close()
 	// A key as hubs wrote it before tiers: a<gen:8><series:4><bucket^sign:8>.
-	old := []byte{prefixPartials, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0x80, 0, 0, 0, 0, 0, 0, 5}
-	if err := st.db.Update(func(txn *badger.Txn) error { return txn.Set(old, []byte("old5")) }); err != nil {
+	old := []byte{hublog.PrefixPartials, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0x80, 0, 0, 0, 0, 0, 0, 5}
+	if err := st.DB.Update(func(txn *badger.Txn) error { return txn.Set(old, []byte("old5")) }); err != nil {
 		t.Fatal(err)
 	}
-	p := newBadgerPartials()
-	p.bind(st.db)
+	p := hublog.NewBadgerPartials()
+	p.Bind(st.DB)
 	if d, ok, err := p.Get(0, 2, 5); err != nil || !ok || string(d) != "old5" {
 		t.Fatalf("old-format key as tier 0: %q %v %v", d, ok, err)
 	}
@@ -86,7 +87,7 @@ func TestBadgerPartialsTiers(t *testing.T) {
 		}
 	}
 	_ = p.Put(0, 3, 1, []byte("other series"))
-	if err := p.flush(); err != nil {
+	if err := p.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	_ = p.Put(0, 2, 7, []byte("buffered7"))
@@ -109,7 +110,7 @@ func TestBadgerPartialsTiers(t *testing.T) {
 	if got := scan(1, 2); got != "0=c0 4=c4 " {
 		t.Fatalf("tier 1 after Replace: %q", got)
 	}
-	if p.flush() != nil || scan(0, 2) != "8=f8 9=f9 10=f10 11=f11 " {
+	if p.Flush() != nil || scan(0, 2) != "8=f8 9=f9 10=f10 11=f11 " {
 		t.Fatal("a replaced buffered partial came back with flush")
 	}
 	if d, ok, _ := p.Get(1, 2, 4); !ok || string(d) != "c4" {
@@ -121,7 +122,7 @@ func TestBadgerPartialsTiers(t *testing.T) {
 	if got := scan(1, 2) + "|" + scan(0, 3); got != "4=c4 |1=other series " {
 		t.Fatalf("after delete: %q", got)
 	}
-	n, err := dropGenerations(st.db, func(g uint64) bool { return g == 0 })
+	n, err := hublog.DropGenerations(st.DB, func(g uint64) bool { return g == 0 })
 	if err != nil || n != 6 {
 		t.Fatalf("dropped %d, %v (want 4 + 1 tier 0 partials of two series, 1 tier 1)", n, err)
 	}
@@ -149,12 +150,12 @@ func TestDownsampleBadgerRestart(t *testing.T) {
 		}
 	}
 	end := base.Add(7 * time.Hour)
-	run := func(opt aggregate.Options, st *store) *aggregates {
+	run := func(opt aggregate.Options, st *hublog.Store) *aggregates {
 		a, err := newAggregates(opt, quietLogger(t), time.Now)
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.store.bind(st.db)
+		a.store.Bind(st.DB)
 		for i := range batches {
 			if err := a.eng.Apply(&batches[i]); err != nil {
 				t.Fatal(err)
@@ -168,14 +169,14 @@ func TestDownsampleBadgerRestart(t *testing.T) {
 	}
 	ref := opt
 	ref.Downsample, ref.PartialsRetention = nil, 0
-	refStore, err := openStore(t.TempDir(), false, quietLogger(t))
+	refStore, err := hublog.OpenStore(t.TempDir(), false, quietLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer refStore.close()
+	defer refStore.Close()
 	want := run(ref, refStore)
 
-	st, err := openStore(dir, false, quietLogger(t))
+	st, err := hublog.OpenStore(dir, false, quietLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestDownsampleBadgerRestart(t *testing.T) {
 		t.Fatalf("stats: %+v", s)
 	}
 	keys := 0
-	if _, err := dropGenerations(st.db, func(uint64) bool { keys++; return false }); err != nil {
+	if _, err := hublog.DropGenerations(st.DB, func(uint64) bool { keys++; return false }); err != nil {
 		t.Fatal(err)
 	}
 	if keys >= int(s.Evicted)/2 {
@@ -227,18 +228,18 @@ func TestDownsampleBadgerRestart(t *testing.T) {
 	if wantAns != gotAns {
 		t.Fatalf("downsampled answers differ:\n%s\n%s", wantAns, gotAns)
 	}
-	st.close()
+	st.Close()
 
-	st2, err := openStore(dir, false, quietLogger(t)) // restart on the same directory
+	st2, err := hublog.OpenStore(dir, false, quietLogger(t)) // restart on the same directory
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st2.close()
+	defer st2.Close()
 	again, err := newAggregates(opt, quietLogger(t), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again.store.bind(st2.db)
+	again.store.Bind(st2.DB)
 	if err := again.Restore(snap); err != nil {
 		t.Fatal(err)
 	}

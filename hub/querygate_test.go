@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"edgeflow/aggregate"
+	"edgeflow/hub/api"
+	"edgeflow/hub/hubapi"
 )
 
 // TestQueryGate: with every query slot taken, /v1/aggregates, /v1/events
@@ -23,7 +23,7 @@ import (
 func TestQueryGate(t *testing.T) {
 	s, base, small := gateHub(t)
 	h := s.Handler()
-	s.queries.slots <- struct{}{} // every slot taken
+	s.api.Gate().Slots <- struct{}{} // every slot taken
 	gatedPaths := map[string]string{
 		"/v1/aggregates": small,
 		"/v1/events":     "/v1/events?device=gate-1&from=" + base.Format(time.RFC3339) + "&to=" + base.Add(time.Hour).Format(time.RFC3339),
@@ -31,12 +31,12 @@ func TestQueryGate(t *testing.T) {
 	}
 	for ep, path := range gatedPaths {
 		rec := serve(h, path)
-		var e APIError
+		var e hubapi.APIError
 		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" ||
 			json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Limit != "http-max-queries" || e.Max != 1 || !strings.Contains(e.Error, "busy") {
 			t.Fatalf("%s with every slot taken: %d Retry-After %q %s", ep, rec.Code, rec.Header().Get("Retry-After"), rec.Body)
 		}
-		if n := counterValue(t, s.queries.busy.WithLabelValues(ep)); n != 1 {
+		if n := counterValue(t, s.api.Gate().Busy.WithLabelValues(ep)); n != 1 {
 			t.Fatalf("%s: busy counter %v, want 1", ep, n)
 		}
 	}
@@ -48,7 +48,7 @@ func TestQueryGate(t *testing.T) {
 	if body := serve(h, "/metrics").Body.String(); !strings.Contains(body, `edgeflow_hub_http_queries_busy_total{endpoint="/v1/aggregates"} 1`) {
 		t.Fatal("/metrics lacks the busy counter")
 	}
-	s.queries.release()
+	s.api.Gate().Release()
 	for ep, path := range gatedPaths {
 		if rec := serve(h, path); rec.Code != 200 {
 			t.Fatalf("%s with a free slot: %d %s", ep, rec.Code, rec.Body)
@@ -57,53 +57,24 @@ func TestQueryGate(t *testing.T) {
 
 	over := aggPath("temp", "tumbling:1m", base, base.Add(time.Hour), "")
 	rec := serve(h, over)
-	var e APIError
+	var e hubapi.APIError
 	if rec.Code != 400 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Limit != "max_query_results" || e.Max != 5 {
 		t.Fatalf("over the cap: %d %s", rec.Code, rec.Body)
 	}
-	if n := counterValue(t, s.queries.refused.WithLabelValues("/v1/aggregates", "max_query_results", refusedBefore)); n != 1 {
+	if n := counterValue(t, s.api.Gate().Refused.WithLabelValues("/v1/aggregates", "max_query_results", api.RefusedBefore)); n != 1 {
 		t.Fatalf("refused before: %v, want 1", n)
 	}
-	if n := counterValue(t, s.queries.refused.WithLabelValues("/v1/aggregates", "max_query_results", refusedDuring)); n != 0 {
+	if n := counterValue(t, s.api.Gate().Refused.WithLabelValues("/v1/aggregates", "max_query_results", api.RefusedDuring)); n != 0 {
 		t.Fatalf("refused during: %v, want 0", n)
 	}
 
-	s.queries.budget = time.Nanosecond // every query past its deadline
+	s.api.Gate().Budget = time.Nanosecond // every query past its deadline
 	rec = serve(h, small)
 	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "http-query-timeout") {
 		t.Fatalf("past the deadline: %d %s", rec.Code, rec.Body)
 	}
-	if n := counterValue(t, s.queries.stopped.WithLabelValues("/v1/aggregates", "deadline")); n != 1 {
+	if n := counterValue(t, s.api.Gate().Stopped.WithLabelValues("/v1/aggregates", "deadline")); n != 1 {
 		t.Fatalf("stopped by the deadline: %v, want 1", n)
-	}
-}
-
-// TestQueryGateWaits: a query that finds the slots taken gets one freed
-// within its wait, and a client that goes away while waiting gives up
-// its place.
-func TestQueryGateWaits(t *testing.T) {
-	o := Options{HTTPMaxQueries: 1, HTTPQueryWait: time.Minute, HTTPQueryTimeout: time.Minute}
-	g, err := newQueryGate(&o, prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !g.acquire(context.Background()) {
-		t.Fatal("first acquire")
-	}
-	got := make(chan bool)
-	go func() { got <- g.acquire(context.Background()) }()
-	g.release()
-	if !<-got {
-		t.Fatal("a waiting query did not get the freed slot")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { got <- g.acquire(ctx) }()
-	cancel()
-	if <-got {
-		t.Fatal("a cancelled wait got a slot")
-	}
-	if g.retryAfter() != "60" {
-		t.Fatalf("Retry-After %q", g.retryAfter())
 	}
 }
 
@@ -125,7 +96,7 @@ func gateHub(t *testing.T) (s *Server, base time.Time, small string) {
 	d.send(timedBatch("gate-1", d.stream, 1, times, values))
 	small = aggPath("temp", "tumbling:1m", base, base.Add(3*time.Minute), "")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var r AggregatesResponse
+		var r hubapi.AggregatesResponse
 		if code, _ := getJSON(t, s.Handler(), small, &r); code == 200 && len(r.Windows) == 3 {
 			return s, base, small
 		}
@@ -140,7 +111,7 @@ func gateHub(t *testing.T) (s *Server, base time.Time, small string) {
 // getting the set once a slot is free.
 func TestFetchPartialsRetriesBusyHub(t *testing.T) {
 	s, base, _ := gateHub(t)
-	s.queries.slots <- struct{}{} // every slot taken
+	s.api.Gate().Slots <- struct{}{} // every slot taken
 	type result struct {
 		ps  *aggregate.PartialSet
 		err error
@@ -148,13 +119,13 @@ func TestFetchPartialsRetriesBusyHub(t *testing.T) {
 	got := make(chan result, 1)
 	go func() {
 		q := aggregate.Query{Metric: "temp", GroupBy: []string{"device"}}
-		ps, err := FetchPartials(context.Background(), http.DefaultClient, "http://"+s.HTTPAddr(), "", q, base, base.Add(time.Hour))
+		ps, err := hubapi.FetchPartials(context.Background(), http.DefaultClient, "http://"+s.HTTPAddr(), "", q, base, base.Add(time.Hour))
 		got <- result{ps, err}
 	}()
-	for counterValue(t, s.queries.busy.WithLabelValues("/v1/partials")) == 0 {
+	for counterValue(t, s.api.Gate().Busy.WithLabelValues("/v1/partials")) == 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	s.queries.release()
+	s.api.Gate().Release()
 	r := <-got
 	if r.err != nil {
 		t.Fatal(r.err)

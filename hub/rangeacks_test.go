@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -19,10 +21,13 @@ func TestAckRoundMerges(t *testing.T) {
 	s := startHub(t, testOptions(t, t.TempDir()))
 	a, b, c := wire.NewStreamID(), wire.NewStreamID(), wire.NewStreamID()
 	batch := func(dev string, id wire.StreamID, first, last uint64, ranged bool) *pending {
-		return &pending{kind: entryBatch, device: dev, stream: id, first: first, last: last, rangeAcks: ranged}
+		return &pending{kind: hublog.KindBatch, device: dev, stream: id, first: first, last: last, rangeAcks: ranged}
 	}
 	dup := func(p *pending) *pending { p.dup = true; return p }
-	rej := func(p *pending) *pending { p.rej = &Rejection{ReasonTime, "event 3 is stamped 2301"}; return p }
+	rej := func(p *pending) *pending {
+		p.rej = &batchview.Rejection{Reason: batchview.ReasonTime, Detail: "event 3 is stamped 2301"}
+		return p
+	}
 	// An ack naming refused events answers its batch alone.
 	refused := func(p *pending) *pending {
 		p.refused = []*wirepb.Gap{{FirstSeq: p.first, LastSeq: p.first, Reason: "bad_value"}}
@@ -36,7 +41,7 @@ func TestAckRoundMerges(t *testing.T) {
 		rej(batch("d1", a, 31, 40, true)),
 		batch("d1", a, 41, 50, true),
 		batch("d1", a, 61, 70, true),
-		{kind: entryStatus, device: "d1"},
+		{kind: hublog.KindStatus, device: "d1"},
 		batch("d3", c, 1, 10, false), batch("d3", c, 11, 20, false),
 		dup(batch("d3", c, 21, 30, true)), dup(batch("d3", c, 31, 40, true)),
 	})

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"edgeflow/hub/hublog"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -65,15 +66,15 @@ func Rebuild(ctx context.Context, opts Options) (*RebuildResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Aggregate: %w", ErrInvalidOptions, err)
 	}
-	st, err := openStore(opts.DataDir, true, opts.Logger)
+	st, err := hublog.OpenStore(opts.DataDir, true, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
-	defer st.close()
-	if err := st.ensureEventIndex(opts.Limits, opts.Logger); err != nil {
-		return nil, fmt.Errorf("hub store %s: %w", st.dir, err)
+	defer st.Close()
+	if err := ensureEventIndex(st, opts.Limits, opts.Logger); err != nil {
+		return nil, fmt.Errorf("hub store %s: %w", st.Dir, err)
 	}
-	agg.store.bind(st.db)
+	agg.store.Bind(st.DB)
 	res, err := rebuildInto(ctx, st, agg, opts)
 	if err != nil {
 		return nil, err
@@ -83,42 +84,42 @@ func Rebuild(ctx context.Context, opts Options) (*RebuildResult, error) {
 }
 
 // rebuildInto does Rebuild's work on an open store.
-func rebuildInto(ctx context.Context, st *store, agg *aggregates, opts Options) (*RebuildResult, error) {
+func rebuildInto(ctx context.Context, st *hublog.Store, agg *aggregates, opts Options) (*RebuildResult, error) {
 	res := &RebuildResult{}
-	first, err := st.firstWALAtOrAfter(0)
+	first, err := st.FirstWALAtOrAfter(0)
 	if err != nil {
 		return nil, err
 	}
 	res.FirstEntry = first
-	records, err := st.loadDamageRecords()
+	records, err := st.LoadDamageRecords()
 	if err != nil {
 		return nil, err
 	}
-	all, err := st.loadCheckpoints()
+	all, err := st.LoadCheckpoints()
 	if err != nil {
-		return nil, fmt.Errorf("load checkpoint from %s: %w", st.dir, err)
+		return nil, fmt.Errorf("load checkpoint from %s: %w", st.Dir, err)
 	}
-	var ck *checkpoint
+	var ck *hublog.Checkpoint
 	var doc stateDoc
 	for _, sc := range all {
-		if sc.err == nil {
-			if err := json.Unmarshal(sc.state, &doc); err != nil {
-				sc.err = fmt.Errorf("%w: state: %v", ErrCheckpointDamaged, err)
+		if sc.Err == nil {
+			if err := json.Unmarshal(sc.State, &doc); err != nil {
+				sc.Err = fmt.Errorf("%w: state: %v", hublog.ErrCheckpointDamaged, err)
 			}
 		}
-		if sc.err == nil {
-			ck = sc.ck
+		if sc.Err == nil {
+			ck = sc.Checkpoint
 			break
 		}
-		opts.Logger.Error("checkpoint damaged; using the one before it, else the whole log", "dir", st.dir, "key", sc.key, "err", sc.err)
+		opts.Logger.Error("checkpoint damaged; using the one before it, else the whole log", "dir", st.Dir, "key", sc.Key, "err", sc.Err)
 	}
 	if ck == nil && len(all) == 0 {
-		if _, err := dropGenerations(st.db, func(uint64) bool { return true }); err != nil {
+		if _, err := hublog.DropGenerations(st.DB, func(uint64) bool { return true }); err != nil {
 			return nil, fmt.Errorf("delete stored partials: %w", err)
 		}
 		return res, nil
 	}
-	gen, found, err := maxPartialGeneration(st.db)
+	gen, found, err := hublog.MaxPartialGeneration(st.DB)
 	if err != nil {
 		return nil, err
 	}
@@ -135,10 +136,10 @@ func rebuildInto(ctx context.Context, st *store, agg *aggregates, opts Options) 
 		}
 	}
 	gen++
-	if _, err := dropGenerations(st.db, func(g uint64) bool { return g == gen }); err != nil {
+	if _, err := hublog.DropGenerations(st.DB, func(g uint64) bool { return g == gen }); err != nil {
 		return nil, fmt.Errorf("delete partials of an unfinished rebuild: %w", err)
 	}
-	agg.store.setGeneration(gen)
+	agg.store.SetGeneration(gen)
 	reg := newRegistry()
 	var pos uint64
 	if ck != nil {
@@ -168,13 +169,13 @@ func rebuildInto(ctx context.Context, st *store, agg *aggregates, opts Options) 
 	}
 	// Written twice, so both retained checkpoints use the new generation
 	// of partials (the old one is deleted below).
-	st.retainedCheckpoints()
+	st.RetainedCheckpoints()
 	for i := 0; i < 2; i++ {
-		if _, err := st.writeCheckpoint(pos, newState, opts.Now().UnixNano()); err != nil {
+		if _, err := st.WriteCheckpoint(pos, newState, opts.Now().UnixNano()); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := dropGenerations(st.db, func(g uint64) bool { return g != gen }); err != nil {
+	if _, err := hublog.DropGenerations(st.DB, func(g uint64) bool { return g != gen }); err != nil {
 		opts.Logger.Warn("deleting the old generation's partials failed; they only take space", "err", err)
 	}
 	res.Position, res.Generation = pos, gen
@@ -184,8 +185,8 @@ func rebuildInto(ctx context.Context, st *store, agg *aggregates, opts Options) 
 // replayInto applies the log entries up to pos (the whole log when full)
 // to the engine and, when full, to reg. Damage stops it unless
 // opts.RecoverDamaged, which records the loss.
-func replayInto(ctx context.Context, st *store, agg *aggregates, reg *registry, full bool, pos uint64, records []damageRecord, opts Options, res *RebuildResult) (*applier, error) {
-	known := lossesOf(records)
+func replayInto(ctx context.Context, st *hublog.Store, agg *aggregates, reg *registry, full bool, pos uint64, records []hublog.DamageRecord, opts Options, res *RebuildResult) (*applier, error) {
+	known := hublog.LossesOf(records)
 	app := newApplier(reg, []Consumer{agg}, nil, opts.Limits)
 	app.onPanic = func(name string, r any) {
 		opts.Logger.Error("recovered panic in consumer", "consumer", name, "panic", r)
@@ -196,55 +197,55 @@ func replayInto(ctx context.Context, st *store, agg *aggregates, reg *registry, 
 	} else if pos == 0 {
 		return app, nil
 	}
-	dmg, err := st.replayChecked(0, upTo, !full, &known.positions, func(e *walEntry) error {
+	dmg, err := st.ReplayChecked(0, upTo, !full, &known.Positions, func(e *hublog.Entry) error {
 		if res.Entries++; res.Entries%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if e.kind == entryBatch {
+		if e.Kind == hublog.KindBatch {
 			res.Batches++
 		}
 		return app.applyEntry(e, nil)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("replay log of %s: %w", st.dir, err)
+		return nil, fmt.Errorf("replay log of %s: %w", st.Dir, err)
 	}
 	if !full {
 		// The entries after the checkpoint are the next start's replay:
 		// damage there is reported now, with the same choices.
-		after, err := st.replayChecked(pos, 0, false, &known.positions, func(*walEntry) error { return nil })
+		after, err := st.ReplayChecked(pos, 0, false, &known.Positions, func(*hublog.Entry) error { return nil })
 		if err != nil {
-			return nil, fmt.Errorf("read log of %s: %w", st.dir, err)
+			return nil, fmt.Errorf("read log of %s: %w", st.Dir, err)
 		}
-		dmg.merge(after)
+		dmg.Merge(after)
 	}
 	res.Events = app.events
-	if !dmg.any() {
+	if !dmg.Any() {
 		if full {
 			applyLosses(reg, records)
 		}
 		return app, nil
 	}
-	devices := st.devicesAt(&dmg.positions)
+	devices := st.DevicesAt(&dmg.Positions)
 	if !opts.RecoverDamaged {
-		return nil, dmg.err(st.dir, devices)
+		return nil, dmg.Err(st.Dir, devices)
 	}
-	var lost []lostStream
+	var lost []hublog.LostStream
 	if full {
-		dedup, err := st.loadDedup()
+		dedup, err := st.LoadDedup()
 		if err != nil {
 			return nil, err
 		}
 		lost = lostSince(reg, dedup, known)
 	}
-	rec := newDamageRecord(opts.Now().UnixNano(), dmg, devices, lost)
-	if err := st.writeDamageRecord(rec, dmg.unreadable); err != nil {
+	rec := hublog.NewDamageRecord(opts.Now().UnixNano(), dmg, devices, lost)
+	if err := st.WriteDamageRecord(rec, dmg.Unreadable); err != nil {
 		return nil, err
 	}
 	if full {
 		applyLosses(reg, append(records, *rec))
 	}
-	res.DamagedPositions = dmg.positions.Count()
+	res.DamagedPositions = dmg.Positions.Count()
 	opts.Logger.Error("hub store damaged: rebuilt without the unreadable log entries (recover-damaged); the loss is recorded",
-		"dir", st.dir, "positions", formatRanges(&dmg.positions), "devices", devices, "streams", len(lost))
+		"dir", st.Dir, "positions", hublog.FormatRanges(&dmg.Positions), "devices", devices, "streams", len(lost))
 	return app, nil
 }

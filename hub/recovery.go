@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"edgeflow/hub/hublog"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,10 +41,10 @@ func (s *Server) stateBytes() ([]byte, error) {
 func (s *Server) restoreState(b []byte) error {
 	var doc stateDoc
 	if err := json.Unmarshal(b, &doc); err != nil {
-		return fmt.Errorf("%w: state: %v", ErrCheckpointDamaged, err)
+		return fmt.Errorf("%w: state: %v", hublog.ErrCheckpointDamaged, err)
 	}
 	if err := s.reg.restore(doc.Registry); err != nil {
-		return fmt.Errorf("%w: registry: %v", ErrCheckpointDamaged, err)
+		return fmt.Errorf("%w: registry: %v", hublog.ErrCheckpointDamaged, err)
 	}
 	for _, c := range s.opts.Consumers {
 		snap, ok := doc.Consumers[c.Name()]
@@ -65,15 +66,15 @@ func (s *Server) restoreState(b []byte) error {
 // Options.RecoverDamaged (damage.go).
 func (s *Server) recoverState(ctx context.Context) error {
 	start := time.Now()
-	dedup, err := s.st.loadDedup()
+	dedup, err := s.st.LoadDedup()
 	if err != nil {
-		return fmt.Errorf("load applied ranges from %s: %w", s.st.dir, err)
+		return fmt.Errorf("load applied ranges from %s: %w", s.st.Dir, err)
 	}
-	records, err := s.st.loadDamageRecords()
+	records, err := s.st.LoadDamageRecords()
 	if err != nil {
 		return err
 	}
-	known := lossesOf(records)
+	known := hublog.LossesOf(records)
 	fellBack, full, err := s.restoreCheckpoint()
 	if err != nil {
 		return err
@@ -85,45 +86,45 @@ func (s *Server) recoverState(ctx context.Context) error {
 	}
 	from := s.app.lastSeq
 	replayed := 0
-	dmg, err := s.st.replayChecked(from, 0, false, &known.positions, func(e *walEntry) error {
+	dmg, err := s.st.ReplayChecked(from, 0, false, &known.Positions, func(e *hublog.Entry) error {
 		if replayed++; replayed%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 		return s.replayEntry(e)
 	})
 	if err != nil {
-		return fmt.Errorf("replay log of %s: %w", s.st.dir, err)
+		return fmt.Errorf("replay log of %s: %w", s.st.Dir, err)
 	}
 	lost := lostSince(s.reg, dedup, known)
-	if dmg.any() {
+	if dmg.Any() {
 		if records, err = s.recordDamage(dmg, lost, records); err != nil {
 			return err
 		}
 	} else if len(lost) > 0 {
 		s.log.Error("recovered state disagrees with the stored applied ranges; dedup follows the stored ranges",
-			"streams", len(lost), "first_device", lost[0].Device, "first_stream", lost[0].Stream, "missing", formatRanges(&lost[0].Lost))
+			"streams", len(lost), "first_device", lost[0].Device, "first_stream", lost[0].Stream, "missing", hublog.FormatRanges(&lost[0].Lost))
 	}
 	applyLosses(s.reg, records)
-	known = lossesOf(records)
-	s.dm.lostEvents.Set(float64(known.events))
-	last, err := s.st.lastWALSeq()
+	known = hublog.LossesOf(records)
+	s.dm.lostEvents.Set(float64(known.Events))
+	last, err := s.st.LastWALSeq()
 	if err != nil {
 		return err
 	}
 	s.com = &committer{in: make(chan *pending, s.opts.QueueLen), toAck: make(chan []*pending, 4),
-		toApply: make(chan []*pending, applyQueueGroups), st: s.st, streams: dedup, nextSeq: max(last, s.app.lastSeq, known.positions.Max()) + 1,
+		toApply: make(chan []*pending, applyQueueGroups), st: s.st, streams: dedup, nextSeq: max(last, s.app.lastSeq, known.Positions.Max()) + 1,
 		estimator: s.opts.ClockEstimator, opts: &s.opts, m: s.m}
 	s.com.committed.Store(s.com.nextSeq - 1)
 	s.com.initStreams(s.opts.Now().UnixNano())
-	if fellBack || full || dmg.any() {
+	if fellBack || full || dmg.Any() {
 		// Replace the damaged checkpoint (or record the loss in one) now,
 		// so the next start does not go through this again.
 		if err := s.forceCheckpoint(); err != nil {
-			return fmt.Errorf("checkpoint after recovering %s: %w", s.st.dir, err)
+			return fmt.Errorf("checkpoint after recovering %s: %w", s.st.Dir, err)
 		}
 		if full && s.agg != nil {
-			gen := s.agg.store.generation()
-			if _, err := dropGenerations(s.st.db, func(g uint64) bool { return g != gen }); err != nil {
+			gen := s.agg.store.Generation()
+			if _, err := hublog.DropGenerations(s.st.DB, func(g uint64) bool { return g != gen }); err != nil {
 				s.log.Warn("deleting partials of the damaged checkpoint's generation failed; they only take space", "err", err)
 			}
 		}
@@ -138,51 +139,51 @@ func (s *Server) recoverState(ctx context.Context) error {
 // checkpoints were stored but none is usable, so the whole log must be
 // replayed.
 func (s *Server) restoreCheckpoint() (fellBack, full bool, err error) {
-	all, err := s.st.loadCheckpoints()
+	all, err := s.st.LoadCheckpoints()
 	if err != nil {
-		return false, false, fmt.Errorf("load checkpoint from %s: %w", s.st.dir, err)
+		return false, false, fmt.Errorf("load checkpoint from %s: %w", s.st.Dir, err)
 	}
-	var chosen, older *checkpoint
+	var chosen, older *hublog.Checkpoint
 	for _, sc := range all {
 		if chosen != nil {
-			if sc.err == nil {
-				older = sc.ck
+			if sc.Err == nil {
+				older = sc.Checkpoint
 			} else {
-				s.log.Warn("the checkpoint before the newest is damaged; the next checkpoint replaces it", "dir", s.st.dir, "key", sc.key, "err", sc.err)
+				s.log.Warn("the checkpoint before the newest is damaged; the next checkpoint replaces it", "dir", s.st.Dir, "key", sc.Key, "err", sc.Err)
 			}
 			break
 		}
-		if sc.err == nil {
-			if sc.err = s.restoreState(sc.state); sc.err == nil {
-				chosen = sc.ck
+		if sc.Err == nil {
+			if sc.Err = s.restoreState(sc.State); sc.Err == nil {
+				chosen = sc.Checkpoint
 				continue
 			}
-			if !errors.Is(sc.err, ErrCheckpointDamaged) {
-				return false, false, sc.err
+			if !errors.Is(sc.Err, hublog.ErrCheckpointDamaged) {
+				return false, false, sc.Err
 			}
 		}
 		fellBack = true
 		pos := "unknown"
-		if sc.ck != nil {
-			pos = fmt.Sprint(sc.ck.Pos)
+		if sc.Checkpoint != nil {
+			pos = fmt.Sprint(sc.Checkpoint.Pos)
 		}
 		s.log.Error("checkpoint damaged; recovering from the one before it, else by replaying the whole log",
-			"dir", s.st.dir, "key", sc.key, "position", pos, "err", sc.err)
+			"dir", s.st.Dir, "key", sc.Key, "position", pos, "err", sc.Err)
 	}
 	if chosen == nil {
 		if fellBack {
 			s.dm.fallbacks.WithLabelValues("log").Inc()
-			s.log.Error("no usable checkpoint: replaying the whole log", "dir", s.st.dir)
+			s.log.Error("no usable checkpoint: replaying the whole log", "dir", s.st.Dir)
 		}
 		return fellBack, fellBack, nil
 	}
 	if fellBack {
 		s.dm.fallbacks.WithLabelValues("previous").Inc()
-		s.log.Warn("recovering from the previous checkpoint", "dir", s.st.dir, "position", chosen.Pos)
+		s.log.Warn("recovering from the previous checkpoint", "dir", s.st.Dir, "position", chosen.Pos)
 	}
-	s.st.retainedCheckpoints(chosen, older)
+	s.st.RetainedCheckpoints(chosen, older)
 	s.app.lastSeq, s.lastCkpt = chosen.Pos, chosen
-	s.ckptPos.Store(s.st.oldestRetainedPos())
+	s.ckptPos.Store(s.st.OldestRetainedPos())
 	return fellBack, false, nil
 }
 
@@ -193,12 +194,12 @@ func (s *Server) freshPartialGeneration() error {
 	if s.agg == nil {
 		return nil
 	}
-	gen, found, err := maxPartialGeneration(s.st.db)
+	gen, found, err := hublog.MaxPartialGeneration(s.st.DB)
 	if err != nil {
 		return err
 	}
 	if found {
-		s.agg.store.setGeneration(gen + 1)
+		s.agg.store.SetGeneration(gen + 1)
 	}
 	return nil
 }
@@ -206,23 +207,23 @@ func (s *Server) freshPartialGeneration() error {
 // recordDamage handles damage a replay found: without RecoverDamaged it
 // is the error that stops the start; with it, the loss is recorded (see
 // damage.go), counted and logged, and the records returned include it.
-func (s *Server) recordDamage(dmg *logDamage, lost []lostStream, records []damageRecord) ([]damageRecord, error) {
-	devices := s.st.devicesAt(&dmg.positions)
-	derr := dmg.err(s.st.dir, devices)
+func (s *Server) recordDamage(dmg *hublog.LogDamage, lost []hublog.LostStream, records []hublog.DamageRecord) ([]hublog.DamageRecord, error) {
+	devices := s.st.DevicesAt(&dmg.Positions)
+	derr := dmg.Err(s.st.Dir, devices)
 	if !s.opts.RecoverDamaged {
 		return nil, derr
 	}
-	rec := newDamageRecord(s.opts.Now().UnixNano(), dmg, devices, lost)
-	if err := s.st.writeDamageRecord(rec, dmg.unreadable); err != nil {
+	rec := hublog.NewDamageRecord(s.opts.Now().UnixNano(), dmg, devices, lost)
+	if err := s.st.WriteDamageRecord(rec, dmg.Unreadable); err != nil {
 		return nil, err
 	}
 	var events uint64
 	for _, l := range lost {
 		events += l.Lost.Count()
 	}
-	s.dm.damaged.Add(float64(dmg.positions.Count()))
-	s.log.Error("hub store damaged: started without the unreadable log entries (recover-damaged); the loss is recorded as gaps with reason "+GapReasonStoreDamaged,
-		"dir", s.st.dir, "positions", formatRanges(&dmg.positions), "entries", dmg.positions.Count(),
+	s.dm.damaged.Add(float64(dmg.Positions.Count()))
+	s.log.Error("hub store damaged: started without the unreadable log entries (recover-damaged); the loss is recorded as gaps with reason "+hublog.GapReasonStoreDamaged,
+		"dir", s.st.Dir, "positions", hublog.FormatRanges(&dmg.Positions), "entries", dmg.Positions.Count(),
 		"from_server_time", derr.FromServerTime, "to_server_time", derr.ToServerTime, "devices", devices,
 		"streams", len(lost), "lost_events", events)
 	return append(records, *rec), nil
@@ -239,15 +240,15 @@ func (s *Server) forceCheckpoint() error {
 }
 
 // replayEntry applies one logged entry during recovery.
-func (s *Server) replayEntry(e *walEntry) error {
-	if e.kind != entryBatch {
+func (s *Server) replayEntry(e *hublog.Entry) error {
+	if e.Kind != hublog.KindBatch {
 		return s.app.applyEntry(e, nil)
 	}
 	v, err := s.app.parseStored(e)
 	if err != nil {
 		return err
 	}
-	observe(s.opts.ClockEstimator, e.device, v.sendTimeNs, e.serverTimeNs)
+	observe(s.opts.ClockEstimator, e.Device, v.SendTimeNs, e.ServerTimeNs)
 	return s.app.applyEntry(e, v)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -154,9 +155,9 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("retain: %d %v", n, err)
 	}
 	left, batches := 0, 0
-	_ = s.st.replay(0, func(e *walEntry) error {
+	_ = s.st.Replay(0, func(e *hublog.Entry) error {
 		left++
-		if e.kind == entryBatch {
+		if e.Kind == hublog.KindBatch {
 			batches++
 		}
 		return nil

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"edgeflow/hub/api"
+	"edgeflow/hub/batchview"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -101,7 +103,7 @@ func TestRefusedEventsApplyTheRest(t *testing.T) {
 	cc.mu.Unlock()
 	// The stored events leave the refused ones out.
 	from, to := time.Unix(0, baseTimeNs-int64(time.Hour)), time.Unix(0, baseTimeNs+int64(time.Hour))
-	evs, err := s1.storedEvents(context.Background(), eventsQuery{device: d.id, from: from, to: to, limit: 100, arrival: time.Since(to) + time.Hour})
+	evs, err := s1.storedEvents(context.Background(), api.EventsQuery{Device: d.id, From: from, To: to, Limit: 100, Arrival: time.Since(to) + time.Hour})
 	if err != nil || len(evs.Events) != 35 {
 		t.Fatalf("/v1/events: %d events", len(evs.Events))
 	}
@@ -137,16 +139,16 @@ func TestRefusedEventsApplyTheRest(t *testing.T) {
 // maxRefusedRuns is rejected whole, naming the first fault.
 func TestRefusedRunsBound(t *testing.T) {
 	lim := limitsWithDefaults(wire.Limits{})
-	b := makeBatch("d1", wire.NewStreamID(), 1, 2*maxRefusedRuns+4)
+	b := makeBatch("d1", wire.NewStreamID(), 1, 2*batchview.MaxRefusedRuns+4)
 	for i := 0; i < len(b.Events); i += 2 {
 		b.Events[i].Value = nan()
 	}
-	var v batchView
-	err := parseBatchFrame(&v, encodeBatch(t, b), lim)
+	var v batchview.View
+	err := batchview.ParseBatchFrame(&v, encodeBatch(t, b), lim)
 	if err == nil {
-		err = validateBatch(&v, "d1")
+		err = batchview.ValidateBatch(&v, "d1")
 	}
-	if r := asRejection(err); err == nil || r.Reason != ReasonValue {
+	if r := batchview.AsRejection(err); err == nil || r.Reason != batchview.ReasonValue {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/hubapi"
+	"edgeflow/hub/hublog"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
@@ -33,7 +36,7 @@ type deviceState struct {
 	// Connection is the agent's connection id of the online status the
 	// registry holds (0: unknown, or an agent that sends none).
 	Connection uint64                 `json:"connection,omitempty"`
-	Backlog    Backlog                `json:"backlog"`
+	Backlog    hubapi.Backlog         `json:"backlog"`
 	AgentClock *clockState            `json:"agent_clock,omitempty"`
 	HubClock   *clockState            `json:"hub_clock,omitempty"`
 	Streams    map[string]*streamInfo `json:"streams"`
@@ -74,37 +77,37 @@ func (r *registry) device(id string) *deviceState {
 }
 
 // applyBatch records an applied batch entry whose parsed payload is v.
-func (r *registry) applyBatch(e *walEntry, v *batchView) {
+func (r *registry) applyBatch(e *hublog.Entry, v *batchview.View) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d := r.device(e.device)
-	d.LastSeenNs = max(d.LastSeenNs, e.serverTimeNs)
-	if v.hasBacklog {
-		d.Backlog = Backlog{Events: v.backlog.Events, Bytes: v.backlog.Bytes, OldestNs: v.backlog.OldestNs}
+	d := r.device(e.Device)
+	d.LastSeenNs = max(d.LastSeenNs, e.ServerTimeNs)
+	if v.HasBacklog {
+		d.Backlog = hubapi.Backlog{Events: v.Backlog.Events, Bytes: v.Backlog.Bytes, OldestNs: v.Backlog.OldestNs}
 	}
-	if v.hasClock {
-		c := v.clock
-		d.AgentClock = &clockState{OffsetNs: c.offsetNs, UncertaintyNs: c.uncertaintyNs, DriftPPM: c.driftPPM, Method: int32(c.method), SampledAtNs: c.sampledAtNs}
+	if v.HasClock {
+		c := v.Clock
+		d.AgentClock = &clockState{OffsetNs: c.OffsetNs, UncertaintyNs: c.UncertaintyNs, DriftPPM: c.DriftPPM, Method: int32(c.Method), SampledAtNs: c.SampledAtNs}
 	}
-	if e.est.ok {
-		d.HubClock = &clockState{OffsetNs: e.est.offsetNs, UncertaintyNs: e.est.uncertaintyNs, Method: int32(wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE), SampledAtNs: e.serverTimeNs}
+	if e.Est.OK {
+		d.HubClock = &clockState{OffsetNs: e.Est.OffsetNs, UncertaintyNs: e.Est.UncertaintyNs, Method: int32(wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE), SampledAtNs: e.ServerTimeNs}
 	}
-	s := d.Streams[e.stream.String()]
+	s := d.Streams[e.Stream.String()]
 	if s == nil {
 		s = &streamInfo{}
-		d.Streams[e.stream.String()] = s
+		d.Streams[e.Stream.String()] = s
 	}
-	for _, fr := range e.appliedRanges() {
+	for _, fr := range e.AppliedRanges() {
 		s.Applied.Add(fr.First, fr.Last)
 	}
-	for _, r := range e.refused {
+	for _, r := range e.Refused {
 		s.Refused.Add(r.First, r.Last)
-		s.addGap(r.First, r.Last, RefusedGapPrefix+r.fault.Reason())
+		s.addGap(r.First, r.Last, RefusedGapPrefix+r.Fault.Reason())
 	}
 	s.Batches++
-	s.LastServerNs = e.serverTimeNs
-	for _, g := range v.gaps {
-		s.addGap(g.first, g.last, string(g.reason))
+	s.LastServerNs = e.ServerTimeNs
+	for _, g := range v.Gaps {
+		s.addGap(g.First, g.Last, string(g.Reason))
 	}
 }
 
@@ -126,11 +129,11 @@ func (s *streamInfo) addGap(first, last uint64, reason string) {
 }
 
 // applyStatus records a status entry.
-func (r *registry) applyStatus(e *walEntry, st *wirepb.Status) {
+func (r *registry) applyStatus(e *hublog.Entry, st *wirepb.Status) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d := r.device(e.device)
-	d.LastSeenNs = max(d.LastSeenNs, e.serverTimeNs)
+	d := r.device(e.Device)
+	d.LastSeenNs = max(d.LastSeenNs, e.ServerTimeNs)
 	if c := st.GetConnection(); !st.GetOnline() && c != 0 && d.Online && d.Connection != 0 && c != d.Connection {
 		// The will (or goodbye) of a connection older than the online one:
 		// a broker that took the session over published it when it closed
@@ -140,7 +143,7 @@ func (r *registry) applyStatus(e *walEntry, st *wirepb.Status) {
 	d.StatusKnown, d.Online, d.Connection = true, st.GetOnline(), st.GetConnection()
 	d.StatusTimeNs, d.Version = st.GetTimeNs(), st.GetVersion()
 	if bl := st.GetBacklog(); bl != nil {
-		d.Backlog = Backlog{Events: bl.Events, Bytes: bl.Bytes, OldestNs: bl.OldestNs}
+		d.Backlog = hubapi.Backlog{Events: bl.Events, Bytes: bl.Bytes, OldestNs: bl.OldestNs}
 	}
 	if c := st.GetClock(); c != nil {
 		d.AgentClock = &clockState{OffsetNs: c.OffsetNs, UncertaintyNs: c.UncertaintyNs, DriftPPM: c.DriftPpm, Method: int32(c.Method), SampledAtNs: c.SampledAtNs}
@@ -174,61 +177,14 @@ func (r *registry) restore(b []byte) error {
 	return nil
 }
 
-// DeviceInfo is what GET /v1/devices/{id} returns about a device.
-type DeviceInfo struct {
-	ID       string       `json:"id"`
-	LastSeen time.Time    `json:"last_seen"`
-	Online   bool         `json:"online"`
-	Status   string       `json:"status"` // "online", "offline" or "unknown"
-	Version  string       `json:"version,omitempty"`
-	Clock    ClockInfo    `json:"clock"`
-	Backlog  Backlog      `json:"backlog"`
-	Streams  []StreamInfo `json:"streams"`
-	// StreamCount is how many streams the device holds; MaxStreams is the
-	// hub's bound (max-streams-per-device), beyond which a batch opening
-	// one more is answered RETRY_LATER too_many_streams until one is
-	// retired after stream-idle-expiry without a batch.
-	StreamCount int `json:"stream_count"`
-	MaxStreams  int `json:"max_streams"`
-}
-
-// ClockInfo is the clock estimate the hub uses for a device.
-type ClockInfo struct {
-	OffsetNs      int64   `json:"offset_ns"`
-	UncertaintyNs int64   `json:"uncertainty_ns"`
-	DriftPPM      float64 `json:"drift_ppm"`
-	// Method is the TimeMethod name without its prefix: NTP, HUB_SYNC,
-	// REPAIRED, DEVICE, HUB_ESTIMATE or UNTRUSTED.
-	Method string `json:"method"`
-	// Source is "agent" (the agent's own estimate), "hub" (the hub's
-	// estimate from batch timing) or "none".
-	Source string `json:"source"`
-}
-
-// StreamInfo describes one stream of a device.
-type StreamInfo struct {
-	StreamID   string            `json:"stream_id"`
-	Applied    ranges.RangeSet   `json:"applied"`
-	Events     uint64            `json:"events"`
-	Batches    uint64            `json:"batches"`
-	Gaps       ranges.RangeSet   `json:"gaps"`
-	GapEvents  uint64            `json:"gap_events"`
-	GapReasons map[string]uint64 `json:"gap_reasons,omitempty"`
-	// Refused are the sequence numbers whose events the hub refused one by
-	// one (also in Gaps, with reason "refused:<class>").
-	Refused       ranges.RangeSet `json:"refused"`
-	RefusedEvents uint64          `json:"refused_events"`
-	LastSeen      time.Time       `json:"last_seen"`
-}
-
 // info returns the API view of one device. Callers hold mu.
-func (d *deviceState) info(id string) DeviceInfo {
-	out := DeviceInfo{ID: id, LastSeen: time.Unix(0, d.LastSeenNs).UTC(), Online: d.Online, Version: d.Version, Backlog: d.Backlog, Status: "unknown", Clock: d.clockInfo()}
+func (d *deviceState) info(id string) hubapi.DeviceInfo {
+	out := hubapi.DeviceInfo{ID: id, LastSeen: time.Unix(0, d.LastSeenNs).UTC(), Online: d.Online, Version: d.Version, Backlog: d.Backlog, Status: "unknown", Clock: d.clockInfo()}
 	if d.StatusKnown {
 		out.Status = map[bool]string{true: "online", false: "offline"}[d.Online]
 	}
 	for sid, s := range d.Streams {
-		out.Streams = append(out.Streams, StreamInfo{
+		out.Streams = append(out.Streams, hubapi.StreamInfo{
 			StreamID: sid, Applied: s.Applied.Clone(), Events: s.Applied.Count(), Batches: s.Batches,
 			Gaps: s.Gaps.Clone(), GapEvents: s.Gaps.Count(), GapReasons: cloneMap(s.GapReasons),
 			Refused: s.Refused.Clone(), RefusedEvents: s.Refused.Count(),
@@ -240,16 +196,16 @@ func (d *deviceState) info(id string) DeviceInfo {
 }
 
 // clockInfo picks the agent's estimate when it is trusted, else the hub's.
-func (d *deviceState) clockInfo() ClockInfo {
+func (d *deviceState) clockInfo() hubapi.ClockInfo {
 	untrusted := int32(wirepb.TimeMethod_TIME_METHOD_UNTRUSTED)
 	pick, source := d.AgentClock, "agent"
 	if (pick == nil || pick.Method == untrusted) && d.HubClock != nil {
 		pick, source = d.HubClock, "hub"
 	}
 	if pick == nil {
-		return ClockInfo{Method: methodName(untrusted), Source: "none"}
+		return hubapi.ClockInfo{Method: methodName(untrusted), Source: "none"}
 	}
-	return ClockInfo{OffsetNs: pick.OffsetNs, UncertaintyNs: pick.UncertaintyNs, DriftPPM: pick.DriftPPM, Method: methodName(pick.Method), Source: source}
+	return hubapi.ClockInfo{OffsetNs: pick.OffsetNs, UncertaintyNs: pick.UncertaintyNs, DriftPPM: pick.DriftPPM, Method: methodName(pick.Method), Source: source}
 }
 
 // methodName is a TimeMethod's name without the TIME_METHOD_ prefix.
@@ -273,10 +229,10 @@ func cloneMap(m map[string]uint64) map[string]uint64 {
 }
 
 // list returns every device, sorted by id.
-func (r *registry) list() []DeviceInfo {
+func (r *registry) list() []hubapi.DeviceInfo {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	out := make([]DeviceInfo, 0, len(r.devices))
+	out := make([]hubapi.DeviceInfo, 0, len(r.devices))
 	for id, d := range r.devices {
 		out = append(out, r.info(d, id))
 	}
@@ -285,12 +241,12 @@ func (r *registry) list() []DeviceInfo {
 }
 
 // get returns one device.
-func (r *registry) get(id string) (DeviceInfo, bool) {
+func (r *registry) get(id string) (hubapi.DeviceInfo, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	d, ok := r.devices[id]
 	if !ok {
-		return DeviceInfo{}, false
+		return hubapi.DeviceInfo{}, false
 	}
 	return r.info(d, id), true
 }
@@ -313,7 +269,7 @@ func (r *registry) counts() (all, online int) {
 // and sorted outside it, so a walk over a large fleet neither copies every
 // device per page nor holds up the applier while it sorts. A device that
 // appears during a walk shows in it only if its id sorts after the cursor.
-func (r *registry) page(after string, limit int) ([]DeviceInfo, string) {
+func (r *registry) page(after string, limit int) ([]hubapi.DeviceInfo, string) {
 	r.mu.RLock()
 	ids := make([]string, 0, len(r.devices))
 	for id := range r.devices {
@@ -327,7 +283,7 @@ func (r *registry) page(after string, limit int) ([]DeviceInfo, string) {
 	if more {
 		ids = ids[:limit]
 	}
-	out := make([]DeviceInfo, 0, len(ids))
+	out := make([]hubapi.DeviceInfo, 0, len(ids))
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for _, id := range ids {

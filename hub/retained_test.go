@@ -9,6 +9,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"edgeflow/hub/broker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -20,16 +21,16 @@ func TestRetainRules(t *testing.T) {
 		why   string
 	}{
 		{wire.StatusTopic("dev-1"), 100, ""},
-		{wire.StatusTopic("dev-1"), DefaultMaxRetainedBytes, ""},
+		{wire.StatusTopic("dev-1"), broker.DefaultMaxRetainedBytes, ""},
 		{wire.StatusTopic("dev-1"), 0, ""}, // clears the retained status
-		{wire.StatusTopic("dev-1"), DefaultMaxRetainedBytes + 1, retainTooLarge},
-		{wire.BatchTopic("dev-1"), 10, retainNotStatus},
-		{wire.AckTopic("dev-1"), 10, retainNotStatus},
-		{"edge/v1/dev-1/status/x", 10, retainNotStatus},
-		{"edge/v1/bad id/status", 10, retainNotStatus},
-		{"any/topic", 10, retainNotStatus},
+		{wire.StatusTopic("dev-1"), broker.DefaultMaxRetainedBytes + 1, broker.RetainTooLarge},
+		{wire.BatchTopic("dev-1"), 10, broker.RetainNotStatus},
+		{wire.AckTopic("dev-1"), 10, broker.RetainNotStatus},
+		{"edge/v1/dev-1/status/x", 10, broker.RetainNotStatus},
+		{"edge/v1/bad id/status", 10, broker.RetainNotStatus},
+		{"any/topic", 10, broker.RetainNotStatus},
 	} {
-		if why := retainRefusal(c.topic, c.size, DefaultMaxRetainedBytes); why != c.why {
+		if why := broker.RetainRefusal(c.topic, c.size, broker.DefaultMaxRetainedBytes); why != c.why {
 			t.Errorf("%s (%d bytes): %q, want %q", c.topic, c.size, why, c.why)
 		}
 	}
@@ -38,7 +39,7 @@ func TestRetainRules(t *testing.T) {
 		wire.BatchTopic("dev-1"): false, wire.StatusTopic("dev-1"): false, wire.TimeReqTopic("dev-1"): false,
 		"edge/v1/a/b/ack": false, "edge/v2/dev-1/ack": false, "ack": false,
 	} {
-		if got := hubOnlyTopic(topic); got != want {
+		if got := broker.HubOnlyTopic(topic); got != want {
 			t.Errorf("hubOnlyTopic(%q) = %v", topic, got)
 		}
 	}
@@ -56,7 +57,7 @@ func TestBrokerHubOnlyTopicsAnonymous(t *testing.T) {
 	if _, err := mqttClient(t, url, "will-on-ack", "", "", nil, wire.AckTopic("dev-b")); err == nil {
 		t.Fatal("a will on another device's ack topic was accepted")
 	}
-	if n := counterValue(t, m.refused.WithLabelValues(refusedWill)); n != 1 {
+	if n := counterValue(t, m.Refused.WithLabelValues(broker.RefusedWill)); n != 1 {
 		t.Fatalf("will_not_allowed refusals %v, want 1", n)
 	}
 
@@ -66,7 +67,7 @@ func TestBrokerHubOnlyTopicsAnonymous(t *testing.T) {
 	}
 	resp, _ := wire.EncodeTimeResponse(&wirepb.TimeResponse{RequestId: 1})
 	c.Publish(wire.TimeRespTopic("dev-b"), 1, false, resp).WaitTimeout(time.Second) // refused: MQTT 3.1.1 closes the connection
-	waitFor(t, func() bool { return counterValue(t, m.denied.WithLabelValues("publish")) == 1 })
+	waitFor(t, func() bool { return counterValue(t, m.Denied.WithLabelValues("publish")) == 1 })
 
 	// A client leaves with a retained 5 KiB will on a device's status:
 	// the will goes out, but is not kept.
@@ -90,7 +91,7 @@ func TestBrokerHubOnlyTopicsAnonymous(t *testing.T) {
 		t.Fatalf("CONNACK % x: %v", connack, err)
 	}
 	conn.Close() // no DISCONNECT: the broker sends the will
-	waitFor(t, func() bool { return counterValue(t, m.retained.WithLabelValues(retainTooLarge)) == 1 })
+	waitFor(t, func() bool { return counterValue(t, m.Retained.WithLabelValues(broker.RetainTooLarge)) == 1 })
 
 	// A fresh subscriber gets dev-ok's small status, and nothing for dev-w.
 	ok, _ := wire.EncodeStatus(&wirepb.Status{DeviceId: "dev-ok", Online: true})

@@ -11,7 +11,11 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"edgeflow/hub/api"
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/broker"
 	"edgeflow/hub/clockest"
+	"edgeflow/hub/hublog"
 	"edgeflow/hub/timeservice"
 	"edgeflow/internal/lograte"
 )
@@ -26,24 +30,24 @@ type Server struct {
 	reg    *registry
 	app    *applier
 	agg    *aggregates // nil without Options.Aggregate
-	st     *store
+	st     *hublog.Store
 	com    *committer
-	tr     Transport
+	tr     broker.Transport
 	views  sync.Pool
 	rejLog rateLog
 
-	limiter   *rateLimiter   // nil: no per-device event rate limit
-	queries   *queryGate     // bounds the expensive HTTP queries running at once
-	brokerSec BrokerSecurity // the embedded broker's, loaded by New
+	limiter   *rateLimiter          // nil: no per-device event rate limit
+	api       *api.API              // the HTTP endpoints (package api)
+	brokerSec broker.BrokerSecurity // the embedded broker's, loaded by New
 
 	workers     []chan inMsg
 	inMu        sync.RWMutex // write-locked to close the pipeline's inputs
 	inClosed    bool
 	timeSvc     atomic.Pointer[TimeRequestHandler]
 	applierReqs chan applierReq
-	ckptMu      sync.Mutex    // one checkpoint at a time; guards lastCkpt
-	lastCkpt    *checkpoint   // the last checkpoint written (or recovered)
-	ckptPos     atomic.Uint64 // log position covered by the older retained checkpoint
+	ckptMu      sync.Mutex         // one checkpoint at a time; guards lastCkpt
+	lastCkpt    *hublog.Checkpoint // the last checkpoint written (or recovered)
+	ckptPos     atomic.Uint64      // log position covered by the older retained checkpoint
 	dm          *damageMetrics
 	ready       atomic.Bool
 	recovered   atomic.Bool // the state is recovered: queries may run
@@ -73,9 +77,6 @@ func New(opts Options) (*Server, error) {
 	if err := checkConsumerNames(opts.Consumers); err != nil {
 		return nil, err
 	}
-	if err := checkCeiling(); err != nil {
-		return nil, err
-	}
 	s := &Server{opts: opts, log: opts.Logger, reg: newRegistry(), applierReqs: make(chan applierReq),
 		fatal: make(chan error, 1), done: make(chan struct{}), applyDone: make(chan struct{})}
 	s.rejLog = rateLog{lim: lograte.Limiter{Every: opts.RejectLogInterval}, now: opts.Now}
@@ -88,15 +89,12 @@ func New(opts Options) (*Server, error) {
 		}
 		s.brokerSec = sec
 	}
-	s.views.New = func() any { return new(batchView) }
+	s.views.New = func() any { return new(batchview.View) }
 	m, err := newMetrics(opts.Registerer, s.reg.counts)
 	if err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
 	s.m = m
-	if s.queries, err = newQueryGate(&s.opts, opts.Registerer); err != nil {
-		return nil, fmt.Errorf("register query metrics: %w", err)
-	}
 	if s.dm, err = newDamageMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
@@ -108,6 +106,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if err := s.newEngine(); err != nil {
 		return nil, err
+	}
+	if s.api, err = s.newAPI(); err != nil {
+		return nil, fmt.Errorf("register query metrics: %w", err)
 	}
 	s.app = newApplier(s.reg, s.opts.Consumers, s.opts.ClockEstimator, s.opts.Limits)
 	s.app.onPanic = func(name string, r any) {
@@ -189,7 +190,7 @@ func (s *Server) Publish(topic string, payload []byte) error {
 	if s.tr == nil {
 		return errors.New("hub: not started")
 	}
-	return s.tr.Publish([]Message{{Topic: topic, Payload: payload}})
+	return s.tr.Publish([]broker.Message{{Topic: topic, Payload: payload}})
 }
 
 // Run starts the server, waits until ctx is done or the log fails, and
@@ -239,16 +240,16 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.bindBroker(); err != nil {
 		return err
 	}
-	st, err := openStore(s.opts.DataDir, !s.opts.NoSync, s.log)
+	st, err := hublog.OpenStore(s.opts.DataDir, !s.opts.NoSync, s.log)
 	if err != nil {
 		return err
 	}
 	s.st = st
-	if err := st.ensureEventIndex(s.opts.Limits, s.log); err != nil {
-		return fmt.Errorf("hub store %s: %w", st.dir, err)
+	if err := ensureEventIndex(st, s.opts.Limits, s.log); err != nil {
+		return fmt.Errorf("hub store %s: %w", st.Dir, err)
 	}
 	if s.agg != nil {
-		s.agg.store.bind(st.db)
+		s.agg.store.Bind(st.DB)
 	}
 	if err := s.recoverState(ctx); err != nil {
 		return err
@@ -268,7 +269,7 @@ func (s *Server) Start(ctx context.Context) error {
 // brokerDesc describes the transport for logs.
 func (s *Server) brokerDesc() string {
 	if s.opts.MQTTURL != "" {
-		return redactURL(s.opts.MQTTURL)
+		return broker.RedactURL(s.opts.MQTTURL)
 	}
 	return "embedded " + s.BrokerAddr()
 }
@@ -320,7 +321,7 @@ func (s *Server) bindBroker() error {
 func (s *Server) startTransport() error {
 	if s.tr == nil {
 		if s.opts.MQTTURL == "" {
-			tr, err := NewSecureEmbeddedBroker(EmbeddedOptions{Addr: s.opts.MQTTListen, Listener: s.brokerLn,
+			tr, err := broker.NewSecureEmbeddedBroker(broker.EmbeddedOptions{Addr: s.opts.MQTTListen, Listener: s.brokerLn,
 				MaxPacket: uint32(s.opts.Limits.MaxFrameBytes + 64<<10), ClientQueue: s.opts.MQTTClientQueue, Security: s.brokerSec,
 				Registerer: s.opts.Registerer, Logger: s.log})
 			if err != nil {
@@ -328,14 +329,14 @@ func (s *Server) startTransport() error {
 			}
 			s.tr = tr
 		} else {
-			s.tr = NewExternalBroker(ExternalOptions{URL: s.opts.MQTTURL, ClientID: s.opts.ClientID,
+			s.tr = broker.NewExternalBroker(broker.ExternalOptions{URL: s.opts.MQTTURL, ClientID: s.opts.ClientID,
 				Username: s.opts.Username, Password: s.opts.Password, Group: s.opts.Group,
-				TLS: ExternalTLS{CAFile: s.opts.MQTTCAFile, CertFile: s.opts.MQTTCertFile, KeyFile: s.opts.MQTTKeyFile,
+				TLS: broker.ExternalTLS{CAFile: s.opts.MQTTCAFile, CertFile: s.opts.MQTTCertFile, KeyFile: s.opts.MQTTKeyFile,
 					ServerName: s.opts.MQTTServerName},
 				Timeout: s.opts.PublishTimeout, Logger: s.log})
 		}
 	}
-	if it, ok := s.tr.(identifiedTransport); ok {
+	if it, ok := s.tr.(broker.IdentifiedTransport); ok {
 		return it.StartIdentified(s.handleFrom)
 	}
 	return s.tr.Start(s.handle)
@@ -343,7 +344,7 @@ func (s *Server) startTransport() error {
 
 // BrokerAddr returns the embedded broker's listen address ("" otherwise).
 func (s *Server) BrokerAddr() string {
-	if b, ok := s.tr.(brokerAddr); ok {
+	if b, ok := s.tr.(broker.BrokerAddr); ok {
 		return b.Addr()
 	}
 	if s.brokerLn != nil {
@@ -379,7 +380,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 		if !s.skipFinalCheckpoint && s.com != nil {
 			errs = append(errs, s.checkpointNow())
 		}
-		errs = append(errs, s.st.close())
+		errs = append(errs, s.st.Close())
 	}
 	if s.tr != nil {
 		errs = append(errs, s.tr.Close())

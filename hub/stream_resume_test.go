@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"edgeflow/hub/hubapi"
 	"edgeflow/wire/wirepb"
 )
 
@@ -127,7 +128,7 @@ func checkEvents(t *testing.T, ms []sseMsg, from, to uint64) {
 	}
 	for i, m := range ms {
 		want := from + uint64(i)
-		var e StreamEventJSON
+		var e hubapi.StreamEventJSON
 		if err := json.Unmarshal([]byte(m.data), &e); err != nil || m.event != "event" {
 			t.Fatalf("message %d: %+v (%v)", i, m, err)
 		}

@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/hubapi"
+	"edgeflow/hub/hublog"
 	"edgeflow/internal/lograte"
 	"edgeflow/wire"
 )
@@ -16,7 +19,7 @@ import (
 // that would open one more is answered RETRY_LATER too_many_streams,
 // nothing of it stored. A stream with no accepted batch for
 // Options.StreamIdleExpiry (hub clock) is retired: the committer logs an
-// entryRetire in the same transaction that deletes the stream's ranges
+// hublog.KindRetire in the same transaction that deletes the stream's ranges
 // key, and the applier removes the stream from the registry and from the
 // consumers that keep streams (StreamRetirer). A replay or a rebuild of
 // the log thus reaches the same state, and the device may open a new
@@ -46,7 +49,7 @@ const retireScanEvery = time.Minute
 // of its last expiry scan, and the limiter of its log line about devices
 // at their bound.
 type streamCap struct {
-	byDevice map[string]map[wire.StreamID]*dedupState
+	byDevice map[string]map[wire.StreamID]*hublog.DedupState
 	lastScan int64
 	log      lograte.Limiter
 }
@@ -55,11 +58,11 @@ type streamCap struct {
 // stream stored before last-seen times were kept counts as seen now, so
 // it is retired one expiry after the upgrade at the earliest.
 func (c *committer) initStreams(nowNs int64) {
-	c.cap.byDevice = map[string]map[wire.StreamID]*dedupState{}
+	c.cap.byDevice = map[string]map[wire.StreamID]*hublog.DedupState{}
 	c.cap.log.Every = c.opts.RejectLogInterval
 	for k, st := range c.streams {
-		if st.lastSeenNs == 0 {
-			st.lastSeenNs = nowNs
+		if st.LastSeenNs == 0 {
+			st.LastSeenNs = nowNs
 		}
 		c.indexStream(k, st)
 	}
@@ -67,17 +70,17 @@ func (c *committer) initStreams(nowNs int64) {
 }
 
 // indexStream adds a stream to its device's index.
-func (c *committer) indexStream(k streamKey, st *dedupState) {
-	ids := c.cap.byDevice[k.device]
+func (c *committer) indexStream(k hublog.StreamKey, st *hublog.DedupState) {
+	ids := c.cap.byDevice[k.Device]
 	if ids == nil {
-		ids = map[wire.StreamID]*dedupState{}
-		c.cap.byDevice[k.device] = ids
+		ids = map[wire.StreamID]*hublog.DedupState{}
+		c.cap.byDevice[k.Device] = ids
 	}
-	ids[k.id] = st
+	ids[k.ID] = st
 }
 
 // openStream records a stream the committer accepted a first batch of.
-func (c *committer) openStream(k streamKey, st *dedupState) {
+func (c *committer) openStream(k hublog.StreamKey, st *hublog.DedupState) {
 	c.streams[k] = st
 	c.indexStream(k, st)
 	c.m.streams.Set(float64(len(c.streams)))
@@ -93,8 +96,8 @@ func (c *committer) admitStream(p *pending) bool {
 	}
 	oldest := int64(0)
 	for _, st := range ids {
-		if oldest == 0 || st.lastSeenNs < oldest {
-			oldest = st.lastSeenNs
+		if oldest == 0 || st.LastSeenNs < oldest {
+			oldest = st.LastSeenNs
 		}
 	}
 	p.retryAfterNs = max(oldest+int64(c.opts.StreamIdleExpiry)-p.serverTimeNs, int64(time.Second))
@@ -103,7 +106,7 @@ func (c *committer) admitStream(p *pending) bool {
 			"device", p.device, "streams", len(ids), "max_streams_per_device", c.opts.MaxStreamsPerDevice,
 			"oldest_expires_in", time.Duration(p.retryAfterNs).Round(time.Second), "suppressed_since_last", n)
 	}
-	p.rej = &Rejection{ReasonTooManyStreams, fmt.Sprintf("device already holds %d streams (max-streams-per-device %d); a stream is retired after %v without a batch",
+	p.rej = &batchview.Rejection{Reason: batchview.ReasonTooManyStreams, Detail: fmt.Sprintf("device already holds %d streams (max-streams-per-device %d); a stream is retired after %v without a batch",
 		len(ids), c.opts.MaxStreamsPerDevice, c.opts.StreamIdleExpiry)}
 	return false
 }
@@ -115,12 +118,12 @@ func (c *committer) admitStream(p *pending) bool {
 // classified without it; its ranges key is deleted with the entry.
 func (c *committer) withRetirements(group []*pending) []*pending {
 	now := c.opts.Now().UnixNano()
-	var due []streamKey
+	var due []hublog.StreamKey
 	// A stream with a batch in this group is not idle, whatever its time.
-	busy := map[streamKey]bool{}
+	busy := map[hublog.StreamKey]bool{}
 	for _, p := range group {
-		if p.kind == entryBatch {
-			busy[streamKey{p.device, p.stream}] = true
+		if p.kind == hublog.KindBatch {
+			busy[hublog.StreamKey{Device: p.device, ID: p.stream}] = true
 		}
 	}
 	if now-c.cap.lastScan >= int64(retireScanEvery) {
@@ -133,12 +136,12 @@ func (c *committer) withRetirements(group []*pending) []*pending {
 	} else {
 		for _, p := range group {
 			ids := c.cap.byDevice[p.device]
-			if p.kind != entryBatch || p.rej != nil || len(ids) < c.opts.MaxStreamsPerDevice || ids[p.stream] != nil {
+			if p.kind != hublog.KindBatch || p.rej != nil || len(ids) < c.opts.MaxStreamsPerDevice || ids[p.stream] != nil {
 				continue
 			}
 			for id, st := range ids {
-				if !busy[streamKey{p.device, id}] && c.expired(st, now) {
-					due = append(due, streamKey{p.device, id})
+				if !busy[hublog.StreamKey{Device: p.device, ID: id}] && c.expired(st, now) {
+					due = append(due, hublog.StreamKey{Device: p.device, ID: id})
 				}
 			}
 		}
@@ -152,7 +155,7 @@ func (c *committer) withRetirements(group []*pending) []*pending {
 			continue // listed twice in this group
 		}
 		c.forgetStream(k)
-		out = append(out, &pending{kind: entryRetire, device: k.device, stream: k.id, serverTimeNs: now})
+		out = append(out, &pending{kind: hublog.KindRetire, device: k.Device, stream: k.ID, serverTimeNs: now})
 	}
 	if len(out) > 0 {
 		c.opts.Logger.Info("retired streams idle for stream-idle-expiry", "streams", len(out),
@@ -163,17 +166,17 @@ func (c *committer) withRetirements(group []*pending) []*pending {
 
 // expired reports whether a stream has had no accepted batch for the
 // expiry as of nowNs.
-func (c *committer) expired(st *dedupState, nowNs int64) bool {
-	return nowNs-st.lastSeenNs >= int64(c.opts.StreamIdleExpiry)
+func (c *committer) expired(st *hublog.DedupState, nowNs int64) bool {
+	return nowNs-st.LastSeenNs >= int64(c.opts.StreamIdleExpiry)
 }
 
 // forgetStream drops a retired stream from the dedup state.
-func (c *committer) forgetStream(k streamKey) {
+func (c *committer) forgetStream(k hublog.StreamKey) {
 	delete(c.streams, k)
-	if ids := c.cap.byDevice[k.device]; ids != nil {
-		delete(ids, k.id)
+	if ids := c.cap.byDevice[k.Device]; ids != nil {
+		delete(ids, k.ID)
 		if len(ids) == 0 {
-			delete(c.cap.byDevice, k.device)
+			delete(c.cap.byDevice, k.Device)
 		}
 	}
 	c.m.streams.Set(float64(len(c.streams)))
@@ -183,16 +186,16 @@ func (c *committer) forgetStream(k streamKey) {
 // retireKVs are a retirement's keys: its log entry, and the deletion of
 // the stream's ranges key in the same transaction.
 func retireKVs(p *pending) []kv {
-	return []kv{{k: walKey(p.entry.seq, p.serverTimeNs), v: p.entry.encode()}, {k: rangesKey(p.device, p.stream), del: true}}
+	return []kv{{k: hublog.WALKey(p.entry.Seq, p.serverTimeNs), v: p.entry.Encode()}, {k: hublog.RangesKey(p.device, p.stream), del: true}}
 }
 
 // retireStream applies a logged retirement to the registry and the
 // consumers that keep streams.
-func (a *applier) retireStream(e *walEntry) {
-	a.reg.retireStream(e.device, e.stream)
+func (a *applier) retireStream(e *hublog.Entry) {
+	a.reg.retireStream(e.Device, e.Stream)
 	for _, c := range a.consumers {
 		if r, ok := c.(StreamRetirer); ok {
-			a.safeCall(c.Name(), func() { r.RetireStream(e.device, e.stream) })
+			a.safeCall(c.Name(), func() { r.RetireStream(e.Device, e.Stream) })
 		}
 	}
 }
@@ -208,7 +211,7 @@ func (r *registry) retireStream(device string, stream wire.StreamID) {
 
 // info returns the API view of device d with its stream count and the
 // hub's bound. Callers hold mu.
-func (r *registry) info(d *deviceState, id string) DeviceInfo {
+func (r *registry) info(d *deviceState, id string) hubapi.DeviceInfo {
 	out := d.info(id)
 	out.StreamCount, out.MaxStreams = len(d.Streams), r.maxStreams
 	return out

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"edgeflow/hub/batchview"
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -106,7 +108,7 @@ func TestStreamsPerDeviceCap(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		a := sendOn(d, wire.NewStreamID(), 100+uint64(i))
 		wantAck(t, "a fourth stream", a, wirepb.AckStatus_ACK_STATUS_RETRY_LATER)
-		if !strings.HasPrefix(a.Reason, string(ReasonTooManyStreams)+": ") || a.RetryAfterNs <= 0 || a.RetryAfterNs > int64(10*time.Hour) {
+		if !strings.HasPrefix(a.Reason, string(batchview.ReasonTooManyStreams)+": ") || a.RetryAfterNs <= 0 || a.RetryAfterNs > int64(10*time.Hour) {
 			t.Fatalf("refusal: reason %q retry_after_ns %d", a.Reason, a.RetryAfterNs)
 		}
 	}
@@ -114,7 +116,7 @@ func TestStreamsPerDeviceCap(t *testing.T) {
 	wantAck(t, "next batch on an open stream", sendOn(d, ids[2], 26), wirepb.AckStatus_ACK_STATUS_OK)
 	wantAck(t, "another device", sendOn(other, other.stream, 1), wirepb.AckStatus_ACK_STATUS_OK)
 	wantStreams(t, s, d.id, ids...)
-	if got := counterValue(t, s.m.rejected.WithLabelValues(string(ReasonTooManyStreams))); got != 5 {
+	if got := counterValue(t, s.m.rejected.WithLabelValues(string(batchview.ReasonTooManyStreams))); got != 5 {
 		t.Fatalf("rejected_batches_total{reason=too_many_streams} = %v, want 5", got)
 	}
 	if got := gaugeValue(t, s.m.streams); got != 4 {
@@ -196,9 +198,9 @@ func TestStreamRetireAfterIdleExpiry(t *testing.T) {
 // countDeviceRanges counts device's ranges keys in the store.
 func countDeviceRanges(t *testing.T, s *Server, device string) int {
 	t.Helper()
-	prefix := append(append([]byte{prefixRanges}, device...), 0)
+	prefix := append(append([]byte{hublog.PrefixRanges}, device...), 0)
 	n := 0
-	err := s.st.db.View(func(txn *badger.Txn) error {
+	err := s.st.DB.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {

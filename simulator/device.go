@@ -343,6 +343,15 @@ func (d *device) produce() {
 	d.recordTruth(r, evs, trueNow, trusted && !ambiguous)
 }
 
+// guard is how far from a resolution boundary this device's events keep:
+// the scenario's BoundaryGuard, or none for an Unguarded class.
+func (d *device) guard() time.Duration {
+	if d.class.Unguarded {
+		return 0
+	}
+	return d.f.sc.BoundaryGuard
+}
+
 // mayCapture reports whether events due at trueNow are captured on this
 // pass.
 func (d *device) mayCapture(trueNow time.Time) bool {
@@ -353,7 +362,7 @@ func (d *device) mayCapture(trueNow time.Time) bool {
 	if !d.anyDue(trueNow) {
 		return false
 	}
-	if nearBoundary(trueNow.UnixNano(), d.f.sc.Resolution, d.f.sc.BoundaryGuard) {
+	if nearBoundary(trueNow.UnixNano(), d.f.sc.Resolution, d.guard()) {
 		return false
 	}
 	if !d.waitTill.IsZero() {
@@ -457,7 +466,7 @@ func (d *device) preload(ctx context.Context, start time.Time) error {
 		return nil
 	}
 	from := start.Add(-d.class.Preload)
-	res, guard := d.f.sc.Resolution, d.f.sc.BoundaryGuard
+	res, guard := d.f.sc.Resolution, d.guard()
 	var recs [][]byte
 	var times []int64
 	var metrics []string

@@ -62,7 +62,8 @@
 //
 // Events are captured only outside Scenario.BoundaryGuard of a resolution
 // boundary, so a correction error below the guard cannot move an event
-// across a window edge. An event stamped with a trusted correction at
+// across a window edge; an Unguarded class (right clocks, which the agent
+// leaves uncorrected) captures on the boundaries too. An event stamped with a trusted correction at
 // capture counts in the truth at its true time. An event captured
 // untrusted is repaired later or timed by the hub's estimate, which the
 // simulator cannot predict; so is an event whose stamped time falls in

@@ -104,6 +104,11 @@ type DeviceClass struct {
 	// (stamped as an NTP-synced agent would have stamped it). 0: none.
 	// Not scaled: it is event time.
 	Preload time.Duration `mapstructure:"preload"`
+	// Unguarded captures this class's events at any time, on resolution
+	// boundaries too (the scenario's BoundaryGuard does not apply): for
+	// devices whose clocks are right, which the agent leaves uncorrected
+	// so their windows are exact at the boundaries.
+	Unguarded bool `mapstructure:"unguarded"`
 }
 
 // MetricSpec is one metric a device produces.

@@ -112,6 +112,20 @@ type TimeCheck struct {
 	Partial bool   `json:"partial,omitempty"`
 	Note    string `json:"note,omitempty"`
 	Quantiles
+	// Bounded counts the measured events of a method other than
+	// UNTRUSTED (those claim a bound) and Covered those among them whose
+	// true time lies within the reported uncertainty of their event time:
+	// Covered/Bounded is the bound's coverage, which should be 1.
+	Bounded uint64 `json:"bounded"`
+	Covered uint64 `json:"covered"`
+}
+
+// Coverage is Covered/Bounded, or 0 with no bounded events.
+func (t TimeCheck) Coverage() float64 {
+	if t.Bounded == 0 {
+		return 0
+	}
+	return float64(t.Covered) / float64(t.Bounded)
 }
 
 // Verify checks the hub's answers against the ground truth: per-device
@@ -443,6 +457,7 @@ func (v *verifier) checkTimes(ctx context.Context) TimeCheck {
 		return TimeCheck{Note: "no events"}
 	}
 	var h Histogram
+	var bounded, covered uint64
 	n := 0
 	for _, d := range v.t.Devices {
 		if n >= v.o.MaxTimeDevices {
@@ -479,6 +494,13 @@ func (v *verifier) checkTimes(ctx context.Context) TimeCheck {
 				}
 				if tn, ok := want[uint64(seq)]; ok {
 					h.Observe(time.Duration(et-tn), 1)
+					if m, _ := e["method"].(string); m != "" && !strings.Contains(m, "UNTRUSTED") {
+						u, _ := number(e["uncertainty_ns"])
+						bounded++
+						if math.Abs(float64(et-tn)) <= u {
+							covered++
+						}
+					}
 				}
 			}
 			// Follow the hub's paging (truncated + next_from), if any.
@@ -492,7 +514,7 @@ func (v *verifier) checkTimes(ctx context.Context) TimeCheck {
 	if s.Count == 0 {
 		return TimeCheck{Note: "not measured: GET /v1/events gave no events with seq and event_time of the sampled devices"}
 	}
-	return TimeCheck{Measured: true, Quantiles: s}
+	return TimeCheck{Measured: true, Quantiles: s, Bounded: bounded, Covered: covered}
 }
 
 // timesFailed is checkTimes' answer when a request for device's events

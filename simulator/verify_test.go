@@ -53,7 +53,7 @@ type fakeHub struct {
 	// applied range claims.
 	extra uint64
 	// events, if not nil, are served by GET /v1/events per device in the
-	// shape of hub.EventsResponse, at most pageSize (default 10000) a page.
+	// shape of hubapi.EventsResponse, at most pageSize (default 10000) a page.
 	events   map[string][]fakeEvent
 	pageSize int
 	// eventsStatus, if set, fails GET /v1/events for these devices.

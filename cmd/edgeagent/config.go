@@ -71,6 +71,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("batch-linger", "100ms", "how long a partial batch waits for more events")
 	fs.Int("batch-window", 8, "batches awaiting the hub's ack at once")
 	fs.String("compression", "columns", "batch encoding: columns (smallest and cheapest for readings), zstd, s2 or none")
+	fs.String("first-sync-wait", "2s", "at start, how long the first upload waits for the clock's first trusted estimate (at most 1m; 0: no wait)")
 	fs.String("drain-timeout", "5s", "on shutdown, how long a connected uplink may send what is buffered")
 	fs.String("log-level", "info", "debug, info, warn or error")
 	fs.Bool("version", false, "print the version and exit")
@@ -182,6 +183,10 @@ func fromViper(v *viper.Viper, getenv func(string) string) (*config, error) {
 	bufferKeys(p, o)
 	httpKeys(p, o)
 	uplinkKeys(p, &o.Uplink)
+	o.FirstSyncWait = p.dur("first-sync-wait", true)
+	if o.FirstSyncWait == 0 {
+		o.FirstSyncWait = agent.NoFirstSyncWait
+	}
 	o.DrainTimeout = p.dur("drain-timeout", true)
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = agent.NoDrain
@@ -303,7 +308,7 @@ var errorKeys = []struct{ prefix, key string }{
 	{"agent: data dir", "data-dir"}, {"agent: http addr", "listen"}, {"agent: http listen", "listen"},
 	{"agent: udp addr", "udp-listen"}, {"agent: udp listen", "udp-listen"},
 	{"agent: max body bytes", "max-body-bytes"}, {"agent: ntp servers", "ntp-servers"},
-	{"agent: drain timeout", "drain-timeout"}, {"agent: http tls", "http-tls-cert"}, {"agent: http token", "http-token"},
+	{"agent: drain timeout", "drain-timeout"}, {"agent: first sync wait", "first-sync-wait"}, {"agent: http tls", "http-tls-cert"}, {"agent: http token", "http-token"},
 	{"buffer: durability", "durability"}, {"buffer: sync interval", "sync-interval"}, {"buffer: profile", "profile"},
 	{"buffer: stream max bytes", "buffer-max-bytes"}, {"buffer: stream max age", "buffer-max-age"},
 	{"buffer: full policy", "buffer-full-policy"}, {"buffer: page-out", "page-out"},

@@ -43,6 +43,9 @@ func TestConfigBadValuesNameTheKey(t *testing.T) {
 		{append(base, "--tls-ca-file", "/nonexistent/ca.pem"), "tls-ca-file"},
 		{append(base, "--mqtt-password-file", "/nonexistent/pw"), "mqtt-password-file"},
 		{append(base, "--drain-timeout", "1y"), "drain-timeout"},
+		{append(base, "--first-sync-wait", "2m"), "first-sync-wait"},
+		{append(base, "--first-sync-wait", "-1s"), "first-sync-wait"},
+		{append(base, "--first-sync-wait", "2"), "first-sync-wait"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

@@ -285,7 +285,8 @@ func (o *output) verify(v *simulator.VerifyReport) {
 		}
 	}
 	if t := v.TimeError; t.Measured {
-		fmt.Fprintf(o.w, "  event time error: p50 %.3fms p99 %.3fms max %.3fms (%d events)%s\n", t.P50Ms, t.P99Ms, t.MaxMs, t.Count, noteOf(t.Note))
+		fmt.Fprintf(o.w, "  event time error: p50 %.3fms p99 %.3fms max %.3fms (%d events); within their uncertainty: %d of %d bounded (%.2f%%)%s\n",
+			t.P50Ms, t.P99Ms, t.MaxMs, t.Count, t.Covered, t.Bounded, 100*t.Coverage(), noteOf(t.Note))
 	} else {
 		fmt.Fprintf(o.w, "  event time error: %s\n", t.Note)
 	}

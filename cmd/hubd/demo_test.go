@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"edgeflow/hub"
+	"edgeflow/hub/hubapi"
 )
 
 // TestDemoStartsAndDevicesAppear runs `hubd --demo` (the README's first
@@ -36,10 +36,10 @@ func TestDemoStartsAndDevicesAppear(t *testing.T) {
 		}
 	})
 	base := "http://" + httpAddr
-	var devs hub.DevicesResponse
+	var devs hubapi.DevicesResponse
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		devs = hub.DevicesResponse{}
+		devs = hubapi.DevicesResponse{}
 		if resp, err := http.Get(base + "/v1/devices"); err == nil {
 			_ = json.NewDecoder(resp.Body).Decode(&devs)
 			resp.Body.Close()

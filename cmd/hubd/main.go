@@ -15,7 +15,7 @@
 //
 // `hubd query --hub URL --hub URL ... --metric M --window tumbling:1m
 // --from T --to T` answers a windowed-aggregate query merged across hubs
-// that each own part of the fleet; see hub.QueryHubs and `hubd query --help`.
+// that each own part of the fleet; see hubapi.QueryHubs and `hubd query --help`.
 package main
 
 import (
@@ -35,6 +35,7 @@ import (
 
 	"edgeflow/demo"
 	"edgeflow/hub"
+	"edgeflow/hub/hublog"
 	"edgeflow/internal/debugsrv"
 )
 
@@ -95,7 +96,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	go reloadOnHUP(ctx, hup, srv, logger)
 	if err := srv.Run(ctx); err != nil {
 		logger.Error("hubd failed", "err", err)
-		if errors.Is(err, hub.ErrCorrupt) || errors.Is(err, hub.ErrStoreLocked) {
+		if errors.Is(err, hublog.ErrCorrupt) || errors.Is(err, hublog.ErrStoreLocked) {
 			fmt.Fprintf(stderr, "hubd: %v\n", err) // the store's state and the choices, readable on their own
 		}
 		return 1

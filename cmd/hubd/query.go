@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"edgeflow/aggregate"
-	"edgeflow/hub"
+	"edgeflow/hub/hubapi"
 )
 
 // queryTokenEnv holds the hubs' bearer token when --token is not given
@@ -85,7 +85,7 @@ type queryRequest struct {
 	token   string
 	timeout time.Duration
 	format  string
-	// q is what is sent to hub.QueryHubs.
+	// q is what is sent to hubapi.QueryHubs.
 	q aggregate.Query
 }
 
@@ -136,13 +136,13 @@ func runQuery(args []string, stdout, stderr io.Writer, getenv func(string) strin
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), req.timeout)
 	defer cancel()
-	res, err := hub.QueryHubs(ctx, &http.Client{}, req.hubs, req.token, req.q)
+	res, err := hubapi.QueryHubs(ctx, &http.Client{}, req.hubs, req.token, req.q)
 	if err != nil {
 		code, msg := explainQueryError(err, req)
 		fmt.Fprintf(stderr, "hubd query: %s\n", msg)
 		return code
 	}
-	if err := writeWindows(stdout, req, hub.WindowsJSON(res, req.q.Aggs)); err != nil {
+	if err := writeWindows(stdout, req, hubapi.WindowsJSON(res, req.q.Aggs)); err != nil {
 		fmt.Fprintf(stderr, "hubd query: writing the answer: %v\n", err)
 		return 1
 	}
@@ -181,7 +181,7 @@ func parseQueryRequest(fs *pflag.FlagSet, getenv func(string) string) (*queryReq
 	if q.GroupBy, err = parseGroupBy(str("group-by")); err != nil {
 		return nil, err
 	}
-	if q.Aggs, err = aggregate.ParseAggs(hub.SplitList(str("aggs"))); err != nil {
+	if q.Aggs, err = aggregate.ParseAggs(hubapi.SplitList(str("aggs"))); err != nil {
 		return nil, queryParamError(err)
 	}
 	q.Device = str("device")
@@ -222,10 +222,10 @@ func parseQueryRange(from, to string) (f, t time.Time, err error) {
 	if to == "" {
 		return f, t, &flagError{"to", "is required (RFC 3339 or Unix milliseconds)"}
 	}
-	if f, err = hub.ParseQueryTime("from", from); err != nil {
+	if f, err = hubapi.ParseQueryTime("from", from); err != nil {
 		return f, t, queryParamError(err)
 	}
-	if t, err = hub.ParseQueryTime("to", to); err != nil {
+	if t, err = hubapi.ParseQueryTime("to", to); err != nil {
 		return f, t, queryParamError(err)
 	}
 	if !f.Before(t) {
@@ -236,7 +236,7 @@ func parseQueryRange(from, to string) (f, t time.Time, err error) {
 
 // parseGroupBy reads --group-by: distinct, non-empty dimensions.
 func parseGroupBy(s string) ([]string, error) {
-	dims := hub.SplitList(s)
+	dims := hubapi.SplitList(s)
 	for i, d := range dims {
 		if d == "" {
 			return nil, &flagError{"group-by", fmt.Sprintf("%q has an empty dimension", s)}
@@ -281,7 +281,7 @@ func explainQueryError(err error, req *queryRequest) (code int, msg string) {
 }
 
 // writeWindows writes the answer in req.format.
-func writeWindows(w io.Writer, req *queryRequest, wins []hub.WindowJSON) error {
+func writeWindows(w io.Writer, req *queryRequest, wins []hubapi.WindowJSON) error {
 	switch req.format {
 	case "json":
 		return json.NewEncoder(w).Encode(wins)
@@ -300,7 +300,7 @@ func writeWindows(w io.Writer, req *queryRequest, wins []hub.WindowJSON) error {
 // writeTable writes aligned columns: start, end, one per group dimension,
 // one per aggregate asked for, final and revision. A missing value (an
 // empty window's min, say) is "-".
-func writeTable(w io.Writer, groupBy []string, aggs aggregate.Aggs, wins []hub.WindowJSON) error {
+func writeTable(w io.Writer, groupBy []string, aggs aggregate.Aggs, wins []hubapi.WindowJSON) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	names := aggs.Names()
 	fmt.Fprintln(tw, strings.Join(slices.Concat([]string{"start", "end"}, groupBy, names, []string{"final", "revision"}), "\t"))
@@ -321,7 +321,7 @@ func writeTable(w io.Writer, groupBy []string, aggs aggregate.Aggs, wins []hub.W
 }
 
 // aggCell formats one aggregate of a window for the table.
-func aggCell(w *hub.WindowJSON, name string) string {
+func aggCell(w *hubapi.WindowJSON, name string) string {
 	var v *float64
 	switch name {
 	case "count":

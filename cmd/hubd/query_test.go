@@ -16,6 +16,7 @@ import (
 
 	"edgeflow/aggregate"
 	"edgeflow/hub"
+	"edgeflow/hub/hubapi"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -145,7 +146,7 @@ func waitEvents(t *testing.T, s *hub.Server, base time.Time, want uint64) {
 }
 
 // hubAggregates asks a hub's GET /v1/aggregates.
-func hubAggregates(t *testing.T, s *hub.Server, v url.Values) hub.AggregatesResponse {
+func hubAggregates(t *testing.T, s *hub.Server, v url.Values) hubapi.AggregatesResponse {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, "http://"+s.HTTPAddr()+"/v1/aggregates?"+v.Encode(), nil)
 	req.Header.Set("Authorization", "Bearer "+queryTestToken)
@@ -155,7 +156,7 @@ func hubAggregates(t *testing.T, s *hub.Server, v url.Values) hub.AggregatesResp
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var r hub.AggregatesResponse
+	var r hubapi.AggregatesResponse
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &r) != nil {
 		t.Fatalf("GET /v1/aggregates?%s: %s: %s", v.Encode(), resp.Status, body)
 	}
@@ -197,7 +198,7 @@ func TestQueryMergesHubs(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errOut)
 			}
-			var got []hub.WindowJSON
+			var got []hubapi.WindowJSON
 			if err := json.Unmarshal([]byte(out), &got); err != nil {
 				t.Fatalf("json output: %v\n%s", err, out)
 			}
@@ -211,7 +212,7 @@ func TestQueryMergesHubs(t *testing.T) {
 			if c.device != "" {
 				// Merging picks one device's series by grouping by device, so
 				// Behind counts that device's streams, not the fleet's.
-				for _, ws := range [][]hub.WindowJSON{want, got} {
+				for _, ws := range [][]hubapi.WindowJSON{want, got} {
 					for i := range ws {
 						ws[i].Behind = 0
 					}
@@ -226,9 +227,9 @@ func TestQueryMergesHubs(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("table: exit %d: %s", code, errOut)
 			}
-			aggs, _ := aggregate.ParseAggs(hub.SplitList(c.aggs))
+			aggs, _ := aggregate.ParseAggs(hubapi.SplitList(c.aggs))
 			var wantTable bytes.Buffer
-			if err := writeTable(&wantTable, hub.SplitList(c.groupBy), aggs, want); err != nil {
+			if err := writeTable(&wantTable, hubapi.SplitList(c.groupBy), aggs, want); err != nil {
 				t.Fatal(err)
 			}
 			if table != wantTable.String() {

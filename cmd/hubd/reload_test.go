@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"edgeflow/hub"
+	"edgeflow/hub/broker"
 )
 
 // TestSIGHUPReloadsCredentials sends the test process a real SIGHUP, as an
@@ -22,7 +23,7 @@ func TestSIGHUPReloadsCredentials(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "passwd")
 	line := func(dev, pw string) string {
-		l, err := hub.HashPassword(dev, []byte(pw), 4)
+		l, err := broker.HashPassword(dev, []byte(pw), 4)
 		if err != nil {
 			t.Fatal(err)
 		}

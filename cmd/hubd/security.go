@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/viper"
 
 	"edgeflow/hub"
+	"edgeflow/hub/broker"
 	"edgeflow/internal/confval"
 )
 
@@ -34,7 +35,7 @@ func addSecurityFlags(fs *pflag.FlagSet) {
 	fs.String("mqtt-tls-client-ca", "", "embedded broker: CA certificates (PEM) of device certificates; CN = device id")
 	fs.Bool("mqtt-allow-anonymous", true, "embedded broker: accept clients without credentials, unrestricted (production: false)")
 	fs.Int("mqtt-max-conns-per-device", 4, "embedded broker: open connections per verified device (-1: no bound)")
-	fs.Int("mqtt-max-retained-bytes", hub.DefaultMaxRetainedBytes, "embedded broker: largest retained message (only a device's status is retained; others are delivered unretained)")
+	fs.Int("mqtt-max-retained-bytes", broker.DefaultMaxRetainedBytes, "embedded broker: largest retained message (only a device's status is retained; others are delivered unretained)")
 	fs.Int("mqtt-auth-client-failures", 3, "embedded broker: failed password checks a client id may make from one source before it is refused for a doubling backoff (up to 1m)")
 	fs.Int("mqtt-auth-source-failures", 20, "embedded broker: failed password checks one source address may make, whatever the client ids, before it is refused for a doubling backoff (raise for fleets behind one NAT)")
 	fs.Float64("max-events-per-second", 0, "per-device sustained event rate; batches beyond it are answered retry-later (rate_limited) and resent by the agent (0: no limit)")
@@ -143,7 +144,7 @@ func runPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hubd passwd: reading the password from stdin: %v\n", err)
 		return 1
 	}
-	line, err := hub.HashPassword(device, []byte(strings.TrimRight(pw, "\r\n")), *cost)
+	line, err := broker.HashPassword(device, []byte(strings.TrimRight(pw, "\r\n")), *cost)
 	if err != nil {
 		fmt.Fprintf(stderr, "hubd passwd: %v\n", err)
 		return 2
@@ -171,7 +172,7 @@ func setCredential(file, device, line string) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(hub.SetCredentialLine(old, device, line)); err != nil {
+	if _, err := tmp.Write(broker.SetCredentialLine(old, device, line)); err != nil {
 		tmp.Close()
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"edgeflow/hub"
+	"edgeflow/hub/broker"
 )
 
 func TestPasswd(t *testing.T) {
@@ -19,7 +19,7 @@ func TestPasswd(t *testing.T) {
 			t.Fatalf("exit %d: %s", code, errb.String())
 		}
 	}
-	creds, err := hub.LoadCredentials(file)
+	creds, err := broker.LoadCredentials(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestSecurityConfig(t *testing.T) {
 	if o.HTTPReadToken != "a-token-from-a-file-123" || !o.MQTTDenyAnonymous || o.MaxEventsPerSecond != 500 || o.MQTTMaxConnsPerDevice != 4 {
 		t.Fatalf("got token %v deny %v rate %v conns %v", o.HTTPReadToken != "", o.MQTTDenyAnonymous, o.MaxEventsPerSecond, o.MQTTMaxConnsPerDevice)
 	}
-	if o.MQTTMaxRetainedBytes != hub.DefaultMaxRetainedBytes || o.MQTTAuthThrottle.ClientFailures != 3 || o.MQTTAuthThrottle.SourceFailures != 20 {
+	if o.MQTTMaxRetainedBytes != broker.DefaultMaxRetainedBytes || o.MQTTAuthThrottle.ClientFailures != 3 || o.MQTTAuthThrottle.SourceFailures != 20 {
 		t.Fatalf("got retained bytes %d, auth failures per client %d, per source %d", o.MQTTMaxRetainedBytes,
 			o.MQTTAuthThrottle.ClientFailures, o.MQTTAuthThrottle.SourceFailures)
 	}

@@ -93,7 +93,8 @@ func (o *DeviceClocksOptions) Validate() error {
 // (hub time minus device time), from server_time - send_time of its recent
 // batches: that difference is the offset plus the one-way delay, so its
 // minimum over recent batches bounds the offset from above, and
-// MaxOneWayDelay bounds it from below. The hub uses it for events that
+// MaxOneWayDelay bounds it from below. That minimum is the estimate (see
+// Estimate). The hub uses it for events that
 // the agent could not correct. It satisfies ClockEstimator and is safe for
 // concurrent use; each device costs a fixed few hundred bytes.
 type DeviceClocks struct {
@@ -142,7 +143,7 @@ func (c *DeviceClocks) Observe(device string, sendTime, serverTime time.Time) {
 		c.devices[device] = dc
 	}
 	dc.lastSeen = max(dc.lastSeen, o.at)
-	if ub, _, ok := c.bound(dc, o.at); ok && o.d > ub+int64(c.opts.StepThreshold) {
+	if ub, _, _, ok := c.bound(dc, o.at); ok && o.d > ub+int64(c.opts.StepThreshold) {
 		c.noteHigh(dc, o)
 	} else {
 		dc.high = 0
@@ -193,9 +194,10 @@ func (dc *deviceClock) ordered() []clockObs {
 	return append(out, dc.obs[:dc.next]...)
 }
 
-// bound returns the least upper bound on the offset at hub time now over
-// the recent observations, and the age of the observation that gives it.
-func (c *DeviceClocks) bound(dc *deviceClock, now int64) (ub int64, age int64, ok bool) {
+// bound returns the least upper bound ub on the offset at hub time now
+// over the recent observations, the observation d that gives it, and d's
+// age.
+func (c *DeviceClocks) bound(dc *deviceClock, now int64) (ub, d, age int64, ok bool) {
 	best := math.Inf(1)
 	for _, o := range dc.obs {
 		a := now - o.at
@@ -204,15 +206,25 @@ func (c *DeviceClocks) bound(dc *deviceClock, now int64) (ub int64, age int64, o
 		}
 		a = max(a, 0)
 		if v := float64(o.d) + c.rho*float64(a); v < best {
-			best, ub, age, ok = v, int64(math.Ceil(v)), a, true
+			best, ub, d, age, ok = v, int64(math.Ceil(v)), o.d, a, true
 		}
 	}
-	return ub, age, ok
+	return ub, d, age, ok
 }
 
 // Estimate returns the offset (hub time minus device time, to add to a
 // device time) at the device's latest batch, its uncertainty, and whether
 // there is a recent enough observation.
+//
+// The offset is the observation that bounds it best, server_time -
+// send_time of the fastest recent batch: the true offset lies in
+// [d - MaxOneWayDelay, d] then, widened by the drift bound over d's age.
+// That minimum-delay sample is the point estimate (as NTP's clock filter
+// picks its minimum-delay sample): on a LAN the one-way delay is a
+// millisecond or less, so a right clock is moved by that much, not by half
+// the delay bound. The uncertainty, MaxOneWayDelay plus the drift term,
+// is the half-width of a symmetric interval that covers the asymmetric
+// bound.
 func (c *DeviceClocks) Estimate(device string) (offset, uncertainty time.Duration, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -220,12 +232,11 @@ func (c *DeviceClocks) Estimate(device string) (offset, uncertainty time.Duratio
 	if dc == nil {
 		return 0, 0, false
 	}
-	ub, age, ok := c.bound(dc, dc.lastSeen)
+	_, d, age, ok := c.bound(dc, dc.lastSeen)
 	if !ok {
 		return 0, 0, false
 	}
-	half := c.opts.MaxOneWayDelay / 2
-	return time.Duration(ub) - half, half + time.Duration(math.Ceil(c.rho*float64(age))), true
+	return time.Duration(d), c.opts.MaxOneWayDelay + time.Duration(math.Ceil(c.rho*float64(age))), true
 }
 
 // Forget drops a device's state (e.g. when it is deregistered).

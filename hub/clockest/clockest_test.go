@@ -50,9 +50,14 @@ func TestDeviceClocksEstimate(t *testing.T) {
 		jitter           time.Duration
 	}{
 		{"an hour behind, fast link", time.Hour, 5 * time.Millisecond, 50 * time.Millisecond},
+		{"minutes ahead, LAN", -7 * time.Minute, 300 * time.Microsecond, 2 * time.Millisecond},
 		// Min delay plus the least of 40 jitters stays under MaxOneWayDelay
 		// (500 ms) except with probability 0.7^40.
 		{"ahead, slow link", -3 * time.Minute, 200 * time.Millisecond, time.Second},
+		// A path whose every batch takes 450 ms one way (a satellite hop,
+		// a broker queue): the point is off by that much, the bound still
+		// holds the truth.
+		{"large asymmetric delay", 90 * time.Second, 450 * time.Millisecond, 0},
 		{"exact, no delay", 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,13 +70,47 @@ func TestDeviceClocksEstimate(t *testing.T) {
 			if !ok {
 				t.Fatal("no estimate")
 			}
+			// The point is the fastest batch's server - send: the true
+			// offset plus its one-way delay, never below the truth.
+			if e := off - tc.offset; e < tc.minDelay || e > tc.minDelay+tc.jitter {
+				t.Errorf("offset %v, want the true %v plus the least delay (%v..%v)", off, tc.offset, tc.minDelay, tc.minDelay+tc.jitter)
+			}
 			if err := (off - tc.offset).Abs(); err > unc {
 				t.Errorf("offset %v ± %v, true %v", off, unc, tc.offset)
 			}
-			if unc > 300*time.Millisecond {
-				t.Errorf("uncertainty %v", unc)
+			// The bound is the delay bound plus the drift over the best
+			// observation's age (at most 390 s here, 39 ms at 100 ppm).
+			if unc < 500*time.Millisecond || unc > 540*time.Millisecond {
+				t.Errorf("uncertainty %v, want 500 ms plus drift", unc)
 			}
 		})
+	}
+}
+
+// TestDeviceClocksPointAndBound: with known delays the estimate is exactly
+// the least server - send, and its uncertainty covers the whole interval
+// [min - MaxOneWayDelay, min] the true offset can lie in.
+func TestDeviceClocksPointAndBound(t *testing.T) {
+	c := newDC(t, func(o *DeviceClocksOptions) { o.MaxOneWayDelay = 200 * time.Millisecond })
+	at := time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
+	offset := -2 * time.Minute // device 2 min ahead
+	for _, delay := range []time.Duration{40, 3, 17, 9} {
+		delay *= time.Millisecond
+		c.Observe("d", at.Add(-offset).Add(-delay), at)
+		at = at.Add(time.Second)
+	}
+	// The fastest batch is 2 s older than the latest: 100 ppm of drift
+	// over 2 s widens the bound by 200 µs.
+	off, unc, ok := c.Estimate("d")
+	if want := 200*time.Millisecond + 200*time.Microsecond; !ok || off != offset+3*time.Millisecond || unc != want {
+		t.Fatalf("estimate %v ± %v (ok %v), want %v ± %v", off, unc, ok, offset+3*time.Millisecond, want)
+	}
+	// Both ends of the bound: a true offset anywhere in [min - 200ms, min]
+	// is covered.
+	for _, truth := range []time.Duration{off - 200*time.Millisecond, off} {
+		if (off - truth).Abs() > unc {
+			t.Errorf("true offset %v outside %v ± %v", truth, off, unc)
+		}
 	}
 }
 
@@ -83,8 +122,8 @@ func TestDeviceClocksDriftWidens(t *testing.T) {
 	at := dcFeed(c, "d", start, 1, time.Minute, time.Second, 0, 0)
 	dcFeed(c, "d", at, 15, time.Minute, time.Second, 2*time.Second, 0)
 	off, unc, _ := c.Estimate("d")
-	if want := 250*time.Millisecond + 90*time.Millisecond; unc < want {
-		t.Errorf("uncertainty %v, want at least %v (half the delay bound + 100 ppm of 15 min)", unc, want)
+	if want := 500*time.Millisecond + 90*time.Millisecond; unc < want {
+		t.Errorf("uncertainty %v, want at least %v (the delay bound + 100 ppm of 15 min)", unc, want)
 	}
 	if err := (off - time.Second).Abs(); err > unc {
 		t.Errorf("offset %v ± %v, true 1s", off, unc)

@@ -1,0 +1,11 @@
+// Package api is the hub's HTTP API: /healthz, /readyz, /metrics, the
+// device endpoints, the query endpoints over the aggregate engine
+// (/v1/aggregates, /v1/events, /v1/stream, /v1/late, /v1/quarantine,
+// /v1/partials; docs/openapi.yaml), the dashboard, the gate that bounds
+// the expensive queries running at once, and Guard, the bearer-token and
+// body-size check in front of them all.
+//
+// The handlers read the hub through Backend, a small interface that
+// *hub.Server implements, and the engine through Config; their JSON types
+// are in package hubapi. This package imports nothing of the hub.
+package api
