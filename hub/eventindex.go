@@ -339,6 +339,9 @@ func indexKeysOfLog(st *hublog.Store, walKeys [][]byte, lim wire.Limits) ([][]by
 				continue
 			}
 			kvs, err := storedIndexKVs(e, lim)
+			if err != nil {
+				continue // unparsable: no keys it can name (see above)
+			}
 			for _, x := range kvs {
 				out = append(out, x.k)
 			}
