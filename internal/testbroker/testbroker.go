@@ -17,13 +17,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
+
+	"edgeflow/internal/testproc"
 )
 
 // FreePort returns a loopback TCP port that was free a moment ago, chosen
@@ -205,11 +206,8 @@ func (m *Mosquitto) Kill() {
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-exited:
-	case <-time.After(5 * time.Second):
-		m.t.Errorf("mosquitto (pid %d) did not exit after SIGKILL", cmd.Process.Pid)
+	if err := testproc.Kill(cmd, exited, 5*time.Second); err != nil {
+		m.t.Errorf("mosquitto: %v", err)
 	}
 }
 

@@ -22,7 +22,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"edgeflow/internal/testbroker"
+	"edgeflow/internal/testproc"
 )
 
 // InstallHint is the command that installs the server version the tests
@@ -315,11 +315,8 @@ func (c *Cluster) Kill(i int) {
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-		c.t.Errorf("testnats: %s (pid %d) did not exit after SIGKILL", n.Name, cmd.Process.Pid)
+	if err := testproc.Kill(cmd, exited, 10*time.Second); err != nil {
+		c.t.Errorf("testnats: %s: %v", n.Name, err)
 	}
 }
 

@@ -7,9 +7,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -46,4 +48,17 @@ func RunToExit(t testing.TB, bin string, args, env []string, within time.Duratio
 		t.Fatal(err)
 	}
 	return cmd.ProcessState.ExitCode(), out.String()
+}
+
+// Kill crashes a process a test started (SIGKILL, not a shutdown) and
+// waits up to within for exited, which the test closes once cmd.Wait has
+// returned, so the crash is complete before the test goes on.
+func Kill(cmd *exec.Cmd, exited <-chan struct{}, within time.Duration) error {
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(within):
+		return fmt.Errorf("pid %d did not exit within %v of SIGKILL", cmd.Process.Pid, within)
+	}
 }
