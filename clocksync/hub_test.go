@@ -27,14 +27,23 @@ type fakeHub struct {
 
 func (h *fakeHub) Exchange(ctx context.Context, req *wirepb.TimeRequest) (*wirepb.TimeResponse, time.Time, error) {
 	h.calls.Add(1)
-	time.Sleep(h.delay)
+	h.wait()
 	resp := &wirepb.TimeResponse{RequestId: req.RequestId, T1Ns: req.T1Ns, T2Ns: h.ref.Now().UnixNano()}
 	resp.T3Ns = h.ref.Now().UnixNano()
 	if h.lie != nil {
 		h.lie(resp)
 	}
-	time.Sleep(h.delay)
+	h.wait()
 	return resp, h.ref.dev.Wall(), nil
+}
+
+// wait is one leg of the exchange: virtual on a frozen device clock.
+func (h *fakeHub) wait() {
+	if h.ref.dev.frozen {
+		h.ref.dev.Advance(h.delay)
+		return
+	}
+	time.Sleep(h.delay)
 }
 
 func TestHubFallback(t *testing.T) {

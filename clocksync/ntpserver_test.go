@@ -17,8 +17,17 @@ import (
 // test can step.
 type simClock struct {
 	start    time.Time
+	frozen   bool // only Advance moves it: no real time, so load cannot widen a fit
 	virt     atomic.Int64
 	wallBase atomic.Int64 // Unix ns of the wall clock at mono 0
+}
+
+// newFrozenSimClock is a simClock that only Advance moves, for tests whose
+// bounds must not depend on how loaded the machine is.
+func newFrozenSimClock(wallAtStart time.Time) *simClock {
+	s := newSimClock(wallAtStart)
+	s.frozen = true
+	return s
 }
 
 func newSimClock(wallAtStart time.Time) *simClock {
@@ -29,8 +38,13 @@ func newSimClock(wallAtStart time.Time) *simClock {
 	return s
 }
 
-func (s *simClock) Mono() time.Duration { return time.Since(s.start) + time.Duration(s.virt.Load()) }
-func (s *simClock) Wall() time.Time     { return time.Unix(0, s.wallBase.Load()+int64(s.Mono())) }
+func (s *simClock) Mono() time.Duration {
+	if s.frozen {
+		return time.Duration(s.virt.Load())
+	}
+	return time.Since(s.start) + time.Duration(s.virt.Load())
+}
+func (s *simClock) Wall() time.Time { return time.Unix(0, s.wallBase.Load()+int64(s.Mono())) }
 func (s *simClock) Advance(d time.Duration) {
 	s.virt.Add(int64(d))
 }

@@ -53,7 +53,7 @@ func syncedState(t *testing.T, dev *simClock) (string, *refClock, Estimate) {
 }
 
 func TestStateRestoredInTheSameBoot(t *testing.T) {
-	dev := newSimClock(day0)
+	dev := newFrozenSimClock(day0)
 	path, ref, saved := syncedState(t, dev)
 	dev.Advance(10 * time.Minute) // the agent is down for 10 minutes
 
@@ -83,7 +83,7 @@ func TestStateRestoredInTheSameBoot(t *testing.T) {
 }
 
 func TestStateIgnored(t *testing.T) {
-	dev := newSimClock(day0)
+	dev := newFrozenSimClock(day0)
 	path, _, _ := syncedState(t, dev)
 	good, err := os.ReadFile(path)
 	if err != nil {
@@ -121,7 +121,7 @@ func TestStateIgnored(t *testing.T) {
 // TestStateWrittenAtABoundedRate: rounds closer than StateInterval do not
 // each rewrite the file, and Run's end writes what was left out.
 func TestStateWrittenAtABoundedRate(t *testing.T) {
-	dev := newSimClock(day0)
+	dev := newFrozenSimClock(day0)
 	ref := newRef(dev, time.Second, 0)
 	path := filepath.Join(t.TempDir(), "clock-state.json")
 	c, _ := stateClock(t, dev, ref, path, testBoot)
