@@ -116,7 +116,7 @@ func (s *Server) decode(msg inMsg) (p *pending) {
 		return p
 	}
 	p.view = v
-	p.prepareEventIndex(v)
+	p.times.Prepare(v, p.first, p.last)
 	return p
 }
 

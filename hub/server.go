@@ -15,6 +15,7 @@ import (
 	"edgeflow/hub/batchview"
 	"edgeflow/hub/broker"
 	"edgeflow/hub/clockest"
+	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/timeservice"
 	"edgeflow/internal/lograte"
@@ -245,7 +246,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.st = st
-	if err := ensureEventIndex(st, s.opts.Limits, s.log); err != nil {
+	if err := eventtime.EnsureIndex(st, s.opts.Limits, s.log); err != nil {
 		return fmt.Errorf("hub store %s: %w", st.Dir, err)
 	}
 	if s.agg != nil {
