@@ -67,12 +67,12 @@ func (s *Settings) CheckSecurity() error {
 		return bad("MQTTTLSClientCAFile", "client certificates need TLS (MQTTTLSCertFile and MQTTTLSKeyFile)")
 	case s.DenyAnonymous && s.AuthFile == "" && s.TLSClientCAFile == "":
 		return bad("MQTTDenyAnonymous", "no device could connect: set MQTTAuthFile or MQTTTLSClientCAFile")
-	case s.ClientQueue < 1 || s.ClientQueue > MaxClientQueue:
-		return bad("MQTTClientQueue", "%d: want 1..%d", s.ClientQueue, MaxClientQueue)
+	case s.ClientQueue < 1 || s.ClientQueue > maxClientQueue:
+		return bad("MQTTClientQueue", "%d: want 1..%d", s.ClientQueue, maxClientQueue)
 	case s.MaxConnsPerDevice < -1:
 		return bad("MQTTMaxConnsPerDevice", "%d: want -1 (no bound) or positive", s.MaxConnsPerDevice)
-	case s.MaxRetainedBytes < 1 || s.MaxRetainedBytes > MaxMaxRetainedBytes:
-		return bad("MQTTMaxRetainedBytes", "%d: want 1..%d", s.MaxRetainedBytes, MaxMaxRetainedBytes)
+	case s.MaxRetainedBytes < 1 || s.MaxRetainedBytes > maxMaxRetainedBytes:
+		return bad("MQTTMaxRetainedBytes", "%d: want 1..%d", s.MaxRetainedBytes, maxMaxRetainedBytes)
 	}
 	return nil
 }

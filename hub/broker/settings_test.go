@@ -45,9 +45,9 @@ func TestSettingsChecks(t *testing.T) {
 			"MQTTTLSClientCAFile: client certificates need TLS (MQTTTLSCertFile and MQTTTLSKeyFile)"},
 		{"deny anonymous, no credentials", embedded(func(s *Settings) { s.DenyAnonymous = true }),
 			"MQTTDenyAnonymous: no device could connect: set MQTTAuthFile or MQTTTLSClientCAFile"},
-		{"client queue", embedded(func(s *Settings) { s.ClientQueue = MaxClientQueue + 1 }), fmt.Sprintf("MQTTClientQueue: %d: want 1..%d", MaxClientQueue+1, MaxClientQueue)},
+		{"client queue", embedded(func(s *Settings) { s.ClientQueue = maxClientQueue + 1 }), fmt.Sprintf("MQTTClientQueue: %d: want 1..%d", maxClientQueue+1, maxClientQueue)},
 		{"connections", embedded(func(s *Settings) { s.MaxConnsPerDevice = -2 }), "MQTTMaxConnsPerDevice: -2: want -1 (no bound) or positive"},
-		{"retained", embedded(func(s *Settings) { s.MaxRetainedBytes = 0 }), fmt.Sprintf("MQTTMaxRetainedBytes: 0: want 1..%d", MaxMaxRetainedBytes)},
+		{"retained", embedded(func(s *Settings) { s.MaxRetainedBytes = 0 }), fmt.Sprintf("MQTTMaxRetainedBytes: 0: want 1..%d", maxMaxRetainedBytes)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
