@@ -438,20 +438,3 @@ func TestRateLimited(t *testing.T) {
 		t.Fatalf("other device: %v", ack)
 	}
 }
-
-func TestRateLimiterRefills(t *testing.T) {
-	r := newRateLimiter(1000, 500)
-	t0 := int64(1e18)
-	if err := r.take("d", 800, t0); err != nil { // full bucket, goes into debt
-		t.Fatal(err)
-	}
-	if err := r.take("d", 1, t0+int64(100*time.Millisecond)); err == nil { // -300 + 100
-		t.Fatal("allowed while in debt")
-	}
-	if err := r.take("d", 1, t0+int64(400*time.Millisecond)); err != nil { // -300 + 400
-		t.Fatalf("not refilled: %v", err)
-	}
-	if newRateLimiter(0, 0).take("d", 1e9, t0) != nil {
-		t.Fatal("a zero rate limits")
-	}
-}
