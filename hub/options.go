@@ -451,8 +451,8 @@ func validHostPort(s string) bool {
 	return err == nil && p >= 0 && p <= 65535 && fmt.Sprint(p) == port
 }
 
-// validateSecurity checks the broker's security options (broker.Settings)
-// and the rate limit.
+// validateSecurity checks the broker's security options (broker.Settings),
+// the rate limit and the HTTP API's options (api.Settings).
 func (o *Options) validateSecurity(bad func(field, format string, args ...any) error) error {
 	switch err := o.brokerSettings().CheckSecurity(); {
 	case err != nil:
@@ -465,7 +465,10 @@ func (o *Options) validateSecurity(bad func(field, format string, args ...any) e
 	if err := o.MQTTAuthThrottle.Validate(); err != nil {
 		return fmt.Errorf("%w: MQTTAuthThrottle.%w", ErrInvalidOptions, err)
 	}
-	return o.validateHTTPSecurity(bad)
+	if err := o.httpSettings().Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	return nil
 }
 
 // brokerSettings are the options that broker.Settings checks.

@@ -38,9 +38,9 @@ const (
 	refusedDuring = "during"
 )
 
-// MaxQueries bounds Options.HTTPMaxQueries: each running query may
+// maxQueries bounds Options.HTTPMaxQueries: each running query may
 // hold up to max_query_results windows.
-const MaxQueries = 1024
+const maxQueries = 1024
 
 // gatedEndpoints are the paths that take a query slot.
 var gatedEndpoints = []string{"/v1/aggregates", "/v1/events", "/v1/partials"}
