@@ -13,8 +13,8 @@
 // batchview (parsing and validating batches), eventtime (an event's
 // corrected time and the event-time index over the log), broker (the MQTT
 // side), api (the HTTP handlers over a Backend the Server implements) and
-// hubapi (the API's JSON types, for clients), with ranges, clockest and
-// timeservice.
+// hubapi (the API's JSON types, for clients), with ranges, clockest,
+// ratelimit and timeservice.
 //
 // # Pipeline
 //
