@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"runtime"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"edgeflow/aggregate"
 	"edgeflow/hub/broker"
+	"edgeflow/internal/confval"
 	"edgeflow/wire"
 )
 
@@ -370,7 +370,7 @@ func (o *Options) Validate() error {
 	switch {
 	case o.DataDir == "":
 		return bad("DataDir", "required")
-	case o.HTTPAddr != HTTPOff && !validHostPort(o.HTTPAddr):
+	case o.HTTPAddr != HTTPOff && !confval.HostPort(o.HTTPAddr):
 		return bad("HTTPAddr", "%q is not host:port", o.HTTPAddr)
 	case brokerErr != nil:
 		return fmt.Errorf("%w: %w", ErrInvalidOptions, brokerErr)
@@ -438,17 +438,6 @@ func (o *Options) validateLimits() error {
 		}
 	}
 	return nil
-}
-
-// validHostPort reports whether s is host:port with a numeric port.
-func validHostPort(s string) bool {
-	_, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return false
-	}
-	var p int
-	_, err = fmt.Sscanf(port, "%d", &p)
-	return err == nil && p >= 0 && p <= 65535 && fmt.Sprint(p) == port
 }
 
 // validateSecurity checks the broker's security options (broker.Settings),

@@ -29,13 +29,6 @@ type Embedded struct {
 
 // The inline subscription ids are 1, 2 and 3: the index in subs plus 1.
 
-// NewEmbeddedBroker starts an MQTT broker listening on addr (host:port;
-// port 0 picks a free one, see Addr). It accepts anonymous clients and
-// packets up to maxPacket bytes (0: unlimited).
-func NewEmbeddedBroker(addr string, maxPacket uint32, log *slog.Logger) (Transport, error) {
-	return NewSecureEmbeddedBroker(EmbeddedOptions{Addr: addr, MaxPacket: maxPacket, Logger: log})
-}
-
 // defaultClientQueue and maxClientQueue are the default and the bound of
 // Options.MQTTClientQueue.
 const (

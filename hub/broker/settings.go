@@ -2,8 +2,9 @@ package broker
 
 import (
 	"fmt"
-	"net"
 	"net/url"
+
+	"edgeflow/internal/confval"
 )
 
 // Settings are the hub's options that choose its broker and secure the
@@ -36,7 +37,7 @@ type Settings struct {
 // first bad field ("MQTTListen: ...").
 func (s *Settings) CheckAddress() error {
 	switch {
-	case s.URL == "" && !validHostPort(s.Listen):
+	case s.URL == "" && !confval.HostPort(s.Listen):
 		return bad("MQTTListen", "%q is not host:port", s.Listen)
 	case s.URL != "" && !validURL(s.URL):
 		return bad("MQTTURL", "%q is not tcp://, ssl://, tls://, mqtt://, mqtts://, ws:// or wss:// host:port", RedactURL(s.URL))
@@ -80,17 +81,6 @@ func (s *Settings) CheckSecurity() error {
 // bad is the error of a bad field: "field: problem".
 func bad(field, format string, args ...any) error {
 	return fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...))
-}
-
-// validHostPort reports whether s is host:port with a numeric port.
-func validHostPort(s string) bool {
-	_, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return false
-	}
-	var p int
-	_, err = fmt.Sscanf(port, "%d", &p)
-	return err == nil && p >= 0 && p <= 65535 && fmt.Sprint(p) == port
 }
 
 // validURL reports whether s is a broker URL paho understands.

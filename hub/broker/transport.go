@@ -33,7 +33,7 @@ func (m Message) qos() byte {
 type MessageHandler func(topic string, payload []byte)
 
 // Transport connects the hub to devices through an MQTT broker: the
-// embedded one (NewEmbeddedBroker) or an external one (NewExternalBroker).
+// embedded one (NewSecureEmbeddedBroker) or an external one (NewExternalBroker).
 type Transport interface {
 	// Start subscribes to batches, status and time requests and delivers
 	// them to h until Pause or Close.
