@@ -65,7 +65,14 @@ type cluster struct {
 // and users.conf as committed) on three servers, ports, paths and
 // certificates substituted, and checks the permissions it grants.
 func TestDeployConfig(t *testing.T) {
-	c := startCluster(t)
+	t.Run("committed users.conf", func(t *testing.T) { testDeployConfig(t, false) })
+	// device-users.sh rewrites the device entries with bcrypt hashes
+	// inline, as a fleet's users.conf has them.
+	t.Run("users.conf from device-users.sh", func(t *testing.T) { testDeployConfig(t, true) })
+}
+
+func testDeployConfig(t *testing.T, generated bool) {
+	c := startCluster(t, generated)
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 
@@ -386,13 +393,14 @@ func (c *cluster) urls() string {
 
 // startCluster writes each node's copy of the deploy configuration and
 // starts the three servers, waiting until JetStream answers hubd on each.
-func startCluster(t *testing.T) *cluster {
+func startCluster(t *testing.T, generated bool) *cluster {
 	t.Helper()
 	bin := testnats.Binary(t)
 	base := t.TempDir()
 	c := &cluster{tlsDir: filepath.Join(base, "tls"), passwords: map[string]string{}, asyncErrs: make(chan error, 16)}
 	c.pool = writeCerts(t, c.tlsDir)
 	env := []string{}
+	hashes := map[string]string{}
 	for user, v := range map[string]string{
 		"admin": "EDGEFLOW_ADMIN_PASSWORD", "hubd": "EDGEFLOW_HUBD_PASSWORD",
 		"dev-a": "EDGEFLOW_DEV_A_PASSWORD", "site.7": "EDGEFLOW_DEV_SITE_7_PASSWORD",
@@ -407,6 +415,23 @@ func startCluster(t *testing.T) *cluster {
 			t.Fatal(err)
 		}
 		env = append(env, v+"="+string(hash))
+		hashes[user] = string(hash)
+	}
+	users, err := os.ReadFile("users.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if generated {
+		cmd := exec.Command("./device-users.sh", "users.conf")
+		cmd.Stdin = strings.NewReader(fmt.Sprintf("# the fleet\ndev-a %s\n\nsite.7 %s\n", hashes["dev-a"], hashes["site.7"]))
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if users, err = cmd.Output(); err != nil {
+			t.Fatalf("device-users.sh: %v: %s", err, stderr.String())
+		}
+		if strings.Contains(string(users), "EDGEFLOW_DEV_") {
+			t.Fatalf("device-users.sh kept the example devices:\n%s", users)
+		}
 	}
 	for i := range 3 {
 		n := &node{name: fmt.Sprintf("nats-%d", i+1), port: testbroker.FreePort(t), mqttPort: testbroker.FreePort(t),
@@ -417,7 +442,7 @@ func startCluster(t *testing.T) *cluster {
 		c.nodes = append(c.nodes, n)
 	}
 	for _, n := range c.nodes {
-		c.writeConfig(t, n)
+		c.writeConfig(t, n, users)
 	}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
@@ -496,17 +521,18 @@ func logTail(n *node) string {
 	return strings.Join(lines[max(0, len(lines)-25):], "\n")
 }
 
-// writeConfig copies the three configuration files into n's directory,
+// writeConfig writes the three configuration files into n's directory
+// (users.conf as given),
 // replacing in nats-server.conf exactly the listen addresses, routes and
 // paths a loopback test must change. A replaced string that is missing
 // fails the test: the configuration changed under it.
-func (c *cluster) writeConfig(t *testing.T, n *node) {
+func (c *cluster) writeConfig(t *testing.T, n *node, users []byte) {
 	t.Helper()
-	for _, f := range []string{"accounts.conf", "users.conf"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+	accounts, err := os.ReadFile("accounts.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, b := range map[string][]byte{"accounts.conf": accounts, "users.conf": users} {
 		if err := os.WriteFile(filepath.Join(n.dir, f), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
