@@ -23,7 +23,9 @@ func TestStreamFullRefusesBatches(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	const n, size = 15, 100 << 10
-	batch := func(i int) []byte { return append([]byte(fmt.Sprintf("batch-%02d:", i)), bytes.Repeat([]byte{'x'}, size)...) }
+	batch := func(i int) []byte {
+		return append([]byte(fmt.Sprintf("batch-%02d:", i)), bytes.Repeat([]byte{'x'}, size)...)
+	}
 	dev := mqttClient(t, c.Nodes[0].MQTTURL(), "edgeflow-dev-full")
 	pubacked := 0
 	for i := range n {
