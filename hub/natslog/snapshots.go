@@ -530,31 +530,64 @@ func (s *Snapshots) deleteObject(ctx context.Context, name string) bool {
 // positions, if the stream still holds them. If no kept generation reads,
 // the error wraps ErrCorruptSnapshot or ErrSnapshotMissing for each.
 // Errors reaching the servers return at once, without falling back.
+//
+// An object found missing while another writer moved the pointer (and
+// pruned what it no longer keeps) is not a fault: Latest then reads the
+// new pointer, up to three times.
 func (s *Snapshots) Latest(ctx context.Context) (Snapshot, error) {
-	entries, _, err := s.readHead(ctx)
-	if err != nil {
-		return Snapshot{}, err
+	for attempt := 1; ; attempt++ {
+		entries, rev, err := s.readHead(ctx)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		if len(entries) == 0 {
+			return Snapshot{}, fmt.Errorf("%w in %s", ErrNoSnapshot, s.opts.Bucket)
+		}
+		snap, skipped, err := s.latestOf(ctx, entries)
+		if skipped == nil || !errors.Is(skipped, ErrSnapshotMissing) || attempt == 3 {
+			s.count(skipped, errors.Is(err, ErrSnapshotFallback))
+			return snap, err
+		}
+		if _, now, herr := s.readHead(ctx); herr != nil || now == rev {
+			s.count(skipped, errors.Is(err, ErrSnapshotFallback))
+			return snap, err
+		}
 	}
-	if len(entries) == 0 {
-		return Snapshot{}, fmt.Errorf("%w in %s", ErrNoSnapshot, s.opts.Bucket)
+}
+
+// count records the generations Latest skipped and whether it fell back.
+func (s *Snapshots) count(skipped error, found bool) {
+	if skipped == nil {
+		return
 	}
+	if j, ok := skipped.(interface{ Unwrap() []error }); ok {
+		s.stats.unreadable.Add(uint64(len(j.Unwrap())))
+	}
+	if found {
+		s.stats.fallbacks.Add(1)
+	}
+}
+
+// latestOf reads the newest readable generation of entries; skipped joins
+// why newer ones could not be read (nil when the newest did).
+func (s *Snapshots) latestOf(ctx context.Context, entries []headEntry) (snap Snapshot, skipped, err error) {
 	var causes []error
 	for i, e := range entries {
 		snap, err := s.load(ctx, e)
 		if err == nil {
 			if i == 0 {
-				return snap, nil
+				return snap, nil, nil
 			}
-			s.stats.fallbacks.Add(1)
-			return snap, &SnapshotFallbackError{Head: entries[0].gen, Used: e.gen, Cause: errors.Join(causes...)}
+			skipped = errors.Join(causes...)
+			return snap, skipped, &SnapshotFallbackError{Head: entries[0].gen, Used: e.gen, Cause: skipped}
 		}
 		if !errors.Is(err, ErrCorruptSnapshot) && !errors.Is(err, ErrSnapshotMissing) {
-			return Snapshot{}, err
+			return Snapshot{}, nil, err
 		}
-		s.stats.unreadable.Add(1)
 		causes = append(causes, err)
 	}
-	return Snapshot{}, fmt.Errorf("natslog: no kept snapshot generation is readable: %w", errors.Join(causes...))
+	skipped = errors.Join(causes...)
+	return Snapshot{}, skipped, fmt.Errorf("natslog: no kept snapshot generation is readable: %w", skipped)
 }
 
 // load reads and checks one generation's object.
