@@ -154,6 +154,9 @@ type Snapshots struct {
 	head  jetstream.KeyValue
 	js    jetstream.JetStream
 	stats struct{ unreadable, fallbacks, pruneErrors atomic.Uint64 }
+	// afterHead, when set (by a test), runs in Latest between reading the
+	// pointer and reading the objects it names.
+	afterHead func()
 }
 
 // OpenSnapshots creates both buckets or opens (and retunes) existing ones.
@@ -542,6 +545,9 @@ func (s *Snapshots) Latest(ctx context.Context) (Snapshot, error) {
 		}
 		if len(entries) == 0 {
 			return Snapshot{}, fmt.Errorf("%w in %s", ErrNoSnapshot, s.opts.Bucket)
+		}
+		if s.afterHead != nil {
+			s.afterHead()
 		}
 		snap, skipped, err := s.latestOf(ctx, entries)
 		if skipped == nil || !errors.Is(skipped, ErrSnapshotMissing) || attempt == 3 {
