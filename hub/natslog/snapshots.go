@@ -433,8 +433,7 @@ func (s *Snapshots) Put(ctx context.Context, snap Snapshot) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("natslog: snapshot name: %w", err)
 	}
-	h := sha256.New()
-	body := fullReader{io.TeeReader(io.MultiReader(bytes.NewReader(header), bytes.NewReader(snap.State)), h)}
+	body := fullReader{io.MultiReader(bytes.NewReader(header), bytes.NewReader(snap.State))}
 	info, err := s.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Description: "hub " + snap.Hub}, body)
 	if err != nil {
 		s.deleteObject(ctx, name)
@@ -444,8 +443,15 @@ func (s *Snapshots) Put(ctx context.Context, snap Snapshot) (uint64, error) {
 		s.deleteObject(ctx, name)
 		return 0, fmt.Errorf("natslog: snapshot generation %d: stored %d bytes of %d", gen, info.Size, size)
 	}
+	// The Object Store computed the SHA-256 of what it stored ("SHA-256="
+	// and the sum in URL-safe base64); Latest checks the object against it.
+	sum, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil || !strings.HasPrefix(info.Digest, "SHA-256=") || len(sum) != sha256.Size {
+		s.deleteObject(ctx, name)
+		return 0, fmt.Errorf("natslog: snapshot generation %d: object digest %q is not a SHA-256 (%v)", gen, info.Digest, err)
+	}
 	e := headEntry{gen: gen, size: size, name: name}
-	h.Sum(e.sum[:0])
+	copy(e.sum[:], sum)
 	kept := append([]headEntry{e}, entries...)
 	if len(kept) > s.opts.Keep {
 		kept = kept[:s.opts.Keep]

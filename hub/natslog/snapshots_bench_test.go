@@ -17,13 +17,19 @@ import (
 // bytes, the baseline: the difference is the checksum, the pointer update
 // and the pruning.
 //
-//	go test -run '^$' -bench BenchmarkSnapshot -benchtime 3x ./hub/natslog
-func BenchmarkSnapshot(b *testing.B) {
-	c := testnats.Start(b, 1)
+//	go test -run '^$' -bench 'BenchmarkSnapshot$' -benchtime 3x ./hub/natslog
+func BenchmarkSnapshot(b *testing.B) { benchmarkSnapshot(b, 1) }
+
+// BenchmarkSnapshotR3 is BenchmarkSnapshot on three servers, both buckets
+// with three replicas.
+func BenchmarkSnapshotR3(b *testing.B) { benchmarkSnapshot(b, 3) }
+
+func benchmarkSnapshot(b *testing.B, servers int) {
+	c := testnats.Start(b, servers)
 	_, js := connect(b, c.URLs())
-	s := openSnapshots(b, js, natslog.SnapshotOptions{Replicas: 1, MaxBytes: 128 << 20})
+	s := openSnapshots(b, js, natslog.SnapshotOptions{Replicas: servers, MaxBytes: 128 << 20})
 	ctx := context.Background()
-	raw, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "RAW", Replicas: 1, Storage: jetstream.FileStorage, MaxBytes: 512 << 20})
+	raw, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "RAW", Replicas: servers, Storage: jetstream.FileStorage, MaxBytes: 512 << 20})
 	if err != nil {
 		b.Fatal(err)
 	}
