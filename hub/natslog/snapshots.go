@@ -99,7 +99,8 @@ type Snapshot struct {
 	Positions map[int]uint64
 	// State is the hub's encoded state; opaque here.
 	State []byte
-	// Taken is when the state was captured (stored to the nanosecond).
+	// Taken is when the state was captured, stored to the nanosecond
+	// (years 1678 to 2262); a zero Taken reads back as zero.
 	Taken time.Time
 	// Hub names the writer, at most 255 bytes.
 	Hub string
@@ -297,7 +298,11 @@ func encodeSnapshotHeader(gen uint64, snap *Snapshot) []byte {
 	b = append(b, snapMagic...)
 	b = append(b, snapVersion)
 	b = binary.BigEndian.AppendUint64(b, gen)
-	b = binary.BigEndian.AppendUint64(b, uint64(snap.Taken.UnixNano()))
+	var taken int64 // 0: Taken is the zero time
+	if !snap.Taken.IsZero() {
+		taken = snap.Taken.UnixNano()
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(taken))
 	b = append(b, byte(len(snap.Hub)))
 	b = append(b, snap.Hub...)
 	b = binary.AppendUvarint(b, uint64(len(snap.Positions)))
@@ -324,7 +329,9 @@ func decodeSnapshot(b []byte) (Snapshot, error) {
 		return snap, fmt.Errorf("version %d, want %d", b[4], snapVersion)
 	}
 	snap.Generation = binary.BigEndian.Uint64(b[5:])
-	snap.Taken = time.Unix(0, int64(binary.BigEndian.Uint64(b[13:]))).UTC()
+	if taken := int64(binary.BigEndian.Uint64(b[13:])); taken != 0 {
+		snap.Taken = time.Unix(0, taken).UTC()
+	}
 	hl := int(b[21])
 	b = b[fixed:]
 	if hl > len(b) {

@@ -43,6 +43,10 @@ func TestSnapshotCodec(t *testing.T) {
 		c[i] ^= 0xff
 		_, _ = decodeSnapshot(c)
 	}
+	zero, err := decodeSnapshot(encodeSnapshotHeader(1, &Snapshot{}))
+	if err != nil || !zero.Taken.IsZero() || len(zero.Positions) != 0 || len(zero.State) != 0 {
+		t.Fatalf("empty snapshot decoded as %+v, %v; want zero Taken, no positions, no state", zero, err)
+	}
 	c := bytes.Clone(b)
 	c[4] = 9
 	if _, err := decodeSnapshot(c); err == nil || !strings.Contains(err.Error(), "version 9") {
