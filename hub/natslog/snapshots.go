@@ -30,7 +30,7 @@ type SnapshotOptions struct {
 	// MaxBytes bounds one snapshot's stored size (state plus a header
 	// of under 20 bytes per partition); Put refuses a larger one and
 	// Latest refuses to read one before allocating. The Object Store
-	// bucket is bounded to (Keep+1) such snapshots plus chunk overhead.
+	// bucket is bounded to (Keep+2) such snapshots plus chunk overhead.
 	// Default 256 MiB; at least 1 MiB.
 	MaxBytes int64
 	// Keep is how many generations stay stored: the latest and Keep-1
@@ -85,11 +85,13 @@ func (o *SnapshotOptions) Validate() error {
 }
 
 // bucketBytes is the Object Store bucket's MaxBytes: Keep snapshots, one
-// being written, and the chunk messages' headers (well under 1% at the
-// 128 KiB chunk size) plus the objects' metadata.
+// being written, one a writer left behind when it died before moving the
+// pointer (Put deletes it once the pointer has passed its generation),
+// and the chunk messages' headers (well under 1% at the 128 KiB chunk
+// size) plus the objects' metadata.
 func (o *SnapshotOptions) bucketBytes() int64 {
 	per := o.MaxBytes + o.MaxBytes/64 + 64<<10
-	return int64(o.Keep+1) * per
+	return int64(o.Keep+2) * per
 }
 
 // Snapshot is the hub's whole state and the log positions it covers.
@@ -431,6 +433,11 @@ func (s *Snapshots) Put(ctx context.Context, snap Snapshot) (uint64, error) {
 		return 0, fmt.Errorf("%w: %s: writer expected generation %d, latest is %d", ErrSnapshotConflict, s.opts.Bucket, snap.Generation, cur)
 	}
 	gen := cur + 1
+	if len(entries) > 0 {
+		// Make room first: objects of generations up to cur that the
+		// pointer does not name can never become visible.
+		s.prune(ctx, entries)
+	}
 	header := encodeSnapshotHeader(gen, &snap)
 	size := uint64(len(header)) + uint64(len(snap.State))
 	if size > uint64(s.opts.MaxBytes) {

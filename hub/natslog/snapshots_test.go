@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -435,4 +436,59 @@ func TestSnapshotClusterKill(t *testing.T) {
 		}
 		return err
 	})
+}
+
+// TestSnapshotOrphansPruned leaves objects behind as writers that died
+// before moving the pointer would. Two of the current generation: Put
+// deletes them before writing, so its snapshot still fits the bucket's
+// bound. One of the next generation (possibly a live writer's, so kept
+// while Put writes): deleted once the pointer has passed it.
+func TestSnapshotOrphansPruned(t *testing.T) {
+	c := testnats.Start(t, 1)
+	_, js := connect(t, c.URLs())
+	s := openSnapshots(t, js, natslog.SnapshotOptions{Replicas: 1, MaxBytes: 1 << 20, Keep: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	const size = 900_000
+	if _, err := s.Put(ctx, sampleSnapshot(1, size, 0)); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctx, natslog.DefaultSnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := func(name string, size int) {
+		t.Helper()
+		if _, err := obs.PutBytes(ctx, name, randomState(int64(len(name)), size)); err != nil {
+			t.Fatalf("orphan %s: %v", name, err)
+		}
+	}
+	orphan("snapshot-00000000000000000001-00000000000000a1", size)
+	orphan("snapshot-00000000000000000001-00000000000000a2", size)
+	// The bucket holds Keep+2 = 3 snapshots of MaxBytes: a fourth of
+	// 900 KB being written would not fit beside them.
+	want := sampleSnapshot(2, size, 1)
+	if _, err := s.Put(ctx, want); err != nil {
+		t.Fatalf("put with two dead objects in the bucket: %v", err)
+	}
+	names := objectNames(t, js, natslog.DefaultSnapshotBucket)
+	if len(names) != 1 || !strings.HasPrefix(names[0], "snapshot-00000000000000000002-") {
+		t.Fatalf("bucket holds %v after the put, want generation 2's object only", names)
+	}
+
+	next := "snapshot-00000000000000000003-00000000000000c1"
+	orphan(next, 10_000)
+	want = sampleSnapshot(3, size, 2)
+	if _, err := s.Put(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	names = objectNames(t, js, natslog.DefaultSnapshotBucket)
+	if len(names) != 1 || !strings.HasPrefix(names[0], "snapshot-00000000000000000003-") || names[0] == next {
+		t.Fatalf("bucket holds %v after the put, want generation 3's object only", names)
+	}
+	got, err := s.Latest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameSnapshot(t, got, want, 3)
 }
