@@ -156,15 +156,28 @@ func testDeployConfig(t *testing.T, generated bool) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	a.publish(t, "edge/v1/dev-a/time/req", "what time is it")
-	a.publishRetained(t, "edge/v1/dev-a/status", "online")
+	// hubd's subscriptions reach the device's server over a route a
+	// moment after they reach hubd's own; until then NATS drops what
+	// the device sends (core NATS is at most once), so the device sends
+	// again until hubd has both, as an agent's time client retries.
 	seen := map[string]string{}
 	for len(seen) < 2 {
-		select {
-		case m := <-reqs:
-			seen[m.Subject] = string(m.Data)
-		case <-ctx.Done():
-			t.Fatalf("hubd received %v, want dev-a's time request and status", seen)
+		if _, ok := seen["edge.v1.dev-a.time.req"]; !ok {
+			a.publish(t, "edge/v1/dev-a/time/req", "what time is it")
+		}
+		if _, ok := seen["edge.v1.dev-a.status"]; !ok {
+			a.publishRetained(t, "edge/v1/dev-a/status", "online")
+		}
+		for wait := time.After(time.Second); len(seen) < 2; {
+			select {
+			case m := <-reqs:
+				seen[m.Subject] = string(m.Data)
+				continue
+			case <-wait:
+			case <-ctx.Done():
+				t.Fatalf("hubd received %v, want dev-a's time request and status", seen)
+			}
+			break
 		}
 	}
 	if seen["edge.v1.dev-a.time.req"] != "what time is it" || seen["edge.v1.dev-a.status"] != "online" {
