@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,6 +188,33 @@ func testDeployConfig(t *testing.T, generated bool) {
 		t.Fatal(err)
 	}
 	a.expect(t, "edge/v1/dev-a/time/resp", "noon")
+
+	// A device may not publish on its own ack topic (a forged ack would
+	// make its agent drop a batch the hub never had). The forged ack goes
+	// first, then a status hubd waits for, then hubd's real ack: had the
+	// server accepted the forged one, it would reach the device first.
+	if tok := a.cl.Publish("edge/v1/dev-a/ack", 0, false, "forged ack"); !tok.WaitTimeout(within) || tok.Error() != nil {
+		t.Fatalf("dev-a publishing its own ack: %v", tok.Error())
+	}
+	a.publishRetained(t, "edge/v1/dev-a/status", "after the forged ack")
+	for got := ""; got != "after the forged ack"; {
+		select {
+		case m := <-reqs:
+			got = string(m.Data)
+		case <-ctx.Done():
+			t.Fatal("hubd did not receive dev-a's status after the forged ack")
+		}
+	}
+	if err := nc.Publish("edge.v1.dev-a.ack", []byte("real ack")); err != nil {
+		t.Fatal(err)
+	}
+	a.expect(t, "edge/v1/dev-a/ack", "real ack")
+	a.mu.Lock()
+	acks := a.got["edge/v1/dev-a/ack"]
+	a.mu.Unlock()
+	if slices.Contains(acks, "forged ack") {
+		t.Fatalf("dev-a received its own forged ack (acks %v)", acks)
+	}
 
 	// The hub may not publish a device's batch (only devices write the
 	// log): the server answers with a permissions violation.

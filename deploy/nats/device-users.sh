@@ -3,9 +3,10 @@
 # in the users.conf given (everything above the "# Devices" line), then one
 # entry per device read from stdin as "device-id bcrypt-hash" lines (blank
 # lines and lines starting with '#' skipped). Each device may connect over
-# MQTT only, publish only under edge.v1.{token}.> and receive only its own
-# acks and time responses, where token is the device id with each '.'
-# written as "//" (NATS' MQTT topic mapping).
+# MQTT only, publish only its own batches, status and time requests
+# (edge.v1.{token}.batch, .status, .time.req) and receive only its own acks
+# and time responses, where token is the device id with each '.' written
+# as "//" (NATS' MQTT topic mapping).
 #
 #   deploy/nats/device-users.sh /etc/nats/users.conf < devices.txt > users.conf.new
 #   nats-server -c /etc/nats/nats-server.conf -t     # check, then move it in place
@@ -50,7 +51,7 @@ while read -r id hash rest; do
     password: "$hash"
     allowed_connection_types: ["MQTT"]
     permissions: {
-      publish: { allow: ["edge.v1.$token.>"] }
+      publish: { allow: ["edge.v1.$token.batch", "edge.v1.$token.status", "edge.v1.$token.time.req"] }
       subscribe: { allow: ["edge.v1.$token.ack", "edge.v1.$token.time.resp"] }
     }
   }
