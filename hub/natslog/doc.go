@@ -33,4 +33,11 @@
 // Checkpoints keeps one record per partition in a replicated KV bucket,
 // replaced only by a compare-and-set on its revision, so two writers of
 // one partition cannot both succeed.
+//
+// Snapshots keeps the hub's whole state, with the stream position per
+// partition it covers, in an Object Store bucket: a generation becomes
+// visible when a pointer in a KV bucket moves to it by compare-and-set,
+// after its object is stored; the pointer records each kept generation's
+// size and SHA-256, which Latest checks, falling back to an older kept
+// generation (and saying so) when the newest is corrupt or missing.
 package natslog

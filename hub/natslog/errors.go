@@ -23,3 +23,27 @@ var (
 	// ErrCorruptCheckpoint: a stored checkpoint failed to decode.
 	ErrCorruptCheckpoint = errors.New("natslog: corrupt checkpoint")
 )
+
+// Sentinel errors of Snapshots.
+var (
+	// ErrNoSnapshot: no snapshot was ever stored in the bucket.
+	ErrNoSnapshot = errors.New("natslog: no snapshot")
+	// ErrSnapshotConflict: the latest generation is not the one the
+	// writer expected (another writer stored one since), so nothing was
+	// made visible.
+	ErrSnapshotConflict = errors.New("natslog: snapshot generation changed since it was read")
+	// ErrCorruptSnapshot: a stored snapshot's bytes do not match the
+	// checksum or size recorded when it was written, or fail to decode.
+	ErrCorruptSnapshot = errors.New("natslog: corrupt snapshot")
+	// ErrSnapshotMissing: the pointer names a snapshot object the bucket
+	// no longer holds.
+	ErrSnapshotMissing = errors.New("natslog: snapshot object missing")
+	// ErrSnapshotTooLarge: a snapshot exceeds SnapshotOptions.MaxBytes.
+	ErrSnapshotTooLarge = errors.New("natslog: snapshot larger than MaxBytes")
+	// ErrInvalidSnapshot: a snapshot given to Put cannot be stored (a
+	// field out of range); the message names the field.
+	ErrInvalidSnapshot = errors.New("natslog: invalid snapshot")
+	// ErrSnapshotFallback: Latest returned an older kept generation
+	// because the newest could not be read; see SnapshotFallbackError.
+	ErrSnapshotFallback = errors.New("natslog: fell back to an older snapshot")
+)

@@ -111,3 +111,89 @@ func agentEvent(t *testing.T, i int) []byte {
 	}
 	return b
 }
+
+// TestAgentUplinkFailsOver gives the agent's uplink two of three servers'
+// MQTT listeners and SIGKILLs the first while the device keeps sending:
+// the uplink reconnects through the second URL and every event reaches
+// the R3 stream.
+func TestAgentUplinkFailsOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three nats-server processes")
+	}
+	c, _, l := startLog(t, 3, natslog.Options{Partitions: 8})
+	store, err := buffer.Open(t.TempDir(), buffer.Options{Durability: buffer.DurabilityNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const device, half = "dev-failover", 40
+	st, err := store.Stream(device, buffer.StreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendEvents := func(from int) {
+		recs := make([][]byte, half)
+		for i := range recs {
+			recs[i] = agentEvent(t, from+i)
+		}
+		if _, err := st.Append(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := uplink.New(st, uplink.Options{
+		DeviceID: device, Brokers: []string{c.Nodes[0].MQTTURL(), c.Nodes[1].MQTTURL()},
+		AckTimeout: time.Second, BackoffMin: 100 * time.Millisecond, BackoffMax: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = u.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	p := natslog.PartitionOf(device, l.Options().Partitions)
+	appendEvents(0)
+	u.Notify()
+	waitEvents(t, l, p, device, half)
+	c.Kill(0)
+	t.Logf("killed %s, the uplink's first broker", c.Nodes[0].Name)
+	appendEvents(half)
+	u.Notify()
+	waitEvents(t, l, p, device, 2*half)
+}
+
+// waitEvents reads partition p from its start until device's events
+// 1..n (buffer sequences) have all been seen, reopening the reader after
+// an error (a leader change) until the bound.
+func waitEvents(t *testing.T, l *natslog.Log, p int, device string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*within)
+	defer cancel()
+	seen := map[uint64]bool{}
+	for len(seen) < n {
+		r := openReader(ctx, t, l, p, 0)
+		for len(seen) < n {
+			m, err := r.Next(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					t.Fatalf("%s: %d of %d events in partition %d, then: %v", device, len(seen), n, p, err)
+				}
+				t.Logf("read partition %d: %v; reopening", p, err)
+				break
+			}
+			if m.Device != device {
+				continue
+			}
+			b, err := wire.DecodeBatch(m.Data, wire.Limits{})
+			if err != nil {
+				t.Fatalf("%s: seq %d is not a batch: %v", device, m.Seq, err)
+			}
+			for i := range b.GetEvents() {
+				seen[b.GetFirstSeq()+uint64(i)] = true
+			}
+		}
+		r.Close()
+	}
+}
