@@ -46,6 +46,7 @@ func TestConfigBadValuesNameTheKey(t *testing.T) {
 		{append(base, "--first-sync-wait", "2m"), "first-sync-wait"},
 		{append(base, "--first-sync-wait", "-1s"), "first-sync-wait"},
 		{append(base, "--first-sync-wait", "2"), "first-sync-wait"},
+		{append(base, "--mqtt-client-id", strings.Repeat("c", 257)), "mqtt-client-id"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -66,6 +67,7 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	t.Setenv("EDGEAGENT_DATA_DIR", "/env/dir")
 	t.Setenv("EDGEAGENT_MQTT_URL", "tcp://h1:1883, tcp://h2:1883")
+	t.Setenv("EDGEAGENT_MQTT_CLIENT_ID", "edgeflow-site-7")
 	c, err := loadConfig([]string{"--config", file, "--durability", "none"}, noEnv)
 	if err != nil {
 		t.Fatal(err)
@@ -80,6 +82,9 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	if c.memoryLimit != 0 {
 		t.Errorf("default profile got a memory limit %d", c.memoryLimit)
+	}
+	if o.Uplink.ClientID != "edgeflow-site-7" {
+		t.Errorf("client id %q from EDGEAGENT_MQTT_CLIENT_ID", o.Uplink.ClientID)
 	}
 }
 
