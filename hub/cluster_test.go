@@ -1,0 +1,308 @@
+package hub
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"edgeflow/buffer"
+	"edgeflow/hub/hubapi"
+	"edgeflow/hub/natslog"
+	"edgeflow/internal/testnats"
+	"edgeflow/uplink"
+	"edgeflow/wire/wirepb"
+)
+
+// clusterWithin bounds every wait of the cluster tests; a failure says
+// what it waited for.
+const clusterWithin = 90 * time.Second
+
+// clusterOptions are aggTestOptions in cluster mode on c's servers, with a
+// counting consumer.
+func clusterOptions(t *testing.T, dir string, c *testnats.Cluster, replicas int) (Options, *countingConsumer) {
+	o := aggTestOptions(t, dir)
+	o.MQTTListen = ""
+	o.Workers = 3
+	o.NATS = NATSOptions{URLs: strings.Split(c.URLs(), ","), Log: natslog.Options{Partitions: 8, Replicas: replicas}}
+	cc := newCountingConsumer()
+	o.Consumers = []Consumer{cc}
+	return o, cc
+}
+
+// clusterAgent is one device running the agent's own uplink over a real
+// buffer against the NATS servers' MQTT listeners.
+type clusterAgent struct {
+	id     string
+	st     *buffer.Stream
+	next   int // events appended so far
+	sent   []sentEvent
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startClusterAgents runs one agent per id; a device id with a dot gets a
+// client id without one (NATS refuses it).
+func startClusterAgents(t *testing.T, c *testnats.Cluster, ids []string) []*clusterAgent {
+	store, err := buffer.Open(t.TempDir(), buffer.Options{Durability: buffer.DurabilityNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var brokers []string
+	for _, n := range c.Nodes {
+		brokers = append(brokers, n.MQTTURL())
+	}
+	var agents []*clusterAgent
+	for i, id := range ids {
+		st, err := store.Stream(id, buffer.StreamOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each agent starts on another server and fails over to the rest.
+		order := append(append([]string(nil), brokers[i%len(brokers):]...), brokers[:i%len(brokers)]...)
+		u, err := uplink.New(st, uplink.Options{DeviceID: id, ClientID: "edgeflow-" + strings.ReplaceAll(id, ".", "-"),
+			Brokers: order, MaxBatchEvents: 40, AckTimeout: 2 * time.Second, BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		a := &clusterAgent{id: id, st: st, cancel: cancel, done: make(chan struct{})}
+		go func() { defer close(a.done); _ = u.Run(ctx) }()
+		agents = append(agents, a)
+	}
+	t.Cleanup(func() {
+		for _, a := range agents {
+			a.cancel()
+			<-a.done
+		}
+		store.Close()
+	})
+	return agents
+}
+
+// appendEvents appends n events of one a second of event time from base,
+// as the agent's ingest does, and records them as sent.
+func (a *clusterAgent) appendEvents(t *testing.T, base time.Time, n int) {
+	recs := make([][]byte, n)
+	for j := range recs {
+		i := a.next + j + 1
+		ts := base.Add(time.Duration(i) * time.Second).UnixNano()
+		v := float64((i*7+len(a.id)*13)%101) - 20
+		b, err := proto.Marshal(&wirepb.Event{Metric: "temp", Value: v, DeviceTimeNs: ts, MonoNs: int64(i) * 1000, BootId: "b1",
+			Method: wirepb.TimeMethod_TIME_METHOD_NTP, Tags: []*wirepb.Tag{{Key: "room", Value: "r1"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[j] = b
+		a.sent = append(a.sent, sentEvent{a.id, ts, v})
+	}
+	if _, err := a.st.Append(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	a.next += n
+}
+
+// waitAcked waits until every agent's buffer has every appended event
+// acknowledged: the hub's acks came back through NATS.
+func waitAcked(t *testing.T, agents []*clusterAgent, what string) {
+	t.Helper()
+	deadline := time.Now().Add(clusterWithin)
+	for _, a := range agents {
+		for a.st.Stats().Acked < uint64(a.next) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s has %d of %d events acknowledged after %v", what, a.id, a.st.Stats().Acked, a.next, clusterWithin)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// checkExactlyOnce checks that the consumer was given every sent event
+// exactly once (each device has one stream here).
+func checkExactlyOnce(t *testing.T, cc *countingConsumer, agents []*clusterAgent, what string) {
+	t.Helper()
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	got := map[string]*countState{}
+	for k, s := range cc.Streams {
+		dev, _, _ := strings.Cut(k, "/")
+		if got[dev] != nil {
+			t.Fatalf("%s: device %s has two streams", what, dev)
+		}
+		got[dev] = s
+	}
+	for _, a := range agents {
+		s := got[a.id]
+		if s == nil {
+			t.Fatalf("%s: nothing applied of %s", what, a.id)
+		}
+		if s.Twice != 0 || s.Events != uint64(a.next) || s.Seen.Len() != 1 || !s.Seen.Covers(1, uint64(a.next)) {
+			t.Fatalf("%s: %s: %d events applied (%d twice), ranges %v; want 1..%d once", what, a.id, s.Events, s.Twice, s.Seen, a.next)
+		}
+	}
+}
+
+// waitAllApplied waits until the consumer holds every sent event.
+func waitAllApplied(t *testing.T, cc *countingConsumer, agents []*clusterAgent, what string) {
+	t.Helper()
+	deadline := time.Now().Add(clusterWithin)
+	for {
+		cc.mu.Lock()
+		var n, want uint64
+		for _, s := range cc.Streams {
+			n += s.Events
+		}
+		cc.mu.Unlock()
+		for _, a := range agents {
+			want += uint64(a.next)
+		}
+		if n >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d of %d events applied after %v", what, n, want, clusterWithin)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkClusterState checks what a hub serves against what the agents
+// sent: every device in /v1/devices, every window equal to the brute-force
+// answer.
+func checkClusterState(t *testing.T, s *Server, agents []*clusterAgent, base time.Time, what string) {
+	t.Helper()
+	var r hubapi.DevicesResponse
+	if code, body := getJSON(t, s.Handler(), "/v1/devices", &r); code != 200 {
+		t.Fatalf("%s: /v1/devices: %d %s", what, code, body)
+	}
+	have := map[string]bool{}
+	for _, d := range r.Devices {
+		have[d.ID] = true
+	}
+	var sent []sentEvent
+	for _, a := range agents {
+		if !have[a.id] {
+			t.Fatalf("%s: /v1/devices lacks %s: %+v", what, a.id, r.Devices)
+		}
+		sent = append(sent, a.sent...)
+	}
+	waitCountWithin(t, s, base, uint64(len(sent)))
+	checkBrute(t, s.Handler(), sent, base)
+}
+
+// waitCountWithin is waitCount with the cluster tests' bound.
+func waitCountWithin(t *testing.T, s *Server, base time.Time, want uint64) {
+	t.Helper()
+	deadline := time.Now().Add(clusterWithin)
+	for {
+		var r hubapi.AggregatesResponse
+		getJSON(t, s.Handler(), aggPath("temp", "1m", base.Add(-time.Hour), base.Add(time.Hour), "&aggs=count"), &r)
+		var n uint64
+		final := true
+		for _, w := range r.Windows {
+			n += w.Count
+			final = final && w.Final
+		}
+		if n == want && final {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine holds %d events (want %d), all final %v", n, want, final)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startClusterHub starts a hub and returns it with a stop func that is
+// safe to call twice; crash makes the stop skip the final checkpoint.
+func startClusterHub(t *testing.T, o Options) (*Server, func(crash bool)) {
+	t.Helper()
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWithin)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		_ = s.Shutdown(context.Background())
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop := func(crash bool) {
+		once.Do(func() {
+			s.skipFinalCheckpoint = crash
+			if err := s.Shutdown(context.Background()); err != nil {
+				t.Errorf("shutdown: %v", err)
+			}
+		})
+	}
+	t.Cleanup(func() { stop(false) })
+	return s, stop
+}
+
+// TestClusterAgentsExactlyOnce runs hubd's cluster mode against one NATS
+// server: the agents' own uplinks deliver through NATS' MQTT listener, the
+// hub reads the stream and its acks reach the agents. Every event is
+// applied exactly once, /v1/devices lists every device and every window
+// equals the brute-force answer. The hub then stops as if it crashed after
+// its last commit, the agents keep producing, and a hub on the same data
+// directory resumes at its committed positions: still exactly once. A hub
+// on an empty data directory replays the stream from its start to the
+// same state.
+func TestClusterAgentsExactlyOnce(t *testing.T) {
+	c := testnats.Start(t, 1)
+	dir := t.TempDir()
+	o, cc := clusterOptions(t, dir, c, 1)
+	s, stop := startClusterHub(t, o)
+	ids := []string{"dev-1", "dev-2", "site.3", "dev-4", "dev-5"}
+	agents := startClusterAgents(t, c, ids)
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
+	for _, a := range agents {
+		a.appendEvents(t, base, 300)
+	}
+	waitAcked(t, agents, "first run")
+	waitAllApplied(t, cc, agents, "first run")
+	checkExactlyOnce(t, cc, agents, "first run")
+	checkClusterState(t, s, agents, base, "first run")
+
+	l := s.cl.log.Load()
+	f, err := l.Fullness(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop(true)
+
+	// Events appended while no hub runs wait in the stream or the agents.
+	for _, a := range agents {
+		a.appendEvents(t, base, 200)
+	}
+	o2, cc2 := clusterOptions(t, dir, c, 1)
+	s2, stop2 := startClusterHub(t, o2)
+	var resumed uint64
+	for _, seq := range s2.cl.from {
+		resumed = max(resumed, seq)
+	}
+	if resumed != f.LastSeq {
+		t.Fatalf("restarted hub resumes after sequence %d, want the stream's last sequence %d at the stop", resumed, f.LastSeq)
+	}
+	waitAcked(t, agents, "after restart")
+	waitAllApplied(t, cc2, agents, "after restart")
+	checkExactlyOnce(t, cc2, agents, "after restart")
+	checkClusterState(t, s2, agents, base, "after restart")
+	stop2(false)
+
+	// An empty data directory: the stream holds every batch, so a replay
+	// from its start gives the same state.
+	o3, cc3 := clusterOptions(t, t.TempDir(), c, 1)
+	s3, _ := startClusterHub(t, o3)
+	if len(s3.cl.from) != 0 {
+		t.Fatalf("a hub on an empty data directory has positions %v", s3.cl.from)
+	}
+	waitAllApplied(t, cc3, agents, "empty data directory")
+	checkExactlyOnce(t, cc3, agents, "empty data directory")
+	checkClusterState(t, s3, agents, base, "empty data directory")
+}
+
