@@ -83,13 +83,16 @@ func startClusterAgents(t *testing.T, c *testnats.Cluster, ids []string) []*clus
 	return agents
 }
 
-// appendEvents appends n events of one a second of event time from base,
+// appendEvents appends n events of one a second of event time from base
+// (modulo 50 minutes),
 // as the agent's ingest does, and records them as sent.
 func (a *clusterAgent) appendEvents(t *testing.T, base time.Time, n int) {
 	recs := make([][]byte, n)
 	for j := range recs {
 		i := a.next + j + 1
-		ts := base.Add(time.Duration(i) * time.Second).UnixNano()
+		// Event times stay within 50 minutes of base, which the
+		// queries cover, however many events a test sends.
+		ts := base.Add(time.Duration(i%3000) * time.Second).UnixNano()
 		v := float64((i*7+len(a.id)*13)%101) - 20
 		b, err := proto.Marshal(&wirepb.Event{Metric: "temp", Value: v, DeviceTimeNs: ts, MonoNs: int64(i) * 1000, BootId: "b1",
 			Method: wirepb.TimeMethod_TIME_METHOD_NTP, Tags: []*wirepb.Tag{{Key: "room", Value: "r1"}}})
@@ -306,3 +309,110 @@ func TestClusterAgentsExactlyOnce(t *testing.T) {
 	checkClusterState(t, s3, agents, base, "empty data directory")
 }
 
+// produce appends n events to every agent every interval until stop is
+// closed; the returned channel closes when it has stopped.
+func produce(t *testing.T, agents []*clusterAgent, base time.Time, n int, interval time.Duration, stop <-chan struct{}) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			for _, a := range agents {
+				a.appendEvents(t, base, n)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(interval):
+			}
+		}
+	}()
+	return done
+}
+
+// waitUntil polls cond every 20 ms until it holds, failing with what after
+// clusterWithin.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(clusterWithin)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", clusterWithin, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestClusterNATSServerKilled runs the hub against three NATS servers
+// with a replicated stream; under load from agents spread over the
+// servers, one server is SIGKILLed and later restarted. The agents fail
+// over and resend what stays unanswered; every event is applied exactly
+// once and the windows equal the brute-force answer.
+func TestClusterNATSServerKilled(t *testing.T) {
+	c := testnats.Start(t, 3)
+	o, cc := clusterOptions(t, t.TempDir(), c, 3)
+	s, _ := startClusterHub(t, o)
+	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2", "site.3", "dev-4", "dev-5", "dev-6"})
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
+	stop := make(chan struct{})
+	stopped := produce(t, agents, base, 10, 20*time.Millisecond, stop)
+	waitUntil(t, "the hub applies events before the kill", func() bool { return s.m != nil && appliedEvents(cc) > 200 })
+	c.Kill(0)
+	before := appliedEvents(cc)
+	waitUntil(t, "the hub applies events with a server down", func() bool { return appliedEvents(cc) > before+500 })
+	c.Restart(0)
+	after := appliedEvents(cc)
+	waitUntil(t, "the hub applies events after the restart", func() bool { return appliedEvents(cc) > after+200 })
+	close(stop)
+	<-stopped
+	waitAcked(t, agents, "after the kill")
+	waitAllApplied(t, cc, agents, "after the kill")
+	checkExactlyOnce(t, cc, agents, "after the kill")
+	checkClusterState(t, s, agents, base, "after the kill")
+}
+
+// appliedEvents is how many events the consumer was given.
+func appliedEvents(cc *countingConsumer) uint64 {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	var n uint64
+	for _, s := range cc.Streams {
+		n += s.Events
+	}
+	return n
+}
+
+// TestClusterReadyzFollowsNATS: while the only NATS server is down
+// /readyz answers 503 naming NATS, and queries are still served; once the
+// server is back the hub is ready again, reads on and acknowledges what
+// the agents sent.
+func TestClusterReadyzFollowsNATS(t *testing.T) {
+	c := testnats.Start(t, 1)
+	o, cc := clusterOptions(t, t.TempDir(), c, 1)
+	s, _ := startClusterHub(t, o)
+	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2"})
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
+	for _, a := range agents {
+		a.appendEvents(t, base, 100)
+	}
+	waitAcked(t, agents, "before the kill")
+	waitUntil(t, "/readyz 200 with NATS up", func() bool { code, _ := getJSON(t, s.Handler(), "/readyz", nil); return code == 200 })
+	c.Kill(0)
+	var body []byte
+	waitUntil(t, "/readyz 503 naming NATS while its server is down", func() bool {
+		var code int
+		code, body = getJSON(t, s.Handler(), "/readyz", nil)
+		return code == 503 && strings.Contains(string(body), "NATS")
+	})
+	t.Logf("/readyz with NATS down: %s", strings.TrimSpace(string(body)))
+	if code, b := getJSON(t, s.Handler(), "/v1/devices", nil); code != 200 {
+		t.Fatalf("/v1/devices with NATS down: %d %s", code, b)
+	}
+	for _, a := range agents {
+		a.appendEvents(t, base, 100)
+	}
+	c.Restart(0)
+	waitUntil(t, "/readyz 200 after the server's restart", func() bool { code, _ := getJSON(t, s.Handler(), "/readyz", nil); return code == 200 })
+	waitAcked(t, agents, "after the restart")
+	waitAllApplied(t, cc, agents, "after the restart")
+	checkExactlyOnce(t, cc, agents, "after the restart")
+}

@@ -142,8 +142,11 @@ func Dial(o Options) (*Bus, error) {
 			b.connected.Store(true)
 			b.log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
 		}),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			b.connected.Store(false)
+			if nc.IsClosed() {
+				return // Close, not a lost connection
+			}
 			b.log.Warn("NATS disconnected; reconnecting (nothing is read from the log or acknowledged meanwhile)", "err", err)
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { b.connected.Store(false) }),
