@@ -67,9 +67,23 @@ func (o *Options) validateNATS(bad func(field, format string, args ...any) error
 	case o.MQTTAuthFile != "" || o.MQTTTLSCertFile != "" || o.MQTTDenyAnonymous:
 		return bad("MQTTAuthFile", "the embedded broker's authentication and TLS do not apply in cluster mode (NATS.URLs): the NATS servers authenticate devices")
 	}
+	auth := 0
+	for _, set := range []bool{n.CredsFile != "", n.User != "" || n.Password != "", n.Token != ""} {
+		if set {
+			auth++
+		}
+	}
+	switch {
+	case auth > 1:
+		return bad("NATS.CredsFile", "NATS.CredsFile, NATS.User (with NATS.Password) and NATS.Token: set one way to authenticate")
+	case (n.User == "") != (n.Password == ""):
+		return bad("NATS.User", "NATS.User and NATS.Password go together")
+	case (n.TLSCertFile == "") != (n.TLSKeyFile == ""):
+		return bad("NATS.TLSCertFile", "NATS.TLSCertFile and NATS.TLSKeyFile go together")
+	}
 	bo := n.busOptions(o)
 	if err := bo.Validate(); err != nil {
-		return bad("NATS.URLs", "%v", err)
+		return bad("NATS.URLs", "%s", strings.TrimPrefix(err.Error(), "natsbus: URLs: "))
 	}
 	l := n.Log
 	l.EnsureDefaults()
@@ -78,7 +92,7 @@ func (o *Options) validateNATS(bad func(field, format string, args ...any) error
 		msg := err.Error()
 		for _, f := range []string{"Stream", "Partitions", "Replicas", "MaxAge", "MaxBytes"} {
 			if strings.Contains(msg, ": "+f+" ") {
-				return bad("NATS."+f, "%v", err)
+				return bad("NATS."+f, "%s", strings.TrimPrefix(msg, natslog.ErrInvalidOption.Error()+": "))
 			}
 		}
 		return bad("NATS.Log", "%v", err)
