@@ -188,7 +188,7 @@ type natsDevice struct {
 
 func newNATSDevice(t *testing.T, url, id string) *natsDevice {
 	d := &natsDevice{id: id, sid: wire.NewStreamID(), acks: map[uint64]map[wirepb.AckStatus]bool{}, frames: map[uint64][]byte{}}
-	o := mqtt.NewClientOptions().AddBroker(url).SetClientID("test-"+id).SetProtocolVersion(4).SetCleanSession(true).
+	o := mqtt.NewClientOptions().AddBroker(url).SetClientID("test-" + id).SetProtocolVersion(4).SetCleanSession(true).
 		SetAutoReconnect(true).SetConnectTimeout(10 * time.Second)
 	d.cl = mqtt.NewClient(o)
 	if tok := d.cl.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
