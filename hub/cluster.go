@@ -214,11 +214,12 @@ func (s *Server) pollStream(ctx context.Context, l *natslog.Log) {
 		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 		f, err := l.Fullness(actx)
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			msg := err.Error()
-			s.cl.streamErr.Store(&msg)
-			s.clm.up.Set(0)
-		} else if err == nil {
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.streamDown(err.Error())
+		case err == nil && !f.Quorum():
+			s.streamDown(fmt.Sprintf("only %d of its %d replicas are current (no quorum: writes are refused)", f.Current, f.Replicas))
+		case err == nil:
 			s.cl.streamErr.Store(nil)
 			s.clm.up.Set(1)
 			s.clm.bytes.Set(float64(f.Bytes))
@@ -232,6 +233,12 @@ func (s *Server) pollStream(ctx context.Context, l *natslog.Log) {
 		case <-t.C:
 		}
 	}
+}
+
+// streamDown records why the stream is unavailable.
+func (s *Server) streamDown(why string) {
+	s.cl.streamErr.Store(&why)
+	s.clm.up.Set(0)
 }
 
 // stopCluster stops the readers and the poll; the pipeline still runs and

@@ -416,3 +416,46 @@ func TestClusterReadyzFollowsNATS(t *testing.T) {
 	waitAllApplied(t, cc, agents, "after the restart")
 	checkExactlyOnce(t, cc, agents, "after the restart")
 }
+
+// TestClusterReadyzStreamQuorumLost: with two of three servers down the
+// hub's connection survives on the third but the replicated stream has no
+// quorum; /readyz answers 503 naming the stream while queries are served,
+// and turns ready again once the servers are back; what the agents sent
+// meanwhile is applied exactly once.
+func TestClusterReadyzStreamQuorumLost(t *testing.T) {
+	c := testnats.Start(t, 3)
+	o, cc := clusterOptions(t, t.TempDir(), c, 3)
+	o.NATS.URLs = []string{c.Nodes[0].URL()}
+	o.PublishTimeout = 2 * time.Second
+	s, _ := startClusterHub(t, o)
+	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2"})
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
+	for _, a := range agents {
+		a.appendEvents(t, base, 100)
+	}
+	waitAcked(t, agents, "before the kill")
+	c.Kill(1)
+	c.Kill(2)
+	var body []byte
+	waitUntil(t, "/readyz 503 naming the stream with its quorum lost (its answers are logged)", func() bool {
+		code, b := getJSON(t, s.Handler(), "/readyz", nil)
+		if string(b) != string(body) {
+			t.Logf("/readyz: %d %s", code, strings.TrimSpace(string(b)))
+		}
+		body = b
+		return code == 503 && strings.Contains(string(body), "stream")
+	})
+	t.Logf("/readyz with the quorum lost: %s", strings.TrimSpace(string(body)))
+	if code, b := getJSON(t, s.Handler(), "/v1/devices", nil); code != 200 {
+		t.Fatalf("/v1/devices with the quorum lost: %d %s", code, b)
+	}
+	for _, a := range agents {
+		a.appendEvents(t, base, 100)
+	}
+	c.Restart(1)
+	c.Restart(2)
+	waitUntil(t, "/readyz 200 after the servers' restart", func() bool { code, _ := getJSON(t, s.Handler(), "/readyz", nil); return code == 200 })
+	waitAcked(t, agents, "after the restart")
+	waitAllApplied(t, cc, agents, "after the restart")
+	checkExactlyOnce(t, cc, agents, "after the restart")
+}
