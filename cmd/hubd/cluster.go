@@ -53,6 +53,9 @@ func clusterFromViper(v *viper.Viper, o *hub.Options) error {
 	if len(n.URLs) > 0 && v.GetString("mqtt-url") != "" {
 		k.Fail("nats-url", "cluster mode (nats-url) and an external MQTT broker (mqtt-url) exclude each other: devices connect to the NATS servers' MQTT listeners")
 	}
+	if len(n.URLs) > 0 && v.GetBool("demo") {
+		k.Fail("nats-url", "the demo runs its own broker and fleet; it does not combine with cluster mode (demo)")
+	}
 	if len(n.URLs) == 0 {
 		// The stream keys have defaults; without nats-url they are unused.
 		n.Log = natslog.Options{}

@@ -77,6 +77,7 @@ func TestBadClusterConfigNamesKey(t *testing.T) {
 		{"cert alone", append([]string{"--nats-tls-cert", cert}, url...), []string{"nats-tls-cert"}},
 		{"creds missing", append([]string{"--nats-creds", "/no/such/file"}, url...), []string{"nats-creds"}},
 		{"group", append([]string{"--group", "g"}, url...), []string{"group"}},
+		{"demo", append([]string{"--demo"}, url...), []string{"nats-url", "demo"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
