@@ -10,7 +10,8 @@
 // The root package keeps the Server, its Options, the pipeline below, the
 // registry and recovery; each other concern is a package under hub/ that
 // never imports this one: hublog (the store and every Badger key),
-// batchview (parsing and validating batches), broker (the MQTT side), api
+// batchview (parsing and validating batches), broker (the MQTT side),
+// natsbus and natslog (cluster mode's NATS transport and stream), api
 // (the HTTP handlers over a Backend the Server implements) and hubapi (the
 // API's JSON types, for clients), with ranges, clockest and timeservice.
 //
@@ -25,7 +26,11 @@
 // and their streams' applied ranges in one Badger transaction per group,
 // calls Sync once per group, and then hands the group on: acks to the ack
 // publisher, log entries to the applier, which owns the registry and calls
-// the Consumers in log order. The applier may fall behind by up to
+// the Consumers in log order. In cluster mode (Options.NATS, cluster.go)
+// batches come instead from a NATS JetStream stream, one reader per
+// partition feeding one worker per partition, and the committer also
+// writes each partition's position in the group's transaction; natsbus is
+// the transport for statuses, time requests and acks. The applier may fall behind by up to
 // applyLagBytes of payload (while it encodes a checkpoint, for one) before
 // the committer waits for it: acks do not wait for the applier.
 //
