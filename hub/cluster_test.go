@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
 	"google.golang.org/protobuf/proto"
 
 	"edgeflow/buffer"
@@ -14,6 +15,7 @@ import (
 	"edgeflow/hub/natslog"
 	"edgeflow/internal/testnats"
 	"edgeflow/uplink"
+	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
@@ -458,4 +460,64 @@ func TestClusterReadyzStreamQuorumLost(t *testing.T) {
 	waitAcked(t, agents, "after the restart")
 	waitAllApplied(t, cc, agents, "after the restart")
 	checkExactlyOnce(t, cc, agents, "after the restart")
+}
+
+// TestClusterStatusAndTimeRequest: in cluster mode a device's status and
+// time request published over NATS' MQTT listener reach the hub through
+// core NATS: /v1/devices/{id} shows the device online with the version it
+// sent, and the time response comes back to the device's MQTT
+// subscription (the device id has a dot, which NATS writes as "//").
+func TestClusterStatusAndTimeRequest(t *testing.T) {
+	c := testnats.Start(t, 1)
+	o, _ := clusterOptions(t, t.TempDir(), c, 1)
+	s, _ := startClusterHub(t, o)
+	const dev = "site.9"
+	resp := make(chan []byte, 16)
+	mo := paho.NewClientOptions().AddBroker(c.Nodes[0].MQTTURL()).SetClientID("edgeflow-site-9").SetProtocolVersion(4).
+		SetConnectTimeout(10 * time.Second)
+	cl := paho.NewClient(mo)
+	if tok := cl.Connect(); !tok.WaitTimeout(clusterWithin) || tok.Error() != nil {
+		t.Fatalf("mqtt connect: %v", tok.Error())
+	}
+	defer cl.Disconnect(100)
+	if tok := cl.Subscribe(wire.TimeRespTopic(dev), 1, func(_ paho.Client, m paho.Message) { resp <- m.Payload() }); !tok.WaitTimeout(clusterWithin) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	st, err := wire.EncodeStatus(&wirepb.Status{DeviceId: dev, Online: true, Version: "v-cluster-test", TimeNs: time.Now().UnixNano()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := cl.Publish(wire.StatusTopic(dev), 1, false, st); !tok.WaitTimeout(clusterWithin) || tok.Error() != nil {
+		t.Fatalf("publish status: %v", tok.Error())
+	}
+	waitUntil(t, dev+" online in /v1/devices/{id} with its version", func() bool {
+		var d hubapi.DeviceInfo
+		code, _ := getJSON(t, s.Handler(), "/v1/devices/"+dev, &d)
+		return code == 200 && d.Online && d.Version == "v-cluster-test"
+	})
+	req, err := wire.EncodeTimeRequest(&wirepb.TimeRequest{RequestId: 42, T1Ns: time.Now().UnixNano()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(clusterWithin)
+	for {
+		if tok := cl.Publish(wire.TimeReqTopic(dev), 1, false, req); !tok.WaitTimeout(clusterWithin) || tok.Error() != nil {
+			t.Fatalf("publish time request: %v", tok.Error())
+		}
+		select {
+		case p := <-resp:
+			r, err := wire.DecodeTimeResponse(p, wire.Limits{})
+			if err != nil {
+				t.Fatalf("time response: %v", err)
+			}
+			if r.GetRequestId() != 42 || r.GetT2Ns() == 0 {
+				t.Fatalf("time response %v, want request 42 with the hub's times", r)
+			}
+			return
+		case <-time.After(2 * time.Second):
+			if time.Now().After(deadline) {
+				t.Fatalf("no time response after %v", clusterWithin)
+			}
+		}
+	}
 }
