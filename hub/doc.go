@@ -26,13 +26,15 @@
 // and their streams' applied ranges in one Badger transaction per group,
 // calls Sync once per group, and then hands the group on: acks to the ack
 // publisher, log entries to the applier, which owns the registry and calls
-// the Consumers in log order. In cluster mode (Options.NATS, cluster.go)
-// batches come instead from a NATS JetStream stream, one reader per
-// partition feeding one worker per partition, and the committer also
-// writes each partition's position in the group's transaction; natsbus is
-// the transport for statuses, time requests and acks. The applier may fall behind by up to
+// the Consumers in log order. The applier may fall behind by up to
 // applyLagBytes of payload (while it encodes a checkpoint, for one) before
 // the committer waits for it: acks do not wait for the applier.
+//
+// In cluster mode (Options.NATS, cluster.go) batches come instead from a
+// NATS JetStream stream, one reader per partition feeding the worker of
+// its partition, and the committer also writes each partition's position
+// in the group's transaction; natsbus is the transport for statuses, time
+// requests and acks.
 //
 // # Storage
 //
