@@ -25,7 +25,7 @@ const clusterWithin = 90 * time.Second
 
 // clusterOptions are aggTestOptions in cluster mode on c's servers, with a
 // counting consumer.
-func clusterOptions(t *testing.T, dir string, c *testnats.Cluster, replicas int) (Options, *countingConsumer) {
+func clusterOptions(t testing.TB, dir string, c *testnats.Cluster, replicas int) (Options, *countingConsumer) {
 	o := aggTestOptions(t, dir)
 	o.MQTTListen = ""
 	o.Workers = 3
@@ -46,9 +46,10 @@ type clusterAgent struct {
 	done   chan struct{}
 }
 
-// startClusterAgents runs one agent per id; a device id with a dot gets a
+// startClusterAgents runs one agent per id, sending up to maxBatch events
+// a batch; a device id with a dot gets a
 // client id without one (NATS refuses it).
-func startClusterAgents(t *testing.T, c *testnats.Cluster, ids []string) []*clusterAgent {
+func startClusterAgents(t testing.TB, c *testnats.Cluster, ids []string, maxBatch int) []*clusterAgent {
 	store, err := buffer.Open(t.TempDir(), buffer.Options{Durability: buffer.DurabilityNone})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func startClusterAgents(t *testing.T, c *testnats.Cluster, ids []string) []*clus
 		// Each agent starts on another server and fails over to the rest.
 		order := append(append([]string(nil), brokers[i%len(brokers):]...), brokers[:i%len(brokers)]...)
 		u, err := uplink.New(st, uplink.Options{DeviceID: id, ClientID: "edgeflow-" + strings.ReplaceAll(id, ".", "-"),
-			Brokers: order, MaxBatchEvents: 40, AckTimeout: 2 * time.Second, BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second})
+			Brokers: order, MaxBatchEvents: maxBatch, AckTimeout: 2 * time.Second, BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +89,7 @@ func startClusterAgents(t *testing.T, c *testnats.Cluster, ids []string) []*clus
 // appendEvents appends n events of one a second of event time from base
 // (modulo 50 minutes),
 // as the agent's ingest does, and records them as sent.
-func (a *clusterAgent) appendEvents(t *testing.T, base time.Time, n int) {
+func (a *clusterAgent) appendEvents(t testing.TB, base time.Time, n int) {
 	recs := make([][]byte, n)
 	for j := range recs {
 		i := a.next + j + 1
@@ -112,7 +113,7 @@ func (a *clusterAgent) appendEvents(t *testing.T, base time.Time, n int) {
 
 // waitAcked waits until every agent's buffer has every appended event
 // acknowledged: the hub's acks came back through NATS.
-func waitAcked(t *testing.T, agents []*clusterAgent, what string) {
+func waitAcked(t testing.TB, agents []*clusterAgent, what string) {
 	t.Helper()
 	deadline := time.Now().Add(clusterWithin)
 	for _, a := range agents {
@@ -127,7 +128,7 @@ func waitAcked(t *testing.T, agents []*clusterAgent, what string) {
 
 // checkExactlyOnce checks that the consumer was given every sent event
 // exactly once (each device has one stream here).
-func checkExactlyOnce(t *testing.T, cc *countingConsumer, agents []*clusterAgent, what string) {
+func checkExactlyOnce(t testing.TB, cc *countingConsumer, agents []*clusterAgent, what string) {
 	t.Helper()
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
@@ -151,7 +152,7 @@ func checkExactlyOnce(t *testing.T, cc *countingConsumer, agents []*clusterAgent
 }
 
 // waitAllApplied waits until the consumer holds every sent event.
-func waitAllApplied(t *testing.T, cc *countingConsumer, agents []*clusterAgent, what string) {
+func waitAllApplied(t testing.TB, cc *countingConsumer, agents []*clusterAgent, what string) {
 	t.Helper()
 	deadline := time.Now().Add(clusterWithin)
 	for {
@@ -223,7 +224,7 @@ func waitCountWithin(t *testing.T, s *Server, base time.Time, want uint64) {
 
 // startClusterHub starts a hub and returns it with a stop func that is
 // safe to call twice; crash makes the stop skip the final checkpoint.
-func startClusterHub(t *testing.T, o Options) (*Server, func(crash bool)) {
+func startClusterHub(t testing.TB, o Options) (*Server, func(crash bool)) {
 	t.Helper()
 	s, err := New(o)
 	if err != nil {
@@ -263,7 +264,7 @@ func TestClusterAgentsExactlyOnce(t *testing.T) {
 	o, cc := clusterOptions(t, dir, c, 1)
 	s, stop := startClusterHub(t, o)
 	ids := []string{"dev-1", "dev-2", "site.3", "dev-4", "dev-5"}
-	agents := startClusterAgents(t, c, ids)
+	agents := startClusterAgents(t, c, ids, 40)
 	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
 	for _, a := range agents {
 		a.appendEvents(t, base, 300)
@@ -353,7 +354,7 @@ func TestClusterNATSServerKilled(t *testing.T) {
 	c := testnats.Start(t, 3)
 	o, cc := clusterOptions(t, t.TempDir(), c, 3)
 	s, _ := startClusterHub(t, o)
-	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2", "site.3", "dev-4", "dev-5", "dev-6"})
+	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2", "site.3", "dev-4", "dev-5", "dev-6"}, 40)
 	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
 	stop := make(chan struct{})
 	stopped := produce(t, agents, base, 10, 20*time.Millisecond, stop)
@@ -391,7 +392,7 @@ func TestClusterReadyzFollowsNATS(t *testing.T) {
 	c := testnats.Start(t, 1)
 	o, cc := clusterOptions(t, t.TempDir(), c, 1)
 	s, _ := startClusterHub(t, o)
-	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2"})
+	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2"}, 40)
 	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
 	for _, a := range agents {
 		a.appendEvents(t, base, 100)
@@ -430,7 +431,7 @@ func TestClusterReadyzStreamQuorumLost(t *testing.T) {
 	o.NATS.URLs = []string{c.Nodes[0].URL()}
 	o.PublishTimeout = 2 * time.Second
 	s, _ := startClusterHub(t, o)
-	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2"})
+	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2"}, 40)
 	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
 	for _, a := range agents {
 		a.appendEvents(t, base, 100)
