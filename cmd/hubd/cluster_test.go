@@ -276,11 +276,36 @@ func (d *natsDevice) waitAcks(t *testing.T, n int, want ...wirepb.AckStatus) {
 	}
 }
 
+// checkStreams waits until each device's stream holds batches 0..n-1
+// (20 events each) and checks each was applied once.
+func checkStreams(t *testing.T, h *clusterHubd, devs []*natsDevice, n int) {
+	t.Helper()
+	want := uint64(20 * n)
+	for _, d := range devs {
+		var st hubapi.StreamInfo
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var ok bool
+			if st, ok = h.streamInfo(t, d.id); ok && st.Events >= want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %+v after 30s, want %d events", d.id, st, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if st.Events != want || st.Batches != uint64(n) || st.Applied.Len() != 1 || !st.Applied.Covers(1, want) {
+			t.Fatalf("%s: %d events in %d batches, applied %v; want %d in %d, 1..%d", d.id, st.Events, st.Batches, st.Applied, want, n, want)
+		}
+	}
+}
+
 // TestBinaryClusterMode runs the hubd binary in cluster mode against a
 // NATS server: batches published over NATS' MQTT listener are applied
 // and acked; hubd is SIGKILLed, more batches wait in the stream, and a
 // hubd restarted on the same data directory applies them once and answers
-// every resend DUPLICATE. A hubd configured with another partition count
+// every resend DUPLICATE; killed again right after a burst of batches,
+// it ends with every batch applied once. A hubd configured with another partition count
 // than the stream's refuses to start, saying what the stream has.
 func TestBinaryClusterMode(t *testing.T) {
 	if testing.Short() {
@@ -318,23 +343,27 @@ func TestBinaryClusterMode(t *testing.T) {
 			d.send(t, k)
 		}
 	}
+	checkStreams(t, h, devs, 15)
+
+	// SIGKILL right after NATS took batches 15..26, while hubd reads,
+	// commits and acks them; 27..39 arrive while it is down.
 	for _, d := range devs {
-		var st hubapi.StreamInfo
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var ok bool
-			if st, ok = h.streamInfo(t, d.id); ok && st.Events >= 300 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %+v after 30s, want 300 events", d.id, st)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if st.Events != 300 || st.Batches != 15 || st.Applied.Len() != 1 || !st.Applied.Covers(1, 300) {
-			t.Fatalf("%s: %d events in %d batches, applied %v; want 300 in 15, 1..300", d.id, st.Events, st.Batches, st.Applied)
+		for k := 15; k < 27; k++ {
+			d.send(t, k)
 		}
 	}
+	h.kill(t)
+	for _, d := range devs {
+		for k := 27; k < 40; k++ {
+			d.send(t, k)
+		}
+	}
+	h = startClusterHubd(t, c, data)
+	h.waitReady(t)
+	for _, d := range devs {
+		d.waitAcks(t, 40, wirepb.AckStatus_ACK_STATUS_OK, wirepb.AckStatus_ACK_STATUS_DUPLICATE)
+	}
+	checkStreams(t, h, devs, 40)
 	h.kill(t)
 
 	code, out := testproc.RunToExit(t, hubdBinary(t), []string{"--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0",
