@@ -140,12 +140,15 @@ func (s *Server) ensureStream(ctx context.Context, js jetstream.JetStream) (*nat
 		case errors.Is(err, natslog.ErrPartitionsChanged), errors.Is(err, natslog.ErrStreamMismatch), errors.Is(err, natslog.ErrInvalidOption):
 			return nil, fmt.Errorf("cluster mode: %w", err)
 		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("cluster mode: stopped while waiting for stream %s: %w", s.opts.NATS.Log.Stream, ctx.Err())
+		}
 		msg := err.Error()
 		s.cl.streamErr.Store(&msg)
 		s.log.Warn("cluster mode: stream not reachable yet; retrying", "stream", s.opts.NATS.Log.Stream, "err", err)
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster mode: stream %s: %w (last error: %v)", s.opts.NATS.Log.Stream, ctx.Err(), err)
+			return nil, fmt.Errorf("cluster mode: stopped while waiting for stream %s: %w (last error: %v)", s.opts.NATS.Log.Stream, ctx.Err(), err)
 		case <-time.After(delay):
 		}
 	}
