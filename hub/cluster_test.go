@@ -522,3 +522,38 @@ func TestClusterStatusAndTimeRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterStartsBeforeNATS: a hub started while its NATS server is
+// down waits, not ready and saying why, and starts reading once the
+// server is up.
+func TestClusterStartsBeforeNATS(t *testing.T) {
+	c := testnats.Start(t, 1)
+	c.Kill(0)
+	o, cc := clusterOptions(t, t.TempDir(), c, 1)
+	o.PublishTimeout = time.Second
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- s.Start(context.Background()) }()
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	waitUntil(t, "/readyz 503 naming NATS while the hub waits for it", func() bool {
+		code, body := getJSON(t, s.Handler(), "/readyz", nil)
+		return code == 503 && strings.Contains(string(body), "NATS")
+	})
+	c.Restart(0)
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(clusterWithin):
+		t.Fatalf("Start did not return within %v of the server's restart", clusterWithin)
+	}
+	agents := startClusterAgents(t, c, []string{"dev-1"}, 40)
+	agents[0].appendEvents(t, time.Now().Add(-2*time.Hour).Truncate(time.Hour), 100)
+	waitAcked(t, agents, "after the late start")
+	waitAllApplied(t, cc, agents, "after the late start")
+	checkExactlyOnce(t, cc, agents, "after the late start")
+}
