@@ -8,6 +8,7 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
 	"edgeflow/buffer"
@@ -556,4 +557,60 @@ func TestClusterStartsBeforeNATS(t *testing.T) {
 	waitAcked(t, agents, "after the late start")
 	waitAllApplied(t, cc, agents, "after the late start")
 	checkExactlyOnce(t, cc, agents, "after the late start")
+}
+
+// TestClusterStreamFull: a stream at its byte limit refuses a device's
+// batches; the hub, which reads only what the stream holds, never acks
+// them, and the fullness gauge shows the stream full. A hub restarted
+// with a larger limit raises the stream's, the agent's resends are stored,
+// and every event is applied once.
+func TestClusterStreamFull(t *testing.T) {
+	c := testnats.Start(t, 1)
+	dir := t.TempDir()
+	o, _ := clusterOptions(t, dir, c, 1)
+	o.NATS.Log.MaxBytes = 1 << 20
+	s, stop := startClusterHub(t, o)
+	l := s.cl.log.Load()
+	// Fill it to the brim: smaller and smaller messages until even one
+	// byte is refused, so no device batch fits.
+	for _, size := range []int{60 << 10, 4 << 10, 256, 16, 1} {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := l.Publish(ctx, "filler", make([]byte, size))
+			cancel()
+			if err != nil {
+				if size == 1 {
+					t.Logf("the stream refuses even one byte: %v", err)
+				}
+				break
+			}
+		}
+	}
+	f, err := l.Fullness(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	agents := startClusterAgents(t, c, []string{"dev-1"}, 40)
+	agents[0].appendEvents(t, time.Now().Add(-2*time.Hour).Truncate(time.Hour), 100)
+	waitUntil(t, "edgeflow_hub_stream_fullness_ratio above 0.8", func() bool {
+		var m dto.Metric
+		return s.clm.fullness.Write(&m) == nil && m.GetGauge().GetValue() > 0.8
+	})
+	// The agent has sent (and NATS PUBACKed) its batches meanwhile and
+	// resends them every AckTimeout; none is in the stream, none acked.
+	time.Sleep(3 * time.Second)
+	f2, err := l.Fullness(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f2.LastSeq != f.LastSeq || agents[0].st.Stats().Acked != 0 {
+		t.Fatalf("full stream: last sequence %d -> %d, %d events acked; want no change and none", f.LastSeq, f2.LastSeq, agents[0].st.Stats().Acked)
+	}
+	stop(false)
+	o2, cc2 := clusterOptions(t, dir, c, 1)
+	o2.NATS.Log.MaxBytes = 16 << 20
+	startClusterHub(t, o2)
+	waitAcked(t, agents, "after raising the limit")
+	waitAllApplied(t, cc2, agents, "after raising the limit")
+	checkExactlyOnce(t, cc2, agents, "after raising the limit")
 }
