@@ -150,7 +150,7 @@ func (s *Server) ackFor(p *pending) *wirepb.Ack {
 		a.Status, a.Reason = wirepb.AckStatus_ACK_STATUS_RETRY_LATER, p.rej.AckReason()
 		a.RetryAfterNs = p.retryAfterNs
 		if a.RetryAfterNs == 0 {
-			a.RetryAfterNs = int64(s.limiter.retryAfter(p.device, a.ServerTimeNs))
+			a.RetryAfterNs = int64(s.limiter.RetryAfter(p.device, a.ServerTimeNs))
 		}
 		s.m.batches.WithLabelValues("retry_later").Inc()
 		s.m.rejected.WithLabelValues(string(p.rej.Reason)).Inc()

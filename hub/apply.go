@@ -5,10 +5,10 @@ import (
 	"time"
 
 	"edgeflow/hub/batchview"
+	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hubapi"
 	"edgeflow/hub/hublog"
 	"edgeflow/wire"
-	"edgeflow/wire/wirepb"
 )
 
 // applier applies durable log entries to the registry and the consumers, in
@@ -199,33 +199,6 @@ func (a *applier) event(seq uint64, ev *batchview.EventView, v *batchview.View, 
 		}
 		out.Tags = a.tags[lo:len(a.tags):len(a.tags)]
 	}
-	correctTime(&out, ev.OffsetNs, est)
+	out.EventTimeNs, out.UncertaintyNs, out.Method = eventtime.Correct(ev.DeviceTimeNs, ev.OffsetNs, ev.UncertaintyNs, ev.Method, est)
 	return out
-}
-
-// correctTime sets the event time: the agent's correction when it trusts
-// its clock, else the hub's estimate when it has one (HUB_ESTIMATE), else
-// the raw device time, UNTRUSTED.
-func correctTime(e *AppliedEvent, agentOffsetNs int64, est hublog.HubEstimate) {
-	if e.Method != wirepb.TimeMethod_TIME_METHOD_UNTRUSTED {
-		e.EventTimeNs = e.DeviceTimeNs + agentOffsetNs // bounded by validation
-		return
-	}
-	if !est.OK {
-		return
-	}
-	t, ok := addNs(e.DeviceTimeNs, est.OffsetNs)
-	if !ok || !batchview.SaneTime(t) {
-		return
-	}
-	e.EventTimeNs, e.UncertaintyNs, e.Method = t, est.UncertaintyNs, wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE
-}
-
-// addNs adds two int64s and reports whether the sum did not overflow.
-func addNs(a, b int64) (int64, bool) {
-	s := a + b
-	if (b > 0 && s < a) || (b < 0 && s > a) {
-		return 0, false
-	}
-	return s, true
 }

@@ -203,8 +203,7 @@ func TestBatchesThatLie(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Publish(wire.BatchTopic("liar"), 1, false, big).WaitTimeout(5 * time.Second)
-		m := brokerMetricsOf(s)
-		waitFor(t, func() bool { return counterValue(t, m.Disconnects.WithLabelValues("packet_too_large")) == 1 })
+		waitFor(t, func() bool { return brokerCounter(t, s, "protocol_disconnects_total", "why", "packet_too_large") == 1 })
 		good()
 	})
 	if n := counterValue(t, s.m.panics); n != 0 {

@@ -45,7 +45,6 @@ func rawSubscriber(t *testing.T, addr, clientID, topic string) net.Conn {
 func TestClientQueueBound(t *testing.T) {
 	s := startHub(t, func() Options { o := testOptions(t, t.TempDir()); o.MQTTClientQueue = 2; return o }())
 	rawSubscriber(t, s.BrokerAddr(), "stalled", "edge/v1/stalled/ack")
-	m := brokerMetricsOf(s)
 	// Far more than loopback's socket buffers hold (a few MiB each way by
 	// default, tens where they are tuned up): once they are full the
 	// broker's writer blocks and the queue fills.
@@ -56,7 +55,7 @@ func TestClientQueueBound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dropped := counterValue(t, m.Dropped)
+	dropped := brokerCounter(t, s, "dropped_messages_total")
 	if dropped < sent/2 {
 		t.Fatalf("dropped %v of %d messages to a client that stopped reading; want most, with a queue of 2", dropped, sent)
 	}
@@ -65,9 +64,10 @@ func TestClientQueueBound(t *testing.T) {
 	}
 }
 
-// An out-of-range client queue is refused at validation, by name.
+// An out-of-range client queue is refused at validation, by name (the
+// broker's bound is 1<<20).
 func TestClientQueueValidate(t *testing.T) {
-	for _, n := range []int{-1, broker.MaxClientQueue + 1} {
+	for _, n := range []int{-1, 1<<20 + 1} {
 		o := testOptions(t, t.TempDir())
 		o.MQTTClientQueue = n
 		o.EnsureDefaults()

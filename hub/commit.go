@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"edgeflow/hub/batchview"
+	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hublog"
-	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -31,8 +31,8 @@ type pending struct {
 	view         *batchview.View
 	stream       wire.StreamID
 	first, last  uint64
-	rangeAcks    bool      // the agent takes one ack for a run of batches
-	times        bucketSet // its events' event-time index buckets (eventindex.go)
+	rangeAcks    bool              // the agent takes one ack for a run of batches
+	times        eventtime.Buckets // its events' event-time index buckets
 	// retryAfterNs, when set, is the RETRY_LATER ack's retry_after_ns
 	// (a device at its bound of streams); else the rate limiter says.
 	retryAfterNs int64
@@ -308,11 +308,14 @@ func (c *committer) entryKVs(p *pending, key hublog.StreamKey) []kv {
 	if p.kind == hublog.KindRetire {
 		return retireKVs(p)
 	}
-	out := make([]kv, 1, 2+maxIndexKeys)
+	out := make([]kv, 1, 2+eventtime.MaxKeys)
 	out[0] = kv{k: hublog.WALKey(p.entry.Seq, p.serverTimeNs), v: p.entry.Encode()}
 	if p.kind == hublog.KindBatch {
 		out = append(out, kv{k: hublog.RangesKey(key.Device, key.ID), v: hublog.EncodeDedup(c.streams[key])})
-		out = eventIndexKVs(out, &p.entry, p.view, &p.times)
+		var idx [eventtime.MaxKeys]eventtime.KV
+		for _, x := range eventtime.AppendKVs(idx[:0], &p.entry, p.view, &p.times) {
+			out = append(out, kv{k: x.Key, v: x.Value})
+		}
 	}
 	return out
 }
@@ -363,7 +366,7 @@ func (c *committer) classify(p *pending) (key hublog.StreamKey, ok bool) {
 	}
 	c.streams[key] = st
 	p.entry.Stream, p.entry.FirstSeq, p.entry.Count, p.entry.Fresh = p.stream, p.first, p.last-p.first+1, fresh
-	p.entry.Refused = freshRefused(p.view, fresh)
+	p.entry.Refused = eventtime.FreshRefused(p.view, fresh)
 	p.entry.Est = c.estimate(p)
 	return key, true
 }
@@ -391,22 +394,6 @@ func ackRefused(v *batchview.View) []*wirepb.Gap {
 	out := make([]*wirepb.Gap, len(v.Refused))
 	for i, r := range v.Refused {
 		out[i] = &wirepb.Gap{FirstSeq: v.FirstSeq + uint64(r.Lo), LastSeq: v.FirstSeq + uint64(r.Hi), Reason: r.Fault.Reason()}
-	}
-	return out
-}
-
-// freshRefused returns the parts of a batch's refused runs that lie in
-// fresh (what the entry applies): the entry records them, so a replay
-// skips exactly the events the live apply skipped.
-func freshRefused(v *batchview.View, fresh []ranges.SeqRange) []hublog.RefusedRange {
-	var out []hublog.RefusedRange
-	for _, r := range v.Refused {
-		lo, hi := v.FirstSeq+uint64(r.Lo), v.FirstSeq+uint64(r.Hi)
-		for _, f := range fresh {
-			if a, b := max(lo, f.First), min(hi, f.Last); a <= b {
-				out = append(out, hublog.RefusedRange{SeqRange: ranges.SeqRange{First: a, Last: b}, Fault: r.Fault})
-			}
-		}
 	}
 	return out
 }

@@ -62,7 +62,7 @@ func TestReloadCredentials(t *testing.T) {
 	if _, err := connect("dev-c", "password-c"); err != nil {
 		t.Fatalf("added device refused: %v", err)
 	}
-	if n := counterValue(t, brokerMetricsOf(s).Disconnects.WithLabelValues(broker.DisconnectRevoked)); n != 2 {
+	if n := brokerCounter(t, s, "protocol_disconnects_total", "why", "credentials_revoked"); n != 2 {
 		t.Fatalf("credentials_revoked disconnects %v, want 2", n)
 	}
 

@@ -10,10 +10,12 @@
 // The root package keeps the Server, its Options, the pipeline below, the
 // registry and recovery; each other concern is a package under hub/ that
 // never imports this one: hublog (the store and every Badger key),
-// batchview (parsing and validating batches), broker (the MQTT side),
-// natsbus and natslog (cluster mode's NATS transport and stream), api
-// (the HTTP handlers over a Backend the Server implements) and hubapi (the
-// API's JSON types, for clients), with ranges, clockest and timeservice.
+// batchview (parsing and validating batches), eventtime (an event's
+// corrected time and the event-time index over the log), broker (the MQTT
+// side), natsbus and natslog (cluster mode's NATS transport and stream),
+// api (the HTTP handlers over a Backend the Server implements) and
+// hubapi (the API's JSON types, for clients), with ranges, clockest,
+// ratelimit and timeservice.
 //
 // # Pipeline
 //
@@ -41,7 +43,7 @@
 // The log, the applied ranges, the checkpoints, the event-time index,
 // the stored aggregate partials and the damage records live in one Badger
 // directory, owned by package hublog, whose doc shows every key. The
-// applied ranges and the event-time index keys (eventindex.go) are
+// applied ranges and the event-time index keys (package eventtime) are
 // written in the same transaction as the log entries that produced them,
 // so the dedup state and the index are never ahead of or behind the log.
 // Everything else the hub holds in memory (registry, consumer state) is a

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -16,58 +17,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"edgeflow/hub/batchview"
+	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hubapi"
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
-
-// TestBucketChoice: an entry is indexed at the smallest level whose
-// buckets holding its events number at most four, else at the catch-all
-// with its span.
-func TestBucketChoice(t *testing.T) {
-	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) int64 { return day.Add(d).UnixNano() }
-	ns := func(d time.Duration) int64 { return int64(d) }
-	tests := []struct {
-		name    string
-		times   []int64
-		level   byte
-		buckets []int64
-	}{
-		{"none", nil, 0, nil},
-		{"one event", []int64{at(90 * time.Second)}, 0, []int64{at(time.Minute)}},
-		{"four minutes", []int64{at(0), at(time.Minute), at(3 * time.Minute), at(2 * time.Minute), at(30 * time.Second)}, 0,
-			[]int64{at(0), at(time.Minute), at(3 * time.Minute), at(2 * time.Minute)}},
-		{"five minutes of one hour", []int64{at(0), at(time.Minute), at(2 * time.Minute), at(3 * time.Minute), at(4 * time.Minute)}, 1,
-			[]int64{at(0)}},
-		{"five minutes over an hour boundary", []int64{at(58 * time.Minute), at(59 * time.Minute), at(60 * time.Minute), at(61 * time.Minute), at(62 * time.Minute)}, 1,
-			[]int64{at(0), at(time.Hour)}},
-		{"five hours of one day", []int64{at(0), at(time.Hour), at(2 * time.Hour), at(3 * time.Hour), at(4 * time.Hour)}, 2,
-			[]int64{at(0)}},
-		{"four days", []int64{at(0), at(24 * time.Hour), at(48 * time.Hour), at(72*time.Hour + time.Hour), at(72*time.Hour + 2*time.Hour)}, 2,
-			[]int64{at(0), at(24 * time.Hour), at(48 * time.Hour), at(72 * time.Hour)}},
-		{"five days", []int64{at(time.Hour), at(24 * time.Hour), at(0), at(96 * time.Hour), at(72 * time.Hour), at(48 * time.Hour)}, levelAll,
-			[]int64{at(0)}}, // and the span's end, at(96h)
-		{"before 1970", []int64{ns(-time.Second), ns(-61 * time.Second)}, 0, []int64{ns(-time.Minute), ns(-2 * time.Minute)}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var s bucketSet
-			for _, ns := range tt.times {
-				s.add(ns)
-			}
-			level, buckets, last := s.choose()
-			if level != tt.level || !slices.Equal(buckets, tt.buckets) {
-				t.Fatalf("level %d buckets %v, want %d %v", level, buckets, tt.level, tt.buckets)
-			}
-			if wantLast := slices.Max(append([]int64{0}, tt.times...)); level == levelAll && last != wantLast {
-				t.Fatalf("catch-all span ends at %d, want %d", last, wantLast)
-			}
-		})
-	}
-}
 
 // TestEventBucketsCoverApplied: for random batches in both codecs, with
 // every time method (the hub's estimate included), partial overlap and
@@ -116,41 +72,69 @@ func TestEventBucketsCoverApplied(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.Refused = freshRefused(v, e.Fresh)
+		e.Refused = eventtime.FreshRefused(v, e.Fresh)
 		if len(e.Refused) > 0 {
 			withRefused++
 		}
-		var bs bucketSet
-		bs.addEvents(v, e.Fresh, e.Refused, e.Est)
-		level, buckets, last := bs.choose()
 		// What the committer writes from a decode worker's set is what
 		// retention and the one-time build compute from the stored entry.
 		p := &pending{}
 		p.describe(v)
-		p.prepareEventIndex(v)
-		if live, stored := eventIndexKVs(nil, e, v, &p.times), eventIndexKVs(nil, e, v, nil); !slices.EqualFunc(live, stored, func(a, b kv) bool {
-			return bytes.Equal(a.k, b.k) && bytes.Equal(a.v, b.v)
+		p.times.Prepare(v, p.first, p.last)
+		live, stored := eventtime.AppendKVs(nil, e, v, &p.times), eventtime.AppendKVs(nil, e, v, nil)
+		if !slices.EqualFunc(live, stored, func(a, b eventtime.KV) bool {
+			return bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value)
 		}) {
 			t.Fatalf("batch %d: the committer's keys %v differ from the stored entry's %v", i, live, stored)
 		}
+		level, buckets, last := indexBuckets(t, stored)
 		applied := app.build(e, v).Events
-		if len(applied) > 0 && len(buckets) == 0 || len(buckets) > min(len(applied), maxIndexKeys) {
+		if len(applied) > 0 && len(buckets) == 0 || len(buckets) > min(len(applied), eventtime.MaxKeys) {
 			t.Fatalf("batch %d: %d buckets for %d applied events", i, len(buckets), len(applied))
 		}
 		levels[level]++
 		for _, ev := range applied {
 			methodsSeen[ev.Method]++
-			if level == levelAll && (ev.EventTimeNs < buckets[0] || ev.EventTimeNs > last) {
+			if level == hublog.EventIndexLevelAll && (ev.EventTimeNs < buckets[0] || ev.EventTimeNs > last) {
 				t.Fatalf("batch %d (%v): event %d at %d (%v) outside the catch-all span [%d, %d]", i, codec, ev.Seq, ev.EventTimeNs, ev.Method, buckets[0], last)
 			}
-			if level != levelAll && !slices.Contains(buckets, bucketOf(ev.EventTimeNs, levelSize[level])) {
+			if size := bucketSizes[min(level, 2)]; level != hublog.EventIndexLevelAll && !slices.ContainsFunc(buckets, func(b int64) bool {
+				return b <= ev.EventTimeNs && ev.EventTimeNs-b < size
+			}) {
 				t.Fatalf("batch %d (%v): event %d at %d (%v) in none of level %d's buckets %v", i, codec, ev.Seq, ev.EventTimeNs, ev.Method, level, buckets)
 			}
 		}
 	}
-	if len(levels) != levelAll+1 || withRefused == 0 || methodsSeen[wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE] == 0 || methodsSeen[wirepb.TimeMethod_TIME_METHOD_UNTRUSTED] == 0 {
+	if len(levels) != hublog.EventIndexLevelAll+1 || withRefused == 0 || methodsSeen[wirepb.TimeMethod_TIME_METHOD_HUB_ESTIMATE] == 0 || methodsSeen[wirepb.TimeMethod_TIME_METHOD_UNTRUSTED] == 0 {
 		t.Fatalf("the random batches did not reach every level and method: levels %v, methods %v, %d with refused events", levels, methodsSeen, withRefused)
 	}
+}
+
+// bucketSizes are the event-time index's bucket sizes at levels 0, 1
+// and 2 (a minute, an hour, a day), in ns.
+var bucketSizes = [...]int64{int64(time.Minute), int64(time.Hour), int64(24 * time.Hour)}
+
+// indexBuckets reads an entry's index keys back: their level, the bucket
+// of each, and at the catch-all level the span's end (the key's value).
+func indexBuckets(t *testing.T, kvs []eventtime.KV) (level byte, buckets []int64, last int64) {
+	t.Helper()
+	for _, x := range kvs {
+		k, err := hublog.ParseEventIndexKey(x.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(buckets) > 0 && k.Level != level {
+			t.Fatalf("an entry's keys at levels %d and %d", level, k.Level)
+		}
+		level, buckets = k.Level, append(buckets, k.Bucket)
+		if k.Level == hublog.EventIndexLevelAll {
+			if len(x.Value) != 8 {
+				t.Fatalf("catch-all key's value %x, want 8 bytes", x.Value)
+			}
+			last = hublog.UnsortableNs(binary.BigEndian.Uint64(x.Value))
+		}
+	}
+	return level, buckets, last
 }
 
 // TestEventsByEventTime: through a real hub, a device uploads now events

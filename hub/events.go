@@ -10,17 +10,18 @@ import (
 	"time"
 
 	"edgeflow/hub/api"
+	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hubapi"
 	"edgeflow/hub/hublog"
 )
 
 // Bounds of GET /v1/events. The endpoint reads the log itself (the engine
 // keeps aggregates, not events): the device's batch entries that the
-// event-time index (eventindex.go) names for [from, to), whatever their
+// event-time index (package eventtime) names for [from, to), whatever their
 // arrival, keeping the events whose corrected time is in range. Cost: one
 // log entry read and parsed per batch of the device with events in the
 // range's index buckets (a minute, an hour or a day wide, see
-// eventindex.go). arrived_within, when given, keeps only the entries that
+// eventtime). arrived_within, when given, keeps only the entries that
 // arrived before to + arrived_within. The scan is capped at maxEventsScan
 // entries and maxEventsMatch matching events; past a cap the answer is a
 // 400 that says to narrow from/to.
@@ -63,8 +64,8 @@ func (s *Server) storedEvents(ctx context.Context, q api.EventsQuery) (*hubapi.E
 		}
 		return nil
 	}
-	err := eventEntries(s.st, q.Device, fromNs, toNs, arrivedBefore, maxEventsScan, fn)
-	if errors.Is(err, errIndexScanCap) {
+	err := eventtime.Entries(s.st, q.Device, fromNs, toNs, arrivedBefore, maxEventsScan, fn)
+	if errors.Is(err, eventtime.ErrScanCap) {
 		return nil, hubapi.BadParam("from", "the range needs more than %d of the device's log entries read: narrow from/to", maxEventsScan)
 	}
 	if err != nil {

@@ -112,7 +112,7 @@ func (s *Server) decode(msg inMsg) (p *pending) {
 		err = batchview.ValidateBatch(v, msg.device)
 	}
 	if err == nil {
-		err = s.limiter.take(msg.device, v.Len(), msg.serverTimeNs)
+		err = s.limiter.Take(msg.device, v.Len(), msg.serverTimeNs)
 	}
 	p.describe(v)
 	if err != nil {
@@ -121,7 +121,7 @@ func (s *Server) decode(msg inMsg) (p *pending) {
 		return p
 	}
 	p.view = v
-	p.prepareEventIndex(v)
+	p.times.Prepare(v, p.first, p.last)
 	return p
 }
 
@@ -142,4 +142,21 @@ type rateLog struct {
 	mu  sync.Mutex
 	lim lograte.Limiter
 	now func() time.Time
+}
+
+// handleFrom is the identified transport's handler: a batch published by a
+// verified device for another device is refused before it is decoded (not
+// acked: the ack topic belongs to the device in the topic), counted as
+// REJECTED with reason identity_mismatch, and logged at a limited rate.
+func (s *Server) handleFrom(topic, identity string, payload []byte) {
+	if identity != "" {
+		if device, kind, err := wire.ParseTopic(topic); err == nil && kind == wire.KindBatch && device != identity {
+			s.m.batches.WithLabelValues("rejected").Inc()
+			s.m.rejected.WithLabelValues(string(batchview.ReasonIdentityMismatch)).Inc()
+			s.rejLog.log(s.log, "batch", device, "rejected batch",
+				batchview.Reject(batchview.ReasonIdentityMismatch, "published by device %q for device %q", identity, device))
+			return
+		}
+	}
+	s.handle(topic, payload)
 }

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/packets"
 	"google.golang.org/protobuf/proto"
 
 	"edgeflow/hub/broker"
@@ -66,22 +65,22 @@ func BenchmarkIngestFleet(b *testing.B) { benchIngest(b, 2000, 1, false, wire.Co
 func benchIngest(b *testing.B, devices, size int, noSync bool, codec wire.Codec) {
 	o := testOptions(b, b.TempDir())
 	o.HTTPAddr, o.NoSync = HTTPOff, noSync
-	s := startHub(b, o)
 	var acks atomic.Int64
 	done := make(chan struct{}, 1)
 	perDevice := (b.N + devices - 1) / devices
 	want := int64(perDevice * devices)
-	err := s.tr.(*broker.Embedded).Srv.Subscribe(wire.TopicPrefix+"+/ack", 99, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
-		if a, err := wire.DecodeAck(pk.Payload, wire.Limits{}); err != nil || a.Status != wirepb.AckStatus_ACK_STATUS_OK {
-			b.Errorf("ack %v %v", a, err)
-		}
-		if acks.Add(1) == want {
-			done <- struct{}{}
-		}
+	s := startHubWith(b, o, func(s *Server) (broker.Transport, error) {
+		tr, err := broker.NewSecureEmbeddedBroker(broker.EmbeddedOptions{Addr: s.opts.MQTTListen,
+			MaxPacket: uint32(s.opts.Limits.MaxFrameBytes + 64<<10), Registerer: s.opts.Registerer, Logger: s.log})
+		return &ackWatch{Transport: tr, ack: func(payload []byte) {
+			if a, err := wire.DecodeAck(payload, wire.Limits{}); err != nil || a.Status != wirepb.AckStatus_ACK_STATUS_OK {
+				b.Errorf("ack %v %v", a, err)
+			}
+			if acks.Add(1) == want {
+				done <- struct{}{}
+			}
+		}}, err
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
 	payloads := benchPayloads(b, devices, perDevice, size, codec)
 	bytes := 0
 	for _, m := range payloads[0] {
@@ -112,4 +111,39 @@ func benchIngest(b *testing.B, devices, size int, noSync bool, codec wire.Codec)
 	b.ReportMetric(float64(want)*float64(size)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(want)/elapsed.Seconds(), "batches/s")
 	_ = s.Shutdown(context.Background())
+}
+
+// ackWatch is the embedded broker's Transport that also hands each ack the
+// hub publishes to ack, before the broker takes it.
+type ackWatch struct {
+	broker.Transport
+	ack func(payload []byte)
+}
+
+// Publish hands the acks among msgs to w.ack, then publishes msgs.
+func (w *ackWatch) Publish(msgs []broker.Message) error {
+	for _, m := range msgs {
+		if strings.HasSuffix(m.Topic, "/ack") {
+			w.ack(m.Payload)
+		}
+	}
+	return w.Transport.Publish(msgs)
+}
+
+// startHubWith starts a hub on the transport tr makes (from the hub's
+// options with defaults) and shuts it down at cleanup.
+func startHubWith(tb testing.TB, o Options, tr func(*Server) (broker.Transport, error)) *Server {
+	tb.Helper()
+	s, err := New(o)
+	if err == nil {
+		s.tr, err = tr(s)
+	}
+	if err == nil {
+		err = s.Start(context.Background())
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	return s
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hublog"
 	badger "github.com/dgraph-io/badger/v4"
 )
@@ -178,7 +179,7 @@ func (s *Server) Retain() (int, error) {
 		}
 		// The index keys go first: after a crash between the two, the
 		// entries are still there and the next pass deletes both.
-		idx, err := indexKeysOfLog(s.st, keys, s.opts.Limits)
+		idx, err := eventtime.KeysOfLog(s.st, keys, s.opts.Limits)
 		if err == nil {
 			err = hublog.DeleteKeys(s.st.DB, idx)
 		}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
-	"net/url"
 	"runtime"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 
 	"edgeflow/aggregate"
 	"edgeflow/hub/broker"
+	"edgeflow/internal/confval"
 	"edgeflow/wire"
 )
 
@@ -372,19 +371,14 @@ func (o *Options) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidOptions, field, fmt.Sprintf(format, args...))
 	}
+	brokerErr := o.brokerSettings().CheckAddress()
 	switch {
 	case o.DataDir == "":
 		return bad("DataDir", "required")
-	case o.HTTPAddr != HTTPOff && !validHostPort(o.HTTPAddr):
+	case o.HTTPAddr != HTTPOff && !confval.HostPort(o.HTTPAddr):
 		return bad("HTTPAddr", "%q is not host:port", o.HTTPAddr)
-	case o.MQTTURL == "" && !validHostPort(o.MQTTListen):
-		return bad("MQTTListen", "%q is not host:port", o.MQTTListen)
-	case o.MQTTURL != "" && !validBrokerURL(o.MQTTURL):
-		return bad("MQTTURL", "%q is not tcp://, ssl://, tls://, mqtt://, mqtts://, ws:// or wss:// host:port", broker.RedactURL(o.MQTTURL))
-	case o.Group != "" && !validGroup(o.Group):
-		return bad("Group", "%q must be non-empty without '/', '+' or '#'", o.Group)
-	case o.Group != "" && o.MQTTURL == "":
-		return bad("Group", "shared subscriptions need an external broker (MQTTURL)")
+	case brokerErr != nil:
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, brokerErr)
 	case o.Workers < 1 || o.Workers > 1024:
 		return bad("Workers", "%d outside [1, 1024]", o.Workers)
 	case o.QueueLen < 1:
@@ -454,64 +448,12 @@ func (o *Options) validateLimits() error {
 	return nil
 }
 
-// validHostPort reports whether s is host:port with a numeric port.
-func validHostPort(s string) bool {
-	_, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return false
-	}
-	var p int
-	_, err = fmt.Sscanf(port, "%d", &p)
-	return err == nil && p >= 0 && p <= 65535 && fmt.Sprint(p) == port
-}
-
-// validBrokerURL reports whether s is a broker URL paho understands.
-func validBrokerURL(s string) bool {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" {
-		return false
-	}
-	switch u.Scheme {
-	case "tcp", "ssl", "tls", "mqtt", "mqtts", "ws", "wss":
-		return true
-	}
-	return false
-}
-
-// validGroup reports whether g can be a shared subscription group name.
-func validGroup(g string) bool {
-	for _, c := range g {
-		if c == '/' || c == '+' || c == '#' {
-			return false
-		}
-	}
-	return g != ""
-}
-
-// validateSecurity checks the embedded broker's security options and the
-// rate limit.
+// validateSecurity checks the broker's security options (broker.Settings),
+// the rate limit and the HTTP API's options (api.Settings).
 func (o *Options) validateSecurity(bad func(field, format string, args ...any) error) error {
-	embeddedOnly := o.MQTTAuthFile != "" || o.MQTTTLSCertFile != "" || o.MQTTTLSKeyFile != "" ||
-		o.MQTTTLSClientCAFile != "" || o.MQTTDenyAnonymous
-	switch {
-	case o.MQTTURL == "" && (o.MQTTCAFile != "" || o.MQTTCertFile != "" || o.MQTTKeyFile != "" || o.MQTTServerName != ""):
-		return bad("MQTTCAFile", "TLS to a broker (MQTTCAFile, MQTTCertFile, MQTTKeyFile, MQTTServerName) needs an external broker (MQTTURL); the embedded one takes MQTTTLSCertFile")
-	case (o.MQTTCertFile == "") != (o.MQTTKeyFile == ""):
-		return bad("MQTTCertFile", "MQTTCertFile and MQTTKeyFile go together")
-	case o.MQTTURL != "" && embeddedOnly:
-		return bad("MQTTAuthFile", "broker authentication and TLS options are for the embedded broker; an external broker (MQTTURL) does its own (docs/SECURITY.md)")
-	case (o.MQTTTLSCertFile == "") != (o.MQTTTLSKeyFile == ""):
-		return bad("MQTTTLSCertFile", "MQTTTLSCertFile and MQTTTLSKeyFile go together")
-	case o.MQTTTLSClientCAFile != "" && o.MQTTTLSCertFile == "":
-		return bad("MQTTTLSClientCAFile", "client certificates need TLS (MQTTTLSCertFile and MQTTTLSKeyFile)")
-	case o.MQTTDenyAnonymous && o.MQTTAuthFile == "" && o.MQTTTLSClientCAFile == "":
-		return bad("MQTTDenyAnonymous", "no device could connect: set MQTTAuthFile or MQTTTLSClientCAFile")
-	case o.MQTTClientQueue < 1 || o.MQTTClientQueue > broker.MaxClientQueue:
-		return bad("MQTTClientQueue", "%d: want 1..%d", o.MQTTClientQueue, broker.MaxClientQueue)
-	case o.MQTTMaxConnsPerDevice < -1:
-		return bad("MQTTMaxConnsPerDevice", "%d: want -1 (no bound) or positive", o.MQTTMaxConnsPerDevice)
-	case o.MQTTMaxRetainedBytes < 1 || o.MQTTMaxRetainedBytes > broker.MaxMaxRetainedBytes:
-		return bad("MQTTMaxRetainedBytes", "%d: want 1..%d", o.MQTTMaxRetainedBytes, broker.MaxMaxRetainedBytes)
+	switch err := o.brokerSettings().CheckSecurity(); {
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	case o.MaxEventsPerSecond < 0 || math.IsNaN(o.MaxEventsPerSecond) || math.IsInf(o.MaxEventsPerSecond, 0):
 		return bad("MaxEventsPerSecond", "%v: want a finite rate >= 0", o.MaxEventsPerSecond)
 	case o.EventsBurst < 0 || math.IsNaN(o.EventsBurst) || math.IsInf(o.EventsBurst, 0):
@@ -520,7 +462,19 @@ func (o *Options) validateSecurity(bad func(field, format string, args ...any) e
 	if err := o.MQTTAuthThrottle.Validate(); err != nil {
 		return fmt.Errorf("%w: MQTTAuthThrottle.%w", ErrInvalidOptions, err)
 	}
-	return o.validateHTTPSecurity(bad)
+	if err := o.httpSettings().Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
+	return nil
+}
+
+// brokerSettings are the options that broker.Settings checks.
+func (o *Options) brokerSettings() *broker.Settings {
+	return &broker.Settings{Listen: o.MQTTListen, URL: o.MQTTURL, Group: o.Group,
+		CAFile: o.MQTTCAFile, CertFile: o.MQTTCertFile, KeyFile: o.MQTTKeyFile, ServerName: o.MQTTServerName,
+		AuthFile: o.MQTTAuthFile, TLSCertFile: o.MQTTTLSCertFile, TLSKeyFile: o.MQTTTLSKeyFile, TLSClientCAFile: o.MQTTTLSClientCAFile,
+		DenyAnonymous: o.MQTTDenyAnonymous, ClientQueue: o.MQTTClientQueue, MaxConnsPerDevice: o.MQTTMaxConnsPerDevice,
+		MaxRetainedBytes: o.MQTTMaxRetainedBytes}
 }
 
 // brokerSecurity loads the embedded broker's credentials and TLS files.

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hublog"
 	"encoding/json"
 	"fmt"
@@ -71,7 +72,7 @@ func Rebuild(ctx context.Context, opts Options) (*RebuildResult, error) {
 		return nil, err
 	}
 	defer st.Close()
-	if err := ensureEventIndex(st, opts.Limits, opts.Logger); err != nil {
+	if err := eventtime.EnsureIndex(st, opts.Limits, opts.Logger); err != nil {
 		return nil, fmt.Errorf("hub store %s: %w", st.Dir, err)
 	}
 	agg.store.Bind(st.DB)

@@ -24,7 +24,7 @@ func (s *Server) ReloadCredentials() (devices, disconnected int, err error) {
 	}
 	revoked := s.brokerSec.Credentials.Replace(n)
 	if eb, ok := s.tr.(*broker.Embedded); ok {
-		disconnected = eb.Auth.Revoke(revoked)
+		disconnected = eb.Revoke(revoked)
 	}
 	devices = s.brokerSec.Credentials.Len()
 	s.log.Info("broker credentials reloaded", "devices", devices, "revoked_devices", len(revoked), "disconnected", disconnected)

@@ -9,41 +9,9 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"edgeflow/hub/broker"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
-
-func TestRetainRules(t *testing.T) {
-	for _, c := range []struct {
-		topic string
-		size  int
-		why   string
-	}{
-		{wire.StatusTopic("dev-1"), 100, ""},
-		{wire.StatusTopic("dev-1"), broker.DefaultMaxRetainedBytes, ""},
-		{wire.StatusTopic("dev-1"), 0, ""}, // clears the retained status
-		{wire.StatusTopic("dev-1"), broker.DefaultMaxRetainedBytes + 1, broker.RetainTooLarge},
-		{wire.BatchTopic("dev-1"), 10, broker.RetainNotStatus},
-		{wire.AckTopic("dev-1"), 10, broker.RetainNotStatus},
-		{"edge/v1/dev-1/status/x", 10, broker.RetainNotStatus},
-		{"edge/v1/bad id/status", 10, broker.RetainNotStatus},
-		{"any/topic", 10, broker.RetainNotStatus},
-	} {
-		if why := broker.RetainRefusal(c.topic, c.size, broker.DefaultMaxRetainedBytes); why != c.why {
-			t.Errorf("%s (%d bytes): %q, want %q", c.topic, c.size, why, c.why)
-		}
-	}
-	for topic, want := range map[string]bool{
-		wire.AckTopic("dev-1"): true, wire.TimeRespTopic("dev-1"): true, "edge/v1/anything at all/ack": true,
-		wire.BatchTopic("dev-1"): false, wire.StatusTopic("dev-1"): false, wire.TimeReqTopic("dev-1"): false,
-		"edge/v1/a/b/ack": false, "edge/v2/dev-1/ack": false, "ack": false,
-	} {
-		if got := broker.HubOnlyTopic(topic); got != want {
-			t.Errorf("hubOnlyTopic(%q) = %v", topic, got)
-		}
-	}
-}
 
 // TestBrokerHubOnlyTopicsAnonymous: on the open broker (no security
 // configured), no client may publish an ack or a time response, nor leave
@@ -52,12 +20,11 @@ func TestRetainRules(t *testing.T) {
 func TestBrokerHubOnlyTopicsAnonymous(t *testing.T) {
 	s := startHub(t, testOptions(t, t.TempDir()))
 	url := "tcp://" + s.BrokerAddr()
-	m := brokerMetricsOf(s)
 
 	if _, err := mqttClient(t, url, "will-on-ack", "", "", nil, wire.AckTopic("dev-b")); err == nil {
 		t.Fatal("a will on another device's ack topic was accepted")
 	}
-	if n := counterValue(t, m.Refused.WithLabelValues(broker.RefusedWill)); n != 1 {
+	if n := brokerCounter(t, s, "refused_connections_total", "why", "will_not_allowed"); n != 1 {
 		t.Fatalf("will_not_allowed refusals %v, want 1", n)
 	}
 
@@ -67,7 +34,7 @@ func TestBrokerHubOnlyTopicsAnonymous(t *testing.T) {
 	}
 	resp, _ := wire.EncodeTimeResponse(&wirepb.TimeResponse{RequestId: 1})
 	c.Publish(wire.TimeRespTopic("dev-b"), 1, false, resp).WaitTimeout(time.Second) // refused: MQTT 3.1.1 closes the connection
-	waitFor(t, func() bool { return counterValue(t, m.Denied.WithLabelValues("publish")) == 1 })
+	waitFor(t, func() bool { return brokerCounter(t, s, "acl_denied_total", "action", "publish") == 1 })
 
 	// A client leaves with a retained 5 KiB will on a device's status:
 	// the will goes out, but is not kept.
@@ -91,7 +58,7 @@ func TestBrokerHubOnlyTopicsAnonymous(t *testing.T) {
 		t.Fatalf("CONNACK % x: %v", connack, err)
 	}
 	conn.Close() // no DISCONNECT: the broker sends the will
-	waitFor(t, func() bool { return counterValue(t, m.Retained.WithLabelValues(broker.RetainTooLarge)) == 1 })
+	waitFor(t, func() bool { return brokerCounter(t, s, "retained_refused_total", "why", "too_large") == 1 })
 
 	// A fresh subscriber gets dev-ok's small status, and nothing for dev-w.
 	ok, _ := wire.EncodeStatus(&wirepb.Status{DeviceId: "dev-ok", Online: true})

@@ -15,7 +15,9 @@ import (
 	"edgeflow/hub/batchview"
 	"edgeflow/hub/broker"
 	"edgeflow/hub/clockest"
+	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hublog"
+	"edgeflow/hub/ratelimit"
 	"edgeflow/hub/timeservice"
 	"edgeflow/internal/lograte"
 )
@@ -36,7 +38,7 @@ type Server struct {
 	views  sync.Pool
 	rejLog rateLog
 
-	limiter   *rateLimiter          // nil: no per-device event rate limit
+	limiter   *ratelimit.Limiter    // nil: no per-device event rate limit
 	api       *api.API              // the HTTP endpoints (package api)
 	brokerSec broker.BrokerSecurity // the embedded broker's, loaded by New
 
@@ -83,7 +85,7 @@ func New(opts Options) (*Server, error) {
 		fatal: make(chan error, 1), done: make(chan struct{}), applyDone: make(chan struct{})}
 	s.rejLog = rateLog{lim: lograte.Limiter{Every: opts.RejectLogInterval}, now: opts.Now}
 	s.reg.maxStreams = opts.MaxStreamsPerDevice
-	s.limiter = newRateLimiter(opts.MaxEventsPerSecond, opts.EventsBurst)
+	s.limiter = ratelimit.New(opts.MaxEventsPerSecond, opts.EventsBurst)
 	if opts.NATS.enabled() {
 		s.cl = &cluster{}
 	} else if opts.MQTTURL == "" {
@@ -252,7 +254,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.st = st
-	if err := ensureEventIndex(st, s.opts.Limits, s.log); err != nil {
+	if err := eventtime.EnsureIndex(st, s.opts.Limits, s.log); err != nil {
 		return fmt.Errorf("hub store %s: %w", st.Dir, err)
 	}
 	if s.agg != nil {

@@ -49,7 +49,7 @@ type API struct {
 	b    Backend
 	cfg  Config
 	eng  *aggregate.Engine
-	gate *QueryGate
+	gate *queryGate
 }
 
 // New returns the API over b and registers its metrics.
@@ -60,7 +60,3 @@ func New(b Backend, cfg Config) (*API, error) {
 	}
 	return &API{b: b, cfg: cfg, eng: cfg.Engine, gate: g}, nil
 }
-
-// Gate is the API's query gate. The hub's tests of the gate take its
-// slots and read its counters through it.
-func (s *API) Gate() *QueryGate { return s.gate }

@@ -3,7 +3,8 @@
 // (/v1/aggregates, /v1/events, /v1/stream, /v1/late, /v1/quarantine,
 // /v1/partials; docs/openapi.yaml), the dashboard, the gate that bounds
 // the expensive queries running at once, and Guard, the bearer-token and
-// body-size check in front of them all.
+// body-size check in front of them all. Settings checks the hub's HTTP
+// options.
 //
 // The handlers read the hub through Backend, a small interface that
 // *hub.Server implements, and the engine through Config; their JSON types

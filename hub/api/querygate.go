@@ -14,63 +14,63 @@ import (
 	"edgeflow/hub/hubapi"
 )
 
-// QueryGate bounds the expensive queries (GET /v1/aggregates, /v1/events,
+// queryGate bounds the expensive queries (GET /v1/aggregates, /v1/events,
 // /v1/partials) that run at once, so that a burst of them cannot take
 // every CPU and gigabytes of heap from ingest and from /metrics. A query
 // waits at most Options.HTTPQueryWait for a slot, then is answered 429
 // with Retry-After. Probes, /metrics and device lookups never pass here.
-type QueryGate struct {
-	Slots   chan struct{}
+type queryGate struct {
+	slots   chan struct{}
 	wait    time.Duration
-	Budget  time.Duration // one query's time: its context's deadline
+	budget  time.Duration // one query's time: its context's deadline
 	running prometheus.Gauge
-	Busy    *prometheus.CounterVec // 429s, by endpoint
-	Refused *prometheus.CounterVec // 400s at a cap, by endpoint, limit and when
-	Stopped *prometheus.CounterVec // queries stopped, by endpoint and why
+	busy    *prometheus.CounterVec // 429s, by endpoint
+	refused *prometheus.CounterVec // 400s at a cap, by endpoint, limit and when
+	stopped *prometheus.CounterVec // queries stopped, by endpoint and why
 }
 
 // Labels of edgeflow_hub_http_queries_refused_total{when}.
 const (
 	// refusedBefore: the query's cost made the cap certain, so it was
 	// refused before it read or built anything.
-	RefusedBefore = "before"
+	refusedBefore = "before"
 	// refusedDuring: the query hit the cap while it ran.
-	RefusedDuring = "during"
+	refusedDuring = "during"
 )
 
-// MaxQueries bounds Options.HTTPMaxQueries: each running query may
+// maxQueries bounds Options.HTTPMaxQueries: each running query may
 // hold up to max_query_results windows.
-const MaxQueries = 1024
+const maxQueries = 1024
 
 // gatedEndpoints are the paths that take a query slot.
 var gatedEndpoints = []string{"/v1/aggregates", "/v1/events", "/v1/partials"}
 
 // newQueryGate creates the gate and registers its metrics.
-func newQueryGate(o Config, reg prometheus.Registerer) (*QueryGate, error) {
+func newQueryGate(o Config, reg prometheus.Registerer) (*queryGate, error) {
 	f := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: "edgeflow", Subsystem: "hub", Name: name, Help: help}
 	}
-	g := &QueryGate{
-		Slots:  make(chan struct{}, o.MaxQueries),
+	g := &queryGate{
+		slots:  make(chan struct{}, o.MaxQueries),
 		wait:   o.QueryWait,
-		Budget: o.QueryTimeout,
+		budget: o.QueryTimeout,
 		running: prometheus.NewGauge(prometheus.GaugeOpts(f("http_queries_running",
 			"Expensive queries (aggregates, events, partials) running now; at most http-max-queries."))),
-		Busy: prometheus.NewCounterVec(prometheus.CounterOpts(f("http_queries_busy_total",
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts(f("http_queries_busy_total",
 			"Queries answered 429 because http-max-queries were running for longer than http-query-wait, by endpoint.")), []string{"endpoint"}),
-		Refused: prometheus.NewCounterVec(prometheus.CounterOpts(f("http_queries_refused_total",
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts(f("http_queries_refused_total",
 			"Queries answered 400 at a cap (max_query_results, max_query_partials), by endpoint, cap, and when: before (the cost made it certain; nothing was computed) or during.")),
 			[]string{"endpoint", "limit", "when"}),
-		Stopped: prometheus.NewCounterVec(prometheus.CounterOpts(f("http_queries_stopped_total",
+		stopped: prometheus.NewCounterVec(prometheus.CounterOpts(f("http_queries_stopped_total",
 			"Queries stopped before their answer, by endpoint and why: client_gone, or deadline (longer than http-query-timeout).")), []string{"endpoint", "why"}),
 	}
 	for _, ep := range gatedEndpoints {
-		g.Busy.WithLabelValues(ep)
-		for _, when := range []string{RefusedBefore, RefusedDuring} {
-			g.Refused.WithLabelValues(ep, "max_query_results", when)
+		g.busy.WithLabelValues(ep)
+		for _, when := range []string{refusedBefore, refusedDuring} {
+			g.refused.WithLabelValues(ep, "max_query_results", when)
 		}
 	}
-	for _, c := range []prometheus.Collector{g.running, g.Busy, g.Refused, g.Stopped} {
+	for _, c := range []prometheus.Collector{g.running, g.busy, g.refused, g.stopped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -79,16 +79,16 @@ func newQueryGate(o Config, reg prometheus.Registerer) (*QueryGate, error) {
 }
 
 // acquire takes a slot, waiting at most g.wait (or until ctx is done).
-func (g *QueryGate) acquire(ctx context.Context) bool {
+func (g *queryGate) acquire(ctx context.Context) bool {
 	select {
-	case g.Slots <- struct{}{}:
+	case g.slots <- struct{}{}:
 		return true
 	default:
 	}
 	t := time.NewTimer(g.wait)
 	defer t.Stop()
 	select {
-	case g.Slots <- struct{}{}:
+	case g.slots <- struct{}{}:
 		return true
 	case <-t.C:
 		return false
@@ -97,10 +97,11 @@ func (g *QueryGate) acquire(ctx context.Context) bool {
 	}
 }
 
-func (g *QueryGate) Release() { <-g.Slots }
+// release frees the slot acquire took.
+func (g *queryGate) release() { <-g.slots }
 
 // retryAfter is the Retry-After of a 429, in whole seconds (at least 1).
-func (g *QueryGate) retryAfter() string {
+func (g *queryGate) retryAfter() string {
 	return strconv.Itoa(max(1, int((g.wait+time.Second-1)/time.Second)))
 }
 
@@ -111,19 +112,19 @@ func (s *API) gated(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !g.acquire(r.Context()) {
 			if r.Context().Err() != nil {
-				g.Stopped.WithLabelValues(r.URL.Path, "client_gone").Inc()
+				g.stopped.WithLabelValues(r.URL.Path, "client_gone").Inc()
 				return
 			}
-			g.Busy.WithLabelValues(r.URL.Path).Inc()
+			g.busy.WithLabelValues(r.URL.Path).Inc()
 			w.Header().Set("Retry-After", g.retryAfter())
 			writeJSON(w, http.StatusTooManyRequests, hubapi.APIError{
-				Error: fmt.Sprintf("busy: %d queries are running (http-max-queries) and none ended within %v (http-query-wait); retry later", cap(g.Slots), g.wait),
-				Limit: "http-max-queries", Max: cap(g.Slots)})
+				Error: fmt.Sprintf("busy: %d queries are running (http-max-queries) and none ended within %v (http-query-wait); retry later", cap(g.slots), g.wait),
+				Limit: "http-max-queries", Max: cap(g.slots)})
 			return
 		}
 		g.running.Inc()
-		defer func() { g.running.Dec(); g.Release() }()
-		ctx, cancel := context.WithTimeout(r.Context(), g.Budget)
+		defer func() { g.running.Dec(); g.release() }()
+		ctx, cancel := context.WithTimeout(r.Context(), g.budget)
 		defer cancel()
 		h(w, r.WithContext(ctx))
 	}
@@ -138,20 +139,20 @@ func (s *API) writeQueryError(w http.ResponseWriter, r *http.Request, err error,
 	var le *aggregate.LimitError
 	switch {
 	case errors.As(err, &le):
-		when := RefusedDuring
+		when := refusedDuring
 		if le.Estimated {
-			when = RefusedBefore
+			when = refusedBefore
 		}
-		g.Refused.WithLabelValues(r.URL.Path, le.Limit, when).Inc()
+		g.refused.WithLabelValues(r.URL.Path, le.Limit, when).Inc()
 		if explain != nil {
 			err = explain(le)
 		}
 	case errors.Is(err, context.DeadlineExceeded):
-		g.Stopped.WithLabelValues(r.URL.Path, "deadline").Inc()
-		writeJSON(w, http.StatusServiceUnavailable, hubapi.APIError{Error: fmt.Sprintf("the query ran longer than %v (http-query-timeout): narrow from/to, window or group_by", g.Budget)})
+		g.stopped.WithLabelValues(r.URL.Path, "deadline").Inc()
+		writeJSON(w, http.StatusServiceUnavailable, hubapi.APIError{Error: fmt.Sprintf("the query ran longer than %v (http-query-timeout): narrow from/to, window or group_by", g.budget)})
 		return
 	case errors.Is(err, context.Canceled):
-		g.Stopped.WithLabelValues(r.URL.Path, "client_gone").Inc()
+		g.stopped.WithLabelValues(r.URL.Path, "client_gone").Inc()
 		return
 	}
 	writeAPIError(w, err)

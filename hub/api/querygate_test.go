@@ -22,7 +22,7 @@ func TestQueryGateWaits(t *testing.T) {
 	}
 	got := make(chan bool)
 	go func() { got <- g.acquire(context.Background()) }()
-	g.Release()
+	g.release()
 	if !<-got {
 		t.Fatal("a waiting query did not get the freed slot")
 	}

@@ -18,7 +18,7 @@ import (
 // (a CONNECT's holds the password) never reach the hub's log.
 func TestBrokerLogDropsPackets(t *testing.T) {
 	var buf bytes.Buffer
-	l := slog.New(MinLevel{slog.NewTextHandler(&buf, nil), slog.LevelWarn}).With("component", "broker")
+	l := slog.New(minLevel{slog.NewTextHandler(&buf, nil), slog.LevelWarn}).With("component", "broker")
 	l.Warn("error processing packet", "client", "dev-1", "pk", struct{ Password []byte }{[]byte("hunter2")})
 	l.Info("below the minimum", "pk", "x")
 	out := buf.String()
@@ -36,7 +36,7 @@ func TestBrokerLogDropsPackets(t *testing.T) {
 // message. Checked on records, then on a real embedded
 func TestBrokerLogConnectionEnds(t *testing.T) {
 	var buf bytes.Buffer
-	l := slog.New(MinLevel{slog.NewTextHandler(&buf, nil), slog.LevelWarn}).With("component", "broker")
+	l := slog.New(minLevel{slog.NewTextHandler(&buf, nil), slog.LevelWarn}).With("component", "broker")
 	l.Warn("", "error", io.EOF)
 	l.Warn("", "error", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)})
 	if buf.Len() != 0 {

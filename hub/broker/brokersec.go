@@ -86,19 +86,19 @@ func BrokerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error
 
 // disconnectRevoked labels clients disconnected because their device's
 // credentials were removed or changed by a reload.
-const DisconnectRevoked = "credentials_revoked"
+const disconnectRevoked = "credentials_revoked"
 
-// Metrics count what the embedded broker refused.
-type Metrics struct {
-	Refused     *prometheus.CounterVec // connections refused, by why
-	Denied      *prometheus.CounterVec // publishes and subscriptions denied, by action
-	Disconnects *prometheus.CounterVec // clients dropped for a protocol error, by why
-	Dropped     prometheus.Counter     // messages dropped on a full client queue
+// brokerMetrics count what the embedded broker refused.
+type brokerMetrics struct {
+	refused     *prometheus.CounterVec // connections refused, by why
+	denied      *prometheus.CounterVec // publishes and subscriptions denied, by action
+	disconnects *prometheus.CounterVec // clients dropped for a protocol error, by why
+	dropped     prometheus.Counter     // messages dropped on a full client queue
 	conns       prometheus.GaugeFunc
 	handedOff   prometheus.CounterFunc // device messages handed to the hub (handoff)
 	routed      prometheus.CounterFunc // device messages routed through the topic index
 
-	Retained  *prometheus.CounterVec  // retained messages not kept, by why (retainGuard)
+	retained  *prometheus.CounterVec  // retained messages not kept, by why (retainGuard)
 	bcrypt    *prometheus.CounterVec  // bcrypt comparisons run, by result
 	cacheHits prometheus.Counter      // passwords verified from the cache, without bcrypt
 	tracked   [2]prometheus.GaugeFunc // client ids and sources the throttle remembers
@@ -106,17 +106,17 @@ type Metrics struct {
 
 // Why a connection was refused.
 const (
-	RefusedBadCredentials = "bad_credentials"
-	RefusedNoCredentials  = "no_credentials"
-	RefusedBadIdentity    = "bad_identity"
-	RefusedTooMany        = "too_many_connections"
+	refusedBadCredentials = "bad_credentials"
+	refusedNoCredentials  = "no_credentials"
+	refusedBadIdentity    = "bad_identity"
+	refusedTooMany        = "too_many_connections"
 	refusedClientID       = "client_id_in_use"
-	RefusedWill           = "will_not_allowed"
+	refusedWill           = "will_not_allowed"
 	refusedThrottled      = "throttled" // too many failed checks from this client id or source
 	refusedBusy           = "auth_busy" // the queue of password checks is full
 )
 
-func newBrokerMetrics(reg prometheus.Registerer, conns func() float64, direct *Handoff, thr *authThrottle) (*Metrics, error) {
+func newBrokerMetrics(reg prometheus.Registerer, conns func() float64, direct *handoff, thr *authThrottle) (*brokerMetrics, error) {
 	f := func(name, help string) prometheus.CounterOpts {
 		return prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub_broker", Name: name, Help: help}
 	}
@@ -126,17 +126,17 @@ func newBrokerMetrics(reg prometheus.Registerer, conns func() float64, direct *H
 		o.ConstLabels = prometheus.Labels{"path": path}
 		return prometheus.NewCounterFunc(o, func() float64 { return float64(n.Load()) })
 	}
-	m := &Metrics{
-		Refused:     prometheus.NewCounterVec(f("refused_connections_total", "Connections the embedded broker refused, by why."), []string{"why"}),
-		Denied:      prometheus.NewCounterVec(f("acl_denied_total", "Publishes and subscriptions outside the client's device topics, by action."), []string{"action"}),
-		Disconnects: prometheus.NewCounterVec(f("protocol_disconnects_total", "Clients disconnected for a protocol violation, by why."), []string{"why"}),
-		Dropped: prometheus.NewCounter(f("dropped_messages_total", "Messages to a client dropped because its queue (mqtt-client-queue) was full: "+
+	m := &brokerMetrics{
+		refused:     prometheus.NewCounterVec(f("refused_connections_total", "Connections the embedded broker refused, by why."), []string{"why"}),
+		denied:      prometheus.NewCounterVec(f("acl_denied_total", "Publishes and subscriptions outside the client's device topics, by action."), []string{"action"}),
+		disconnects: prometheus.NewCounterVec(f("protocol_disconnects_total", "Clients disconnected for a protocol violation, by why."), []string{"why"}),
+		dropped: prometheus.NewCounter(f("dropped_messages_total", "Messages to a client dropped because its queue (mqtt-client-queue) was full: "+
 			"the client had stopped reading. A dropped ack makes its agent resend the batch.")),
 		conns: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub_broker", Name: "device_connections",
 			Help: "Open connections of verified devices."}, conns),
-		handedOff: deviceMessages("handed_off", &direct.Handed),
-		routed:    deviceMessages("routed", &direct.Routed),
-		Retained: prometheus.NewCounterVec(f("retained_refused_total", "Retained publishes and last wills the embedded broker did not retain "+
+		handedOff: deviceMessages("handed_off", &direct.handed),
+		routed:    deviceMessages("routed", &direct.routed),
+		retained: prometheus.NewCounterVec(f("retained_refused_total", "Retained publishes and last wills the embedded broker did not retain "+
 			"(delivered as plain messages), by why: not_status_topic or too_large (mqtt-max-retained-bytes)."), []string{"why"}),
 		bcrypt: prometheus.NewCounterVec(f("bcrypt_checks_total", "Password checks that ran a bcrypt comparison, by result. "+
 			"CONNECTs refused by the throttle (refused_connections_total{why=\"throttled\"}) run none."), []string{"result"}),
@@ -150,21 +150,21 @@ func newBrokerMetrics(reg prometheus.Registerer, conns func() float64, direct *H
 			return float64([2]int{c, s}[i])
 		})
 	}
-	for _, w := range []string{RefusedBadCredentials, RefusedNoCredentials, RefusedBadIdentity, RefusedTooMany, refusedClientID, RefusedWill,
+	for _, w := range []string{refusedBadCredentials, refusedNoCredentials, refusedBadIdentity, refusedTooMany, refusedClientID, refusedWill,
 		refusedThrottled, refusedBusy} {
-		m.Refused.WithLabelValues(w)
+		m.refused.WithLabelValues(w)
 	}
-	m.Retained.WithLabelValues(RetainNotStatus)
-	m.Retained.WithLabelValues(RetainTooLarge)
+	m.retained.WithLabelValues(retainNotStatus)
+	m.retained.WithLabelValues(retainTooLarge)
 	m.bcrypt.WithLabelValues("ok")
 	m.bcrypt.WithLabelValues("failed")
-	m.Denied.WithLabelValues("publish")
-	m.Denied.WithLabelValues("subscribe")
-	m.Disconnects.WithLabelValues("packet_too_large")
-	m.Disconnects.WithLabelValues("not_authorized")
-	m.Disconnects.WithLabelValues(DisconnectRevoked)
-	for _, c := range []prometheus.Collector{m.Refused, m.Denied, m.Disconnects, m.Dropped, m.conns, m.handedOff, m.routed,
-		m.Retained, m.bcrypt, m.cacheHits, m.tracked[0], m.tracked[1]} {
+	m.denied.WithLabelValues("publish")
+	m.denied.WithLabelValues("subscribe")
+	m.disconnects.WithLabelValues("packet_too_large")
+	m.disconnects.WithLabelValues("not_authorized")
+	m.disconnects.WithLabelValues(disconnectRevoked)
+	for _, c := range []prometheus.Collector{m.refused, m.denied, m.disconnects, m.dropped, m.conns, m.handedOff, m.routed,
+		m.retained, m.bcrypt, m.cacheHits, m.tracked[0], m.tracked[1]} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -173,11 +173,11 @@ func newBrokerMetrics(reg prometheus.Registerer, conns func() float64, direct *H
 }
 
 // deviceAuth is the embedded broker's authentication and ACL hook.
-type DeviceAuth struct {
+type deviceAuth struct {
 	mqtt.HookBase
 	sec     BrokerSecurity
 	srv     *mqtt.Server
-	Metrics *Metrics // nil: not counted
+	metrics *brokerMetrics // nil: not counted
 	thr     *authThrottle
 	rl      *brokerLog // refused connections
 	rlP     *brokerLog // refused publishes on hub-only topics
@@ -193,26 +193,26 @@ type DeviceAuth struct {
 	revokedPend map[*mqtt.Client]bool
 }
 
-func newDeviceAuth(sec BrokerSecurity, m *Metrics, log *slog.Logger) *DeviceAuth {
+func newDeviceAuth(sec BrokerSecurity, m *brokerMetrics, log *slog.Logger) *deviceAuth {
 	thr := newAuthThrottle(sec.Throttle)
-	return &DeviceAuth{sec: sec, Metrics: m, thr: thr, rl: newBrokerLog(log, thr.o.Now), rlP: newBrokerLog(log, thr.o.Now), ids: map[*mqtt.Client]string{}, conns: map[string]map[string]int{},
+	return &deviceAuth{sec: sec, metrics: m, thr: thr, rl: newBrokerLog(log, thr.o.Now), rlP: newBrokerLog(log, thr.o.Now), ids: map[*mqtt.Client]string{}, conns: map[string]map[string]int{},
 		pend: map[*mqtt.Client]string{}, revokedPend: map[*mqtt.Client]bool{}}
 }
 
 // ID names the hook.
-func (a *DeviceAuth) ID() string { return "edgeflow-device-auth" }
+func (a *deviceAuth) ID() string { return "edgeflow-device-auth" }
 
 // Provides lists the hook methods used.
-func (a *DeviceAuth) Provides(b byte) bool {
+func (a *deviceAuth) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnPublishDropped}, []byte{b})
 }
 
 // OnConnectAuthenticate verifies the client's certificate or password,
 // its will topic, its client id and its device's connection count. In
 // every mode, a will on a topic only the hub publishes to is refused.
-func (a *DeviceAuth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
-	if pk.Connect.WillFlag && HubOnlyTopic(pk.Connect.WillTopic) {
-		return a.refuse(cl, RefusedWill)
+func (a *deviceAuth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	if pk.Connect.WillFlag && hubOnlyTopic(pk.Connect.WillTopic) {
+		return a.refuse(cl, refusedWill)
 	}
 	if !a.sec.enabled() {
 		return true
@@ -235,7 +235,7 @@ func (a *DeviceAuth) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) b
 
 // refuse counts and logs (at most once a second) a refused connection;
 // it returns false, OnConnectAuthenticate's answer.
-func (a *DeviceAuth) refuse(cl *mqtt.Client, why string) bool {
+func (a *deviceAuth) refuse(cl *mqtt.Client, why string) bool {
 	a.count("refused", why)
 	client := cl.ID
 	if len(client) > 128 {
@@ -247,20 +247,20 @@ func (a *DeviceAuth) refuse(cl *mqtt.Client, why string) bool {
 
 // identify returns the client's verified identity ("" for an anonymous
 // client that is allowed) or why it is refused.
-func (a *DeviceAuth) identify(cl *mqtt.Client, pk packets.Packet) (id, why string) {
+func (a *deviceAuth) identify(cl *mqtt.Client, pk packets.Packet) (id, why string) {
 	user := string(pk.Connect.Username)
 	if cn, ok := peerCN(cl); ok {
 		if err := wire.ValidateDeviceID(cn); err != nil {
-			return "", RefusedBadIdentity
+			return "", refusedBadIdentity
 		}
 		if user != "" && user != cn {
-			return "", RefusedBadIdentity
+			return "", refusedBadIdentity
 		}
 		return cn, ""
 	}
 	if user == "" && !pk.Connect.PasswordFlag {
 		if a.sec.DenyAnonymous {
-			return "", RefusedNoCredentials
+			return "", refusedNoCredentials
 		}
 		return "", ""
 	}
@@ -274,7 +274,7 @@ func (a *DeviceAuth) identify(cl *mqtt.Client, pk packets.Packet) (id, why strin
 // or source with too many recent failures is refused without a check, a
 // password that verified last time needs no bcrypt, and the comparisons
 // that run are bounded at once (AuthThrottle).
-func (a *DeviceAuth) checkPassword(cl *mqtt.Client, user string, password []byte) string {
+func (a *deviceAuth) checkPassword(cl *mqtt.Client, user string, password []byte) string {
 	k := keysOf(cl.Net.Remote, cl.ID)
 	if a.thr.blocked(k) {
 		return refusedThrottled
@@ -282,11 +282,11 @@ func (a *DeviceAuth) checkPassword(cl *mqtt.Client, user string, password []byte
 	creds := a.sec.Credentials
 	if creds == nil || wire.ValidateDeviceID(user) != nil {
 		a.thr.failed(k)
-		return RefusedBadCredentials
+		return refusedBadCredentials
 	}
 	if creds.cached(user, password) {
-		if a.Metrics != nil {
-			a.Metrics.cacheHits.Inc()
+		if a.metrics != nil {
+			a.metrics.cacheHits.Inc()
 		}
 		a.thr.succeeded(k)
 		return ""
@@ -296,7 +296,7 @@ func (a *DeviceAuth) checkPassword(cl *mqtt.Client, user string, password []byte
 	}
 	if cl.Closed() { // gave up while it waited: spend nothing on it
 		a.thr.release()
-		return RefusedBadCredentials
+		return refusedBadCredentials
 	}
 	ok := creds.compare(user, password)
 	a.thr.release()
@@ -307,11 +307,11 @@ func (a *DeviceAuth) checkPassword(cl *mqtt.Client, user string, password []byte
 		result = "failed"
 		a.thr.failed(k)
 	}
-	if a.Metrics != nil {
-		a.Metrics.bcrypt.WithLabelValues(result).Inc()
+	if a.metrics != nil {
+		a.metrics.bcrypt.WithLabelValues(result).Inc()
 	}
 	if !ok {
-		return RefusedBadCredentials
+		return refusedBadCredentials
 	}
 	return ""
 }
@@ -330,9 +330,9 @@ func peerCN(cl *mqtt.Client) (string, bool) {
 }
 
 // admit checks what a verified device asks for at CONNECT.
-func (a *DeviceAuth) admit(cl *mqtt.Client, pk packets.Packet, id string) string {
+func (a *deviceAuth) admit(cl *mqtt.Client, pk packets.Packet, id string) string {
 	if pk.Connect.WillFlag && !mayPublish(id, pk.Connect.WillTopic) {
-		return RefusedWill
+		return refusedWill
 	}
 	if a.srv != nil {
 		if old, ok := a.srv.Clients.Get(cl.ID); ok && string(old.Properties.Username) != id {
@@ -361,7 +361,7 @@ func (a *DeviceAuth) admit(cl *mqtt.Client, pk packets.Packet, id string) string
 			}
 		}
 		if !ids[cl.ID] && len(ids) >= a.sec.MaxConnsPerDevice {
-			return RefusedTooMany
+			return refusedTooMany
 		}
 		a.pend[cl] = id
 	}
@@ -370,7 +370,7 @@ func (a *DeviceAuth) admit(cl *mqtt.Client, pk packets.Packet, id string) string
 
 // OnSessionEstablished records a verified client's connection, or
 // disconnects it when its credentials were revoked meanwhile.
-func (a *DeviceAuth) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
+func (a *deviceAuth) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 	a.mu.Lock()
 	if a.revokedPend[cl] {
 		delete(a.revokedPend, cl)
@@ -394,15 +394,15 @@ func (a *DeviceAuth) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) {
 
 // OnPublishDropped counts a message the broker dropped because the
 // client's queue was full.
-func (a *DeviceAuth) OnPublishDropped(*mqtt.Client, packets.Packet) {
-	if a.Metrics != nil {
-		a.Metrics.Dropped.Inc()
+func (a *deviceAuth) OnPublishDropped(*mqtt.Client, packets.Packet) {
+	if a.metrics != nil {
+		a.metrics.dropped.Inc()
 	}
 }
 
 // OnDisconnect forgets the client's connection and counts protocol
 // violations.
-func (a *DeviceAuth) OnDisconnect(cl *mqtt.Client, err error, _ bool) {
+func (a *deviceAuth) OnDisconnect(cl *mqtt.Client, err error, _ bool) {
 	switch {
 	case errors.Is(err, packets.ErrPacketTooLarge):
 		a.count("disconnects", "packet_too_large")
@@ -431,8 +431,8 @@ func (a *DeviceAuth) OnDisconnect(cl *mqtt.Client, err error, _ bool) {
 // OnACLCheck allows a verified device its own topics only, and no client
 // (anonymous ones included) a publish on a topic only the hub publishes
 // to (the hub's inline client is not checked).
-func (a *DeviceAuth) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
-	if write && HubOnlyTopic(topic) {
+func (a *deviceAuth) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	if write && hubOnlyTopic(topic) {
 		a.count("denied", "publish")
 		if len(topic) > 128 {
 			topic = topic[:128] + "..."
@@ -456,7 +456,7 @@ func (a *DeviceAuth) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool 
 }
 
 // identity is the verified identity of a connected client.
-func (a *DeviceAuth) identity(cl *mqtt.Client) (string, bool) {
+func (a *deviceAuth) identity(cl *mqtt.Client) (string, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	id, ok := a.ids[cl]
@@ -465,7 +465,7 @@ func (a *DeviceAuth) identity(cl *mqtt.Client) (string, bool) {
 
 // identityOf is the verified identity of the connected client with this
 // client id ("" if anonymous or unknown).
-func (a *DeviceAuth) identityOf(clientID string) string {
+func (a *deviceAuth) identityOf(clientID string) string {
 	if a.srv == nil || clientID == "" {
 		return ""
 	}
@@ -478,18 +478,18 @@ func (a *DeviceAuth) identityOf(clientID string) string {
 }
 
 // connections is the number of open connections of verified devices.
-func (a *DeviceAuth) connections() float64 {
+func (a *deviceAuth) connections() float64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return float64(len(a.ids))
 }
 
 // count increments one of the broker's counters (none without metrics).
-func (a *DeviceAuth) count(counter, label string) {
-	if a.Metrics == nil {
+func (a *deviceAuth) count(counter, label string) {
+	if a.metrics == nil {
 		return
 	}
-	c := map[string]*prometheus.CounterVec{"refused": a.Metrics.Refused, "denied": a.Metrics.Denied, "disconnects": a.Metrics.Disconnects}[counter]
+	c := map[string]*prometheus.CounterVec{"refused": a.metrics.refused, "denied": a.metrics.denied, "disconnects": a.metrics.disconnects}[counter]
 	c.WithLabelValues(label).Inc()
 }
 
@@ -508,7 +508,7 @@ func maySubscribe(id, filter string) bool {
 // of devices (clients identified by a certificate keep their connection)
 // and returns how many it disconnected. They may reconnect, and are then
 // verified against the current credentials.
-func (a *DeviceAuth) Revoke(devices []string) int {
+func (a *deviceAuth) revoke(devices []string) int {
 	if a.srv == nil || len(devices) == 0 {
 		return 0
 	}
@@ -543,8 +543,8 @@ func (a *DeviceAuth) Revoke(devices []string) int {
 }
 
 // disconnectRevoked drops a client whose credentials were revoked.
-func (a *DeviceAuth) disconnectRevoked(cl *mqtt.Client) {
+func (a *deviceAuth) disconnectRevoked(cl *mqtt.Client) {
 	_ = a.srv.DisconnectClient(cl, packets.ErrNotAuthorized)
-	a.count("disconnects", DisconnectRevoked)
+	a.count("disconnects", disconnectRevoked)
 	a.Log.Warn("broker disconnected a client whose credentials were revoked", "client", cl.ID, "device", string(cl.Properties.Username))
 }

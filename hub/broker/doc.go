@@ -6,5 +6,6 @@
 // throttle on password checks, and the policy on retained messages.
 //
 // The root hub package picks a Transport from its Options and hands it a
-// MessageHandler; this package imports nothing of the hub.
+// MessageHandler; its Validate checks the broker options through
+// Settings. This package imports nothing of the hub.
 package broker

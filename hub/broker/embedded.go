@@ -18,29 +18,22 @@ import (
 // no TCP loop-back, and an incoming batch is handed to the hub on the
 // sending client's goroutine, so a busy hub slows that sender's reads.
 type Embedded struct {
-	Srv    *mqtt.Server
+	srv    *mqtt.Server
 	tcp    listeners.Listener
 	subs   [3]string
 	paused atomic.Bool
 	log    *slog.Logger
-	Auth   *DeviceAuth
-	Direct *Handoff
+	auth   *deviceAuth
+	direct *handoff
 }
 
 // The inline subscription ids are 1, 2 and 3: the index in subs plus 1.
-
-// NewEmbeddedBroker starts an MQTT broker listening on addr (host:port;
-// port 0 picks a free one, see Addr). It accepts anonymous clients and
-// packets up to maxPacket bytes (0: unlimited).
-func NewEmbeddedBroker(addr string, maxPacket uint32, log *slog.Logger) (Transport, error) {
-	return NewSecureEmbeddedBroker(EmbeddedOptions{Addr: addr, MaxPacket: maxPacket, Logger: log})
-}
 
 // defaultClientQueue and maxClientQueue are the default and the bound of
 // Options.MQTTClientQueue.
 const (
 	DefaultClientQueue = 1024
-	MaxClientQueue     = 1 << 20
+	maxClientQueue     = 1 << 20
 )
 
 // EmbeddedOptions configure the embedded broker.
@@ -71,32 +64,32 @@ func NewSecureEmbeddedBroker(o EmbeddedOptions) (Transport, error) {
 	caps.MaximumPacketSize = o.MaxPacket
 	caps.MaximumClientWritesPending = DefaultClientQueue
 	if o.ClientQueue > 0 {
-		caps.MaximumClientWritesPending = int32(min(o.ClientQueue, MaxClientQueue))
+		caps.MaximumClientWritesPending = int32(min(o.ClientQueue, maxClientQueue))
 	}
 	srv := mqtt.New(&mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,
-		Logger:       slog.New(MinLevel{o.Logger.Handler(), slog.LevelWarn}).With("component", "broker"),
+		Logger:       slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}).With("component", "broker"),
 	})
 	blog := o.Logger.With("component", "broker")
 	auth := newDeviceAuth(o.Security, nil, blog)
 	auth.srv = srv
-	e := &Embedded{Srv: srv, log: o.Logger, Auth: auth}
-	e.Direct = newHandoff(e)
+	e := &Embedded{srv: srv, log: o.Logger, auth: auth}
+	e.direct = newHandoff(e)
 	retain := &retainGuard{maxBytes: o.Security.MaxRetainedBytes, log: newBrokerLog(blog, auth.thr.o.Now)}
 	if retain.maxBytes <= 0 {
 		retain.maxBytes = DefaultMaxRetainedBytes
 	}
 	if o.Registerer != nil {
-		m, err := newBrokerMetrics(o.Registerer, auth.connections, e.Direct, auth.thr)
+		m, err := newBrokerMetrics(o.Registerer, auth.connections, e.direct, auth.thr)
 		if err != nil {
 			return nil, fmt.Errorf("embedded broker metrics: %w", err)
 		}
-		auth.Metrics, retain.refused = m, m.Retained
+		auth.metrics, retain.refused = m, m.retained
 	}
 	// Order matters: the retain guard takes the retain flag off before the
 	// handoff looks at it (it routes retained messages).
-	for _, h := range []mqtt.Hook{auth, retain, e.Direct} {
+	for _, h := range []mqtt.Hook{auth, retain, e.direct} {
 		if err := srv.AddHook(h, nil); err != nil {
 			return nil, fmt.Errorf("embedded broker: %w", err)
 		}
@@ -131,30 +124,30 @@ func (e *Embedded) Start(h MessageHandler) error {
 // StartIdentified subscribes the inline client and passes each message's
 // publisher identity (see BrokerSecurity) along with it.
 func (e *Embedded) StartIdentified(h IdentifiedHandler) error {
-	secure := e.Auth.sec.enabled()
+	secure := e.auth.sec.enabled()
 	fn := func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
 		if e.paused.Load() {
 			return
 		}
 		id := ""
 		if secure {
-			id = e.Auth.identityOf(pk.Origin)
+			id = e.auth.identityOf(pk.Origin)
 		}
 		h(pk.TopicName, id, pk.Payload)
 	}
 	for i, f := range e.subs {
-		if err := e.Srv.Subscribe(f, i+1, fn); err != nil {
+		if err := e.srv.Subscribe(f, i+1, fn); err != nil {
 			return fmt.Errorf("embedded broker subscribe %s: %w", f, err)
 		}
 	}
-	e.Direct.start(h)
+	e.direct.start(h)
 	return nil
 }
 
 // Publish hands msgs to the broker, which queues them for the subscribers.
 func (e *Embedded) Publish(msgs []Message) error {
 	for _, m := range msgs {
-		if err := e.Srv.Publish(m.Topic, m.Payload, false, m.qos()); err != nil {
+		if err := e.srv.Publish(m.Topic, m.Payload, false, m.qos()); err != nil {
 			return fmt.Errorf("publish %s: %w", m.Topic, err)
 		}
 	}
@@ -168,12 +161,19 @@ func (e *Embedded) Connected() bool { return true }
 func (e *Embedded) Pause() {
 	e.paused.Store(true)
 	for i, f := range e.subs {
-		_ = e.Srv.Unsubscribe(f, i+1)
+		_ = e.srv.Unsubscribe(f, i+1)
 	}
 }
 
+// Revoke disconnects the connected clients that proved a password of one
+// of devices, whose credentials a reload removed or changed (clients
+// identified by a certificate keep their connection), and returns how
+// many it disconnected. They may reconnect, and are then verified against
+// the current credentials.
+func (e *Embedded) Revoke(devices []string) int { return e.auth.revoke(devices) }
+
 // Close stops the broker and disconnects its clients.
-func (e *Embedded) Close() error { return e.Srv.Close() }
+func (e *Embedded) Close() error { return e.srv.Close() }
 
 // IdentifiedHandler receives one incoming message with the verified
 // identity (device id) of the client that published it; identity is ""

@@ -23,65 +23,65 @@ import (
 // hub receives them through its inline subscription, so no subscriber
 // misses a message. The PUBACK of a handed-off QoS 1 publish is sent as
 // before, after the hub has taken the message.
-type Handoff struct {
+type handoff struct {
 	mqtt.HookBase
 	e *Embedded
 	h atomic.Pointer[IdentifiedHandler]
 
 	mu       sync.Mutex
 	watch    map[string]map[string]bool // client id -> its filters that match batches or time requests
-	Watchers atomic.Int64               // filters in watch
-	Handed   atomic.Uint64              // messages handed to the hub directly
-	Routed   atomic.Uint64              // messages left to the broker (watchers, retained)
+	watchers atomic.Int64               // filters in watch
+	handed   atomic.Uint64              // messages handed to the hub directly
+	routed   atomic.Uint64              // messages left to the broker (watchers, retained)
 }
 
-func newHandoff(e *Embedded) *Handoff {
-	return &Handoff{e: e, watch: map[string]map[string]bool{}}
+func newHandoff(e *Embedded) *handoff {
+	return &handoff{e: e, watch: map[string]map[string]bool{}}
 }
 
 // ID names the hook.
-func (d *Handoff) ID() string { return "edgeflow-hub-handoff" }
+func (d *handoff) ID() string { return "edgeflow-hub-handoff" }
 
 // Provides lists the hook methods used.
-func (d *Handoff) Provides(b byte) bool {
+func (d *handoff) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnPublish, mqtt.OnSubscribed, mqtt.OnUnsubscribed}, []byte{b})
 }
 
 // start sets the hub's handler; until then every message is routed.
-func (d *Handoff) start(h IdentifiedHandler) { d.h.Store(&h) }
+func (d *handoff) start(h IdentifiedHandler) { d.h.Store(&h) }
 
 // OnPublish hands a device's batch or time request to the hub and tells
 // the broker not to route it (packets.CodeSuccessIgnore still acknowledges
 // a QoS 1 publish). Anything else, and everything while another client
 // subscribes to these topics, goes the usual way.
-func (d *Handoff) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+func (d *handoff) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	h := d.h.Load()
-	if h == nil || cl.Net.Inline || d.e.paused.Load() || !HandedOff(pk.TopicName) {
+	if h == nil || cl.Net.Inline || d.e.paused.Load() || !handedOff(pk.TopicName) {
 		return pk, nil
 	}
-	if d.Watchers.Load() > 0 || pk.FixedHeader.Retain {
-		d.Routed.Add(1)
+	if d.watchers.Load() > 0 || pk.FixedHeader.Retain {
+		d.routed.Add(1)
 		return pk, nil
 	}
 	id := ""
-	if d.e.Auth.sec.enabled() {
-		id, _ = d.e.Auth.identity(cl)
+	if d.e.auth.sec.enabled() {
+		id, _ = d.e.auth.identity(cl)
 	}
 	(*h)(pk.TopicName, id, pk.Payload)
-	d.Handed.Add(1)
+	d.handed.Add(1)
 	return pk, packets.CodeSuccessIgnore
 }
 
 // OnSubscribed records the client's granted filters that match batches or
 // time requests.
-func (d *Handoff) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
+func (d *handoff) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
 	if cl.Net.Inline {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, sub := range pk.Filters {
-		if i >= len(reasonCodes) || reasonCodes[i] >= packets.ErrUnspecifiedError.Code || !WatchesHandedOff(sub.Filter) {
+		if i >= len(reasonCodes) || reasonCodes[i] >= packets.ErrUnspecifiedError.Code || !watchesHandedOff(sub.Filter) {
 			continue
 		}
 		fs := d.watch[cl.ID]
@@ -91,7 +91,7 @@ func (d *Handoff) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes [
 		}
 		if !fs[sub.Filter] {
 			fs[sub.Filter] = true
-			d.Watchers.Add(1)
+			d.watchers.Add(1)
 			d.e.log.Info("a client subscribes to device batches or time requests: the embedded broker routes them to it as well, at a cost in CPU",
 				"client", cl.ID, "filter", sub.Filter)
 		}
@@ -100,7 +100,7 @@ func (d *Handoff) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes [
 
 // OnUnsubscribed forgets the filters a client dropped (the broker also
 // calls it when a session ends).
-func (d *Handoff) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
+func (d *handoff) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	if cl.Net.Inline {
 		return
 	}
@@ -110,7 +110,7 @@ func (d *Handoff) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	for _, sub := range pk.Filters {
 		if fs[sub.Filter] {
 			delete(fs, sub.Filter)
-			d.Watchers.Add(-1)
+			d.watchers.Add(-1)
 		}
 	}
 	if fs != nil && len(fs) == 0 {
@@ -120,7 +120,7 @@ func (d *Handoff) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 
 // handedOff reports whether topic is a device's batch or time request
 // topic (device ids are checked by the hub, which rejects bad ones).
-func HandedOff(topic string) bool {
+func handedOff(topic string) bool {
 	rest, ok := strings.CutPrefix(topic, wire.TopicPrefix)
 	if !ok {
 		return false
@@ -131,7 +131,7 @@ func HandedOff(topic string) bool {
 
 // watchesHandedOff reports whether filter (possibly a shared
 // subscription's) matches the batch or time request topic of any device.
-func WatchesHandedOff(filter string) bool {
+func watchesHandedOff(filter string) bool {
 	if rest, ok := strings.CutPrefix(filter, "$share/"); ok {
 		_, filter, ok = strings.Cut(rest, "/")
 		if !ok {

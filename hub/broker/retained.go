@@ -21,18 +21,18 @@ import (
 const DefaultMaxRetainedBytes = 4 << 10
 
 // maxMaxRetainedBytes bounds Options.MQTTMaxRetainedBytes.
-const MaxMaxRetainedBytes = 1 << 20
+const maxMaxRetainedBytes = 1 << 20
 
 // Why a retained message was refused.
 const (
-	RetainNotStatus = "not_status_topic" // only edge/v1/{device}/status is retained
-	RetainTooLarge  = "too_large"        // payload beyond MaxRetainedBytes
+	retainNotStatus = "not_status_topic" // only edge/v1/{device}/status is retained
+	retainTooLarge  = "too_large"        // payload beyond MaxRetainedBytes
 )
 
 // hubOnlyTopic reports whether only the hub may publish to topic: a
 // device's ack or time response topic. A forged ack would make an agent
 // delete events the hub never applied.
-func HubOnlyTopic(topic string) bool {
+func hubOnlyTopic(topic string) bool {
 	rest, ok := strings.CutPrefix(topic, wire.TopicPrefix)
 	if !ok {
 		return false
@@ -45,12 +45,12 @@ func HubOnlyTopic(topic string) bool {
 // refused ("" if it is not). The broker keeps a retained message until it
 // is replaced and hands it to every subscriber that comes, so it keeps
 // only what the protocol retains: a device's status, within maxBytes.
-func RetainRefusal(topic string, size, maxBytes int) string {
+func retainRefusal(topic string, size, maxBytes int) string {
 	if _, kind, err := wire.ParseTopic(topic); err != nil || kind != wire.KindStatus {
-		return RetainNotStatus
+		return retainNotStatus
 	}
 	if size > maxBytes {
-		return RetainTooLarge
+		return retainTooLarge
 	}
 	return ""
 }
@@ -82,7 +82,7 @@ func (g *retainGuard) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Pac
 	if !pk.FixedHeader.Retain || cl.Net.Inline {
 		return pk, nil
 	}
-	if why := RetainRefusal(pk.TopicName, len(pk.Payload), g.maxBytes); why != "" {
+	if why := retainRefusal(pk.TopicName, len(pk.Payload), g.maxBytes); why != "" {
 		pk.FixedHeader.Retain = false
 		g.refuse(cl, "publish", pk.TopicName, len(pk.Payload), why)
 	}
@@ -92,7 +92,7 @@ func (g *retainGuard) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Pac
 // OnWill takes the retain flag off a last will that breaks the rule.
 func (g *retainGuard) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 	if will.Retain {
-		if why := RetainRefusal(will.TopicName, len(will.Payload), g.maxBytes); why != "" {
+		if why := retainRefusal(will.TopicName, len(will.Payload), g.maxBytes); why != "" {
 			will.Retain = false
 			g.refuse(cl, "will", will.TopicName, len(will.Payload), why)
 		}

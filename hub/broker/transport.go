@@ -33,7 +33,7 @@ func (m Message) qos() byte {
 type MessageHandler func(topic string, payload []byte)
 
 // Transport connects the hub to devices through an MQTT broker: the
-// embedded one (NewEmbeddedBroker) or an external one (NewExternalBroker).
+// embedded one (NewSecureEmbeddedBroker) or an external one (NewExternalBroker).
 type Transport interface {
 	// Start subscribes to batches, status and time requests and delivers
 	// them to h until Pause or Close.
@@ -64,14 +64,14 @@ func subscriptions(group string) (batches, status, timeReqs string) {
 
 // minLevel wraps a slog.Handler to drop records below a level; the
 // brokers' per-connection info logs would flood the hub's log.
-type MinLevel struct {
+type minLevel struct {
 	slog.Handler
 	min slog.Level
 }
 
 // Enabled reports whether l is at least the minimum and the inner handler
 // takes it.
-func (m MinLevel) Enabled(ctx context.Context, l slog.Level) bool {
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= m.min && m.Handler.Enabled(ctx, l)
 }
 
@@ -83,7 +83,7 @@ func (m MinLevel) Enabled(ctx context.Context, l slog.Level) bool {
 // without a DISCONNECT: power or link lost) is taken down to debug, below
 // the minimum, so a fleet's power cut does not fill the log. The will and
 // the device registry say the device went away.
-func (m MinLevel) Handle(ctx context.Context, r slog.Record) error {
+func (m minLevel) Handle(ctx context.Context, r slog.Record) error {
 	level, msg := r.Level, r.Message
 	if msg == "" {
 		msg = "client connection ended"
@@ -116,11 +116,11 @@ func peerWentAway(err error) bool {
 }
 
 // WithAttrs keeps the minimum.
-func (m MinLevel) WithAttrs(a []slog.Attr) slog.Handler {
-	return MinLevel{m.Handler.WithAttrs(a), m.min}
+func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(a), m.min}
 }
 
 // WithGroup keeps the minimum.
-func (m MinLevel) WithGroup(name string) slog.Handler {
-	return MinLevel{m.Handler.WithGroup(name), m.min}
+func (m minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{m.Handler.WithGroup(name), m.min}
 }

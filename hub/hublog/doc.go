@@ -2,8 +2,8 @@
 // else it keeps in one Badger directory. It defines every key (keys.go),
 // the log entry (Entry, with its encoding), the store (OpenStore, Store:
 // replay, the dedup state, checkpoints, retention helpers), the key codecs
-// of the event-time index (its buckets and the one-time build are the root
-// hub's, eventindex.go: they need a batch's corrected event times), the
+// of the event-time index (its buckets and the one-time build are package
+// hub/eventtime's: they need a batch's corrected event times), the
 // stored aggregate partials (BadgerPartials), the records of losses to
 // store damage (LogDamage, DamageRecord) and the classified
 // errors an operator acts on (ErrCorrupt, ErrStoreLocked, ErrStoreDamaged,

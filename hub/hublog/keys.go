@@ -80,8 +80,8 @@ func chunkKey(gen uint64, i int) []byte {
 }
 
 // EventIndexLevelAll is the event-time index's catch-all level; levels
-// below it are bucket sizes (minute, hour, day, see the root hub's
-// eventindex.go).
+// below it are bucket sizes (minute, hour, day, see package
+// hub/eventtime).
 const EventIndexLevelAll = 3
 
 // EventKeyFixLen is the length of an event-time index key after its

@@ -1,4 +1,4 @@
-package hub
+package eventtime
 
 import (
 	"bytes"
@@ -20,52 +20,20 @@ import (
 	"edgeflow/wire/wirepb"
 )
 
-// The event-time index lets GET /v1/events find a device's batch entries
-// by the corrected times of their events, whatever their arrival: a device
-// back from a day offline uploads events of yesterday today, and a query
-// for yesterday finds them. Every batch entry gets at most four keys
-//
-//	t<device>\x00<level:1><bucketStart:8><position:8><serverTimeNs:8>
-//
-// written in the same transaction as the entry itself, so the two are
-// never apart after a crash. position and serverTimeNs are the entry's
-// log key. The level is the smallest of minute, hour and day whose
-// buckets holding the entry's events number at most four (a key per
-// bucket, no value). An entry whose events spread over more than four
-// days (a device offline for weeks that reports once an hour, say) gets
-// one key at the catch-all level instead: bucketStart is its earliest
-// event time and the value its latest (8 bytes). A query for [from, to)
-// reads, for each level, the keys of the buckets that overlap it, and the
-// catch-all keys that start before to (keys only, cheap), keeping those
-// whose span overlaps it; then it reads the entries they name, in log
-// order.
-//
-// The buckets are those of the events the entry applies (fresh, not
-// refused) at the time correctTime gives them, the time the query
-// filters by. A decode worker computes them for the whole batch; the
-// committer recomputes them only when the entry applies part of it or an
-// UNTRUSTED event takes the hub's estimate (eventIndexKVs). Retention and
-// the one-time build compute them from the stored entry, the same way.
-//
-// The keys and their codecs are hublog's (keys.go): hublog.KeyEventIndex
-// marks a store whose index covers the whole log. A store without it
-// (written before the index existed) gets its index built once from its
-// log when the hub opens it; the per-device arrival index that came
-// before (keys e<device>\x00<serverTimeNs:8><position:8> and its marker
-// s) is deleted then.
+// levelAll is the catch-all level; 0, 1 and 2 are buckets of a minute,
+// an hour and a day.
+const levelAll = hublog.EventIndexLevelAll
 
-// Index levels: buckets of a minute, an hour and a day, and the catch-all.
-const (
-	levelAll     = hublog.EventIndexLevelAll
-	maxIndexKeys = 4 // keys per entry, and buckets per level at most
-)
+// MaxKeys bounds the index keys of one entry (and the buckets of a level
+// it is indexed at), so the committer can size what it writes per batch.
+const MaxKeys = 4
 
 // levelSize is the bucket size of each level but the catch-all, in ns.
 var levelSize = [levelAll]int64{int64(time.Minute), int64(time.Hour), int64(24 * time.Hour)}
 
-// errIndexScanCap is returned by eventEntries when more entries than its
-// cap would be read.
-var errIndexScanCap = errors.New("hub: event index: too many log entries")
+// ErrScanCap is returned by Entries when more entries than its cap would
+// be read, so the caller can ask for a narrower range.
+var ErrScanCap = errors.New("hub: event index: too many log entries")
 
 // bucketOf is the start of the bucket of size holding ns.
 func bucketOf(ns, size int64) int64 {
@@ -76,23 +44,25 @@ func bucketOf(ns, size int64) int64 {
 	return b * size
 }
 
-// bucketSet collects the distinct buckets of an entry's event times at
-// each level, up to maxIndexKeys each, and their span.
-type bucketSet struct {
-	n          [levelAll]int // maxIndexKeys+1 once a level has too many
-	b          [levelAll][maxIndexKeys]int64
+// Buckets collects the distinct buckets of an entry's event times at
+// each level, up to MaxKeys each, and their span. A decode worker fills
+// it (Prepare) so the committer, which every batch goes through, only
+// writes the keys (AppendKVs). The zero value is empty.
+type Buckets struct {
+	n          [levelAll]int // MaxKeys+1 once a level has too many
+	b          [levelAll][MaxKeys]int64
 	some       bool
 	minNs, max int64
 	minute     int64 // the previous event's minute bucket
 	// untrusted: some event is UNTRUSTED, so its time depends on the
-	// hub's estimate (correctTime).
+	// hub's estimate (Correct).
 	untrusted bool
 	// done: a decode worker filled the set for the whole batch.
 	done bool
 }
 
 // add records one event time.
-func (s *bucketSet) add(ns int64) {
+func (s *Buckets) add(ns int64) {
 	if !s.some {
 		s.some, s.minNs, s.max = true, ns, ns
 	} else if s.minNs, s.max = min(s.minNs, ns), max(s.max, ns); ns >= s.minute && ns-s.minute < levelSize[0] {
@@ -100,14 +70,14 @@ func (s *bucketSet) add(ns int64) {
 	}
 	s.minute = bucketOf(ns, levelSize[0])
 	for l := range levelAll {
-		if s.n[l] > maxIndexKeys {
+		if s.n[l] > MaxKeys {
 			continue
 		}
 		b := bucketOf(ns, levelSize[l])
 		if slices.Contains(s.b[l][:s.n[l]], b) {
 			return // the same bucket at this level is the same at the higher ones
 		}
-		if s.n[l] == maxIndexKeys {
+		if s.n[l] == MaxKeys {
 			s.n[l]++
 			continue
 		}
@@ -119,12 +89,12 @@ func (s *bucketSet) add(ns int64) {
 // choose returns the level to index at and its buckets (none when no
 // event was added); at the catch-all level, the one bucket starts at the
 // earliest event time and lastNs is the latest.
-func (s *bucketSet) choose() (level byte, buckets []int64, lastNs int64) {
+func (s *Buckets) choose() (level byte, buckets []int64, lastNs int64) {
 	if !s.some {
 		return 0, nil, 0
 	}
 	for l := range levelAll {
-		if s.n[l] <= maxIndexKeys {
+		if s.n[l] <= MaxKeys {
 			return byte(l), s.b[l][:s.n[l]], 0
 		}
 	}
@@ -132,18 +102,18 @@ func (s *bucketSet) choose() (level byte, buckets []int64, lastNs int64) {
 }
 
 // addEvents adds to s the corrected times (with est) of v's events in
-// fresh that refused does not hold: the events the applier applies, at
-// the time correctTime gives them (as applier.event does). It reads a
+// fresh that refused does not hold: the events the hub's applier applies,
+// at the time Correct gives them. It reads a
 // columnar batch's columns without building its events.
-func (s *bucketSet) addEvents(v *batchview.View, fresh []ranges.SeqRange, refused []hublog.RefusedRange, est hublog.HubEstimate) {
+func (s *Buckets) addEvents(v *batchview.View, fresh []ranges.SeqRange, refused []hublog.RefusedRange, est hublog.HubEstimate) {
 	n := uint64(v.Len())
 	c, evs := v.Columns(), v.Events
 	if c != nil && (len(c.Time) < int(n) || len(c.Offset) < int(n) || len(c.Uncertainty) < int(n) || len(c.Method) < int(n)) ||
 		c == nil && len(evs) < int(n) {
 		return // not a parsed batch
 	}
-	var e AppliedEvent // reused: correctTime reads and sets only its time fields
-	var off int64
+	var dev, off, unc int64
+	var m wirepb.TimeMethod
 	for _, r := range fresh {
 		if r.First < v.FirstSeq || r.Last < r.First {
 			continue
@@ -154,42 +124,47 @@ func (s *bucketSet) addEvents(v *batchview.View, fresh []ranges.SeqRange, refuse
 				continue
 			}
 			if c != nil {
-				e.DeviceTimeNs, off, e.UncertaintyNs, e.Method = c.Time[i], c.Offset[i], c.Uncertainty[i], wirepb.TimeMethod(int32(c.Method[i]))
+				dev, off, unc, m = c.Time[i], c.Offset[i], c.Uncertainty[i], wirepb.TimeMethod(int32(c.Method[i]))
 			} else {
 				ev := &evs[i]
-				e.DeviceTimeNs, off, e.UncertaintyNs, e.Method = ev.DeviceTimeNs, ev.OffsetNs, ev.UncertaintyNs, ev.Method
+				dev, off, unc, m = ev.DeviceTimeNs, ev.OffsetNs, ev.UncertaintyNs, ev.Method
 			}
-			e.EventTimeNs = e.DeviceTimeNs
-			s.untrusted = s.untrusted || e.Method == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED
-			correctTime(&e, off, est)
-			if t := e.EventTimeNs; s.some && t >= s.minute && t-s.minute < levelSize[0] {
+			s.untrusted = s.untrusted || m == wirepb.TimeMethod_TIME_METHOD_UNTRUSTED
+			t, _, _ := Correct(dev, off, unc, m, est)
+			if s.some && t >= s.minute && t-s.minute < levelSize[0] {
 				s.minNs, s.max = min(s.minNs, t), max(s.max, t) // the previous event's minute
 				continue
 			}
-			s.add(e.EventTimeNs)
+			s.add(t)
 		}
 	}
 }
 
-// prepareEventIndex fills p's bucket set from its valid batch, for the
-// whole batch and without the hub's estimate: a decode worker does the
-// per-event work, and the committer uses the set as it is when the entry
-// applies the whole batch and no event's time depends on the estimate
-// (eventIndexKVs).
-func (p *pending) prepareEventIndex(v *batchview.View) {
-	if p.last < p.first || p.first == 0 {
+// Prepare fills s from a valid batch v of the sequence numbers
+// [first, last], for the whole batch and without the hub's estimate: a
+// decode worker does the per-event work, and the committer uses the set
+// as it is when the entry applies the whole batch and no event's time
+// depends on the estimate (AppendKVs).
+func (s *Buckets) Prepare(v *batchview.View, first, last uint64) {
+	if last < first || first == 0 {
 		return
 	}
-	whole := []ranges.SeqRange{{First: p.first, Last: p.last}}
-	p.times.addEvents(v, whole, freshRefused(v, whole), hublog.HubEstimate{})
-	p.times.done = true
+	whole := []ranges.SeqRange{{First: first, Last: last}}
+	s.addEvents(v, whole, FreshRefused(v, whole), hublog.HubEstimate{})
+	s.done = true
 }
 
-// eventIndexKVs appends the index keys and values of batch entry e parsed
+// KV is one index key and its value (nil but at the catch-all level),
+// to be written with the log entry it names.
+type KV struct {
+	Key, Value []byte
+}
+
+// AppendKVs appends the index keys and values of batch entry e parsed
 // as v to out, from pre when a decode worker prepared it and it holds for
 // e (else nil), else from v.
-func eventIndexKVs(out []kv, e *hublog.Entry, v *batchview.View, pre *bucketSet) []kv {
-	var s bucketSet
+func AppendKVs(out []KV, e *hublog.Entry, v *batchview.View, pre *Buckets) []KV {
+	var s Buckets
 	if pre != nil && pre.done && !(pre.untrusted && e.Est.OK) && len(e.Fresh) == 1 &&
 		e.Fresh[0].First == v.FirstSeq && e.Fresh[0].Last == v.FirstSeq+uint64(v.Len())-1 {
 		s = *pre
@@ -206,18 +181,18 @@ func eventIndexKVs(out []kv, e *hublog.Entry, v *batchview.View, pre *bucketSet)
 		buf = append(buf, hublog.PrefixEventIndex)
 		buf = append(buf, e.Device...)
 		buf = hublog.AppendEventIndexKey(append(buf, 0), level, b, e.Seq, e.ServerTimeNs)
-		out = append(out, kv{k: buf[len(buf)-n : len(buf) : len(buf)]})
+		out = append(out, KV{Key: buf[len(buf)-n : len(buf) : len(buf)]})
 	}
 	if level == levelAll {
 		buf = binary.BigEndian.AppendUint64(buf, hublog.SortableNs(lastNs))
-		out[len(out)-1].v = buf[len(buf)-8:]
+		out[len(out)-1].Value = buf[len(buf)-8:]
 	}
 	return out
 }
 
 // storedIndexKVs returns the index keys and values of a stored log entry
 // (none for ticks and status entries).
-func storedIndexKVs(e *hublog.Entry, lim wire.Limits) ([]kv, error) {
+func storedIndexKVs(e *hublog.Entry, lim wire.Limits) ([]KV, error) {
 	if e.Kind != hublog.KindBatch {
 		return nil, nil
 	}
@@ -225,7 +200,7 @@ func storedIndexKVs(e *hublog.Entry, lim wire.Limits) ([]kv, error) {
 	if err := batchview.ParseBatchFrame(v, e.Payload, lim); err != nil {
 		return nil, fmt.Errorf("%w: log entry %d: batch: %v", hublog.ErrCorrupt, e.Seq, err)
 	}
-	return eventIndexKVs(nil, e, v, nil), nil
+	return AppendKVs(nil, e, v, nil), nil
 }
 
 // indexPosition names a log entry an index key points to.
@@ -234,11 +209,11 @@ type indexPosition struct {
 	serverTimeNs int64
 }
 
-// eventEntries calls fn, in log order, with each of device's batch
+// Entries calls fn, in log order, with each of device's batch
 // entries that may hold events with a corrected time in [fromNs, toNs)
 // and that arrived before arrivedBeforeNs. Past maxEntries entries it
-// returns errIndexScanCap without calling fn.
-func eventEntries(st *hublog.Store, device string, fromNs, toNs, arrivedBeforeNs int64, maxEntries int, fn func(*hublog.Entry) error) error {
+// returns ErrScanCap without calling fn.
+func Entries(st *hublog.Store, device string, fromNs, toNs, arrivedBeforeNs int64, maxEntries int, fn func(*hublog.Entry) error) error {
 	return st.DB.View(func(txn *badger.Txn) error {
 		pos, err := eventPositions(txn, device, fromNs, toNs, arrivedBeforeNs, maxEntries)
 		if err != nil {
@@ -269,7 +244,7 @@ func eventPositions(txn *badger.Txn, device string, fromNs, toNs, arrivedBeforeN
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	var pos []indexPosition
-	maxKeys := maxIndexKeys * maxEntries
+	maxKeys := MaxKeys * maxEntries
 	for l := byte(0); l <= levelAll; l++ {
 		lo, hi := int64(math.MinInt64), toNs-1 // the catch-all: spans starting before to
 		if l < levelAll {
@@ -296,14 +271,14 @@ func eventPositions(txn *badger.Txn, device string, fromNs, toNs, arrivedBeforeN
 				}
 			}
 			if pos = append(pos, indexPosition{k.Seq, k.ServerTimeNs}); len(pos) > maxKeys {
-				return nil, errIndexScanCap
+				return nil, ErrScanCap
 			}
 		}
 	}
 	slices.SortFunc(pos, func(a, b indexPosition) int { return cmp.Compare(a.seq, b.seq) })
 	pos = slices.Compact(pos)
 	if len(pos) > maxEntries {
-		return nil, errIndexScanCap
+		return nil, ErrScanCap
 	}
 	return pos, nil
 }
@@ -321,12 +296,12 @@ func catchAllLast(item *badger.Item) (int64, error) {
 	return last, err
 }
 
-// indexKeysOfLog returns the index keys of the log entries with the given
+// KeysOfLog returns the index keys of the log entries with the given
 // log keys (Retain deletes them with the entries), reading and parsing
 // each entry: about what replaying them costs. An entry that cannot
 // be read or parsed has no keys it can name; its keys, if any, stay, and
 // readers skip them once the entry is gone.
-func indexKeysOfLog(st *hublog.Store, walKeys [][]byte, lim wire.Limits) ([][]byte, error) {
+func KeysOfLog(st *hublog.Store, walKeys [][]byte, lim wire.Limits) ([][]byte, error) {
 	var out [][]byte
 	err := st.DB.View(func(txn *badger.Txn) error {
 		for _, wk := range walKeys {
@@ -343,7 +318,7 @@ func indexKeysOfLog(st *hublog.Store, walKeys [][]byte, lim wire.Limits) ([][]by
 				continue // unparsable: no keys it can name (see above)
 			}
 			for _, x := range kvs {
-				out = append(out, x.k)
+				out = append(out, x.Key)
 			}
 		}
 		return nil
@@ -351,11 +326,11 @@ func indexKeysOfLog(st *hublog.Store, walKeys [][]byte, lim wire.Limits) ([][]by
 	return out, err
 }
 
-// ensureEventIndex builds the event-time index from the whole log once,
+// EnsureIndex builds the event-time index from the whole log once,
 // for a store written before it existed (see hublog.KeyEventIndex), deleting the
 // arrival index it replaces. Entries it cannot read are left to recovery,
 // which reports them.
-func ensureEventIndex(st *hublog.Store, lim wire.Limits, log *slog.Logger) error {
+func EnsureIndex(st *hublog.Store, lim wire.Limits, log *slog.Logger) error {
 	done := false
 	err := st.DB.View(func(txn *badger.Txn) error {
 		_, err := txn.Get([]byte(hublog.KeyEventIndex))
@@ -385,7 +360,7 @@ func ensureEventIndex(st *hublog.Store, lim wire.Limits, log *slog.Logger) error
 			}
 			entries++
 			e, err := hublog.WALItemEntry(it.Item(), seq)
-			var kvs []kv
+			var kvs []KV
 			if err == nil {
 				kvs, err = storedIndexKVs(e, lim)
 			}
@@ -394,7 +369,7 @@ func ensureEventIndex(st *hublog.Store, lim wire.Limits, log *slog.Logger) error
 				continue
 			}
 			for _, x := range kvs {
-				if err := wb.Set(x.k, x.v); err != nil {
+				if err := wb.Set(x.Key, x.Value); err != nil {
 					return err
 				}
 			}

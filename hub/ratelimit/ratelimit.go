@@ -1,18 +1,18 @@
-package hub
+package ratelimit
 
 import (
 	"sync"
 	"time"
 
 	"edgeflow/hub/batchview"
-	"edgeflow/wire"
 )
 
-// rateLimiter is a token bucket of events per device. A batch passes when
+// Limiter is a token bucket of events per device. A batch passes when
 // its device's bucket is not in debt and then takes all its events, so a
 // batch larger than the bucket still passes after a pause and the
-// sustained rate stays bounded.
-type rateLimiter struct {
+// sustained rate stays bounded. It is safe for concurrent use; a nil
+// Limiter allows everything.
+type Limiter struct {
 	rate, burst float64 // events per second, bucket size in events
 
 	mu      sync.Mutex
@@ -29,17 +29,19 @@ type bucket struct {
 // idle long enough to have refilled) are forgotten.
 const maxBuckets = 1 << 16
 
-// newRateLimiter returns nil (no limit) for a rate of 0.
-func newRateLimiter(rate, burst float64) *rateLimiter {
+// New returns a limiter of rate events per second per device, with
+// buckets of burst events (at least 1); nil (no limit) for a rate of 0.
+func New(rate, burst float64) *Limiter {
 	if rate <= 0 {
 		return nil
 	}
-	return &rateLimiter{rate: rate, burst: max(burst, 1), buckets: map[string]*bucket{}}
+	return &Limiter{rate: rate, burst: max(burst, 1), buckets: map[string]*bucket{}}
 }
 
-// take charges n events to device at nowNs, or returns a rate_limited
-// rejection. A nil limiter allows everything.
-func (r *rateLimiter) take(device string, n int, nowNs int64) error {
+// Take charges n events to device at nowNs, or returns a rate_limited
+// rejection (batchview.ReasonRateLimited). A nil limiter allows
+// everything.
+func (r *Limiter) Take(device string, n int, nowNs int64) error {
 	if r == nil {
 		return nil
 	}
@@ -64,9 +66,9 @@ func (r *rateLimiter) take(device string, n int, nowNs int64) error {
 	return nil
 }
 
-// retryAfter is how long until device's bucket is out of debt as of nowNs
+// RetryAfter is how long until device's bucket is out of debt as of nowNs
 // (0 if it is not in debt): the hint sent with a RETRY_LATER ack.
-func (r *rateLimiter) retryAfter(device string, nowNs int64) time.Duration {
+func (r *Limiter) RetryAfter(device string, nowNs int64) time.Duration {
 	if r == nil {
 		return 0
 	}
@@ -87,27 +89,10 @@ func (r *rateLimiter) retryAfter(device string, nowNs int64) time.Duration {
 }
 
 // pruneLocked forgets the buckets that are full by now.
-func (r *rateLimiter) pruneLocked(nowNs int64) {
+func (r *Limiter) pruneLocked(nowNs int64) {
 	for d, b := range r.buckets {
 		if b.tokens+float64(nowNs-b.lastNs)/1e9*r.rate >= r.burst {
 			delete(r.buckets, d)
 		}
 	}
-}
-
-// handleFrom is the identified transport's handler: a batch published by a
-// verified device for another device is refused before it is decoded (not
-// acked: the ack topic belongs to the device in the topic), counted as
-// REJECTED with reason identity_mismatch, and logged at a limited rate.
-func (s *Server) handleFrom(topic, identity string, payload []byte) {
-	if identity != "" {
-		if device, kind, err := wire.ParseTopic(topic); err == nil && kind == wire.KindBatch && device != identity {
-			s.m.batches.WithLabelValues("rejected").Inc()
-			s.m.rejected.WithLabelValues(string(batchview.ReasonIdentityMismatch)).Inc()
-			s.rejLog.log(s.log, "batch", device, "rejected batch",
-				batchview.Reject(batchview.ReasonIdentityMismatch, "published by device %q for device %q", identity, device))
-			return
-		}
-	}
-	s.handle(topic, payload)
 }

@@ -1,4 +1,4 @@
-package hub
+package eventtime
 
 import (
 	"fmt"
@@ -6,7 +6,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"edgeflow/hub/batchview"
 	"edgeflow/hub/hublog"
+	"edgeflow/hub/internal/hubtest"
 	"edgeflow/hub/ranges"
 	"edgeflow/wire"
 )
@@ -18,34 +20,34 @@ import (
 // apart (the ingest benchmark's) and of one event (the fleet's), in both
 // codecs.
 //
-//	go test ./hub -run '^$' -bench BenchmarkEventIndexKeys
+//	go test ./hub/eventtime -run '^$' -bench BenchmarkEventIndexKeys
 func BenchmarkEventIndexKeys(b *testing.B) {
 	for _, size := range []int{1000, 1} {
 		for _, codec := range []wire.Codec{wire.CodecZstd, wire.CodecColumns} {
 			for _, stage := range []string{"worker", "committer"} {
 				b.Run(fmt.Sprintf("%v/events=%d/%s", codec, size, stage), func(b *testing.B) {
-					batch := makeBatch("bench-0", wire.NewStreamID(), 1, size)
+					batch := hubtest.MakeBatch("bench-0", wire.NewStreamID(), 1, size)
 					body, err := proto.Marshal(batch)
 					if err != nil {
 						b.Fatal(err)
 					}
-					e := &hublog.Entry{Kind: hublog.KindBatch, Seq: 1, ServerTimeNs: baseTimeNs, Device: "bench-0",
+					e := &hublog.Entry{Kind: hublog.KindBatch, Seq: 1, ServerTimeNs: hubtest.BaseTimeNs, Device: "bench-0",
 						Payload: wire.FrameWith(wire.MsgBatch, codec, body), Fresh: []ranges.SeqRange{{First: 1, Last: uint64(size)}}}
-					v, err := newApplier(nil, nil, nil, limitsWithDefaults(wire.Limits{})).parseStored(e)
-					if err != nil {
+					v := new(batchview.View)
+					if err := batchview.ParseBatchFrame(v, e.Payload, wire.DefaultLimits); err != nil {
 						b.Fatal(err)
 					}
-					out := make([]kv, 0, 2+maxIndexKeys)
+					out := make([]KV, 0, MaxKeys)
 					b.ReportAllocs()
 					b.ResetTimer()
-					p := pending{first: 1, last: uint64(size)}
-					p.prepareEventIndex(v)
+					var p Buckets
+					p.Prepare(v, 1, uint64(size))
 					for range b.N {
 						if stage == "worker" {
-							p = pending{first: 1, last: uint64(size)}
-							p.prepareEventIndex(v)
+							p = Buckets{}
+							p.Prepare(v, 1, uint64(size))
 						} else {
-							out = eventIndexKVs(out[:0], e, v, &p.times)
+							out = AppendKVs(out[:0], e, v, &p)
 						}
 					}
 					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(size), "ns/event")
