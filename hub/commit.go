@@ -8,6 +8,7 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"edgeflow/hub/batchview"
 	"edgeflow/hub/eventtime"
@@ -25,6 +26,8 @@ type pending struct {
 	device       string // from the topic
 	serverTimeNs int64
 	payload      []byte // as received
+	logPart      int    // cluster mode: the stream partition it was read from
+	logSeq       uint64 // and its sequence there (0: not from a stream)
 	view         *batchview.View
 	stream       wire.StreamID
 	first, last  uint64
@@ -65,6 +68,8 @@ type committer struct {
 	lastEnd   time.Time
 	waitTimer *time.Timer
 	cap       streamCap // streams per device and their expiry (streamcap.go)
+	// posGauge, in cluster mode, shows each partition's committed position.
+	posGauge *prometheus.GaugeVec
 }
 
 // applyLagBytes bounds the payload bytes committed (and acknowledged) but
@@ -204,21 +209,30 @@ func (c *committer) commit(group []*pending) error {
 	start := time.Now()
 	txn := c.st.DB.NewTransaction(true)
 	defer func() { txn.Discard() }()
-	logged, err := c.eachEntry(group, func(p *pending, kvs []kv) error {
+	write := func(kvs []kv, what func() string) error {
 		if err := setAll(txn, kvs); errors.Is(err, badger.ErrTxnTooBig) {
 			if err := txn.Commit(); err != nil {
 				return fmt.Errorf("commit log group: %w", err)
 			}
 			txn = c.st.DB.NewTransaction(true)
 			if err := setAll(txn, kvs); err != nil {
-				return fmt.Errorf("log entry %d alone: %w", p.entry.Seq, err)
+				return fmt.Errorf("%s alone: %w", what(), err)
 			}
 		} else if err != nil {
-			return fmt.Errorf("log entry %d: %w", p.entry.Seq, err)
+			return fmt.Errorf("%s: %w", what(), err)
 		}
 		return nil
+	}
+	logged, err := c.eachEntry(group, func(p *pending, kvs []kv) error {
+		return write(kvs, func() string { return fmt.Sprintf("log entry %d", p.entry.Seq) })
 	})
-	if err != nil || logged == 0 {
+	// Cluster mode: each partition's position goes in the same transaction
+	// (the last one, if Badger split the group).
+	pos := c.positionKVs(group)
+	if err == nil && len(pos) > 0 {
+		err = write(pos, func() string { return "stream positions" })
+	}
+	if err != nil || logged+len(pos) == 0 {
 		return err
 	}
 	if err := txn.Commit(); err != nil {
@@ -228,6 +242,7 @@ func (c *committer) commit(group []*pending) error {
 		return fmt.Errorf("sync log: %w", err)
 	}
 	c.durable(start, logged)
+	c.showPositions(group)
 	return nil
 }
 

@@ -12,7 +12,8 @@
 // never imports this one: hublog (the store and every Badger key),
 // batchview (parsing and validating batches), eventtime (an event's
 // corrected time and the event-time index over the log), broker (the MQTT
-// side), api (the HTTP handlers over a Backend the Server implements) and
+// side), natsbus and natslog (cluster mode's NATS transport and stream),
+// api (the HTTP handlers over a Backend the Server implements) and
 // hubapi (the API's JSON types, for clients), with ranges, clockest,
 // ratelimit and timeservice.
 //
@@ -30,6 +31,12 @@
 // the Consumers in log order. The applier may fall behind by up to
 // applyLagBytes of payload (while it encodes a checkpoint, for one) before
 // the committer waits for it: acks do not wait for the applier.
+//
+// In cluster mode (Options.NATS, cluster.go) batches come instead from a
+// NATS JetStream stream, one reader per partition feeding the worker of
+// its partition, and the committer also writes each partition's position
+// in the group's transaction; natsbus is the transport for statuses, time
+// requests and acks.
 //
 // # Storage
 //

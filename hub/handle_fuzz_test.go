@@ -57,7 +57,7 @@ func (p *syncPath) handle(topic string, payload []byte) (*wirepb.Ack, error) {
 			return nil, nil
 		}
 	}
-	pd := s.decode(inMsg{device, payload, baseTimeNs})
+	pd := s.decode(inMsg{device: device, payload: payload, serverTimeNs: baseTimeNs})
 	if err := s.com.commit([]*pending{pd}); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,10 @@ type inMsg struct {
 	device       string
 	payload      []byte
 	serverTimeNs int64
+	// logPart and logSeq are the batch's partition and sequence in the
+	// cluster's stream (logSeq 0: not read from a stream).
+	logPart int
+	logSeq  uint64
 }
 
 // handle is the Transport's MessageHandler: it stamps the arrival time and
@@ -31,7 +35,7 @@ func (s *Server) handle(topic string, payload []byte) {
 	}
 	switch kind {
 	case wire.KindBatch:
-		s.enqueue(func() { s.workers[s.workerFor(device)] <- inMsg{device, payload, now} })
+		s.enqueue(func() { s.workers[s.workerFor(device)] <- inMsg{device: device, payload: payload, serverTimeNs: now} })
 	case wire.KindStatus:
 		s.handleStatus(device, payload, now)
 	case wire.KindTimeReq:
@@ -93,7 +97,8 @@ func (s *Server) decodeLoop(in <-chan inMsg) {
 // decode unframes, parses and validates one batch. A failure yields a
 // pending with a rejection (or an internal error, for a panic).
 func (s *Server) decode(msg inMsg) (p *pending) {
-	p = &pending{kind: hublog.KindBatch, device: msg.device, serverTimeNs: msg.serverTimeNs, payload: msg.payload}
+	p = &pending{kind: hublog.KindBatch, device: msg.device, serverTimeNs: msg.serverTimeNs, payload: msg.payload,
+		logPart: msg.logPart, logSeq: msg.logSeq}
 	defer func() {
 		if r := recover(); r != nil {
 			s.m.panics.Inc()

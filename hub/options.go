@@ -48,6 +48,10 @@ type Options struct {
 	// Group, when set, subscribes to batches through the shared subscription
 	// $share/{Group}/... on an external broker. Default "" (plain).
 	Group string
+	// NATS, with URLs set, runs the hub in cluster mode: batches come from
+	// a NATS JetStream stream and devices connect to the NATS servers'
+	// MQTT listeners (cluster_options.go). Default off.
+	NATS NATSOptions
 
 	// MQTTAuthFile is a credentials file ("device-id:bcrypt-hash" lines,
 	// see Credentials and `hubd passwd`) for the embedded broker: a client
@@ -314,6 +318,7 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.HTTPQueryWait, time.Second)
 	setDefault(&o.HTTPQueryTimeout, min(30*time.Second, o.HTTPWriteTimeout))
 	setDefault(&o.EventsBurst, o.MaxEventsPerSecond)
+	o.NATS.ensureDefaults()
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -410,6 +415,9 @@ func (o *Options) Validate() error {
 		return bad("StreamHeartbeat", "%v must be positive", o.StreamHeartbeat)
 	}
 	if err := o.validateSecurity(bad); err != nil {
+		return err
+	}
+	if err := o.validateNATS(bad); err != nil {
 		return err
 	}
 	if o.Aggregate != nil {

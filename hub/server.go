@@ -62,7 +62,9 @@ type Server struct {
 	applyDone   chan struct{}
 	httpSrv     *http.Server
 	httpLn      net.Listener
-	brokerLn    net.Listener // the embedded broker's, bound by Start; the transport owns it once created
+	brokerLn    net.Listener    // the embedded broker's, bound by Start; the transport owns it once created
+	cl          *cluster        // cluster mode (Options.NATS) only
+	clm         *clusterMetrics // registered in every mode
 	shutdown    sync.Once
 	shutErr     error
 
@@ -84,7 +86,9 @@ func New(opts Options) (*Server, error) {
 	s.rejLog = rateLog{lim: lograte.Limiter{Every: opts.RejectLogInterval}, now: opts.Now}
 	s.reg.maxStreams = opts.MaxStreamsPerDevice
 	s.limiter = ratelimit.New(opts.MaxEventsPerSecond, opts.EventsBurst)
-	if opts.MQTTURL == "" {
+	if opts.NATS.enabled() {
+		s.cl = &cluster{}
+	} else if opts.MQTTURL == "" {
 		sec, err := opts.brokerSecurity()
 		if err != nil {
 			return nil, err
@@ -97,6 +101,9 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
 	s.m = m
+	if s.clm, err = newClusterMetrics(opts.Registerer); err != nil {
+		return nil, fmt.Errorf("register hub metrics: %w", err)
+	}
 	if s.dm, err = newDamageMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
@@ -256,10 +263,16 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.recoverState(ctx); err != nil {
 		return err
 	}
+	if err := s.loadLogPositions(); err != nil {
+		return err
+	}
 	s.recovered.Store(true)
 	walPos := s.com.nextSeq - 1 // the committer owns nextSeq once the pipeline runs
 	s.startPipeline()
 	if err := s.startTransport(); err != nil {
+		return err
+	}
+	if err := s.startCluster(ctx); err != nil {
 		return err
 	}
 	s.startLoops()
@@ -270,6 +283,9 @@ func (s *Server) Start(ctx context.Context) error {
 
 // brokerDesc describes the transport for logs.
 func (s *Server) brokerDesc() string {
+	if s.cl != nil {
+		return "NATS (cluster mode)"
+	}
 	if s.opts.MQTTURL != "" {
 		return broker.RedactURL(s.opts.MQTTURL)
 	}
@@ -308,7 +324,7 @@ func (s *Server) startPipeline() {
 // it once the state is recovered; until then a device's connection waits
 // in the kernel's backlog, or times out and is retried.
 func (s *Server) bindBroker() error {
-	if s.tr != nil || s.opts.MQTTURL != "" {
+	if s.tr != nil || s.opts.MQTTURL != "" || s.cl != nil {
 		return nil
 	}
 	ln, err := net.Listen("tcp", s.opts.MQTTListen)
@@ -321,6 +337,11 @@ func (s *Server) bindBroker() error {
 
 // startTransport creates the transport unless one was set, and starts it.
 func (s *Server) startTransport() error {
+	if s.tr == nil && s.cl != nil {
+		if err := s.dialNATS(); err != nil {
+			return err
+		}
+	}
 	if s.tr == nil {
 		if s.opts.MQTTURL == "" {
 			tr, err := broker.NewSecureEmbeddedBroker(broker.EmbeddedOptions{Addr: s.opts.MQTTListen, Listener: s.brokerLn,
@@ -358,7 +379,7 @@ func (s *Server) BrokerAddr() string {
 // Ready reports whether recovery is done, the broker connection is up and
 // the server is not shutting down.
 func (s *Server) Ready() bool {
-	return s.ready.Load() && s.tr != nil && s.tr.Connected()
+	return s.ready.Load() && s.tr != nil && s.tr.Connected() && s.clusterNotReady() == ""
 }
 
 // Shutdown stops taking batches, lets the pipeline write, sync, apply and
@@ -375,6 +396,7 @@ func (s *Server) doShutdown(ctx context.Context) error {
 	if s.tr != nil {
 		s.tr.Pause()
 	}
+	s.stopCluster()
 	s.closeInputs()
 	close(s.done)
 	s.loopsWG.Wait()

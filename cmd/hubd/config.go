@@ -67,6 +67,7 @@ func newFlags() *pflag.FlagSet {
 	fs.Bool("recover-damaged", false, "start (or rebuild) from what is readable when log entries of the store cannot be read, recording the loss as gaps with reason store_damaged (default: stop and say which entries)")
 	fs.Bool("demo", false, "also run a simulated fleet of 20 devices against this hub (data in a temporary directory unless data-dir is set)")
 	addSecurityFlags(fs)
+	addClusterFlags(fs)
 	return fs
 }
 
@@ -151,6 +152,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 		k.Fail("data-dir", "must not be empty")
 	}
 	k.Add(securityFromViper(v, o))
+	k.Add(clusterFromViper(v, o))
 	agg, err := aggregateFromViper(v)
 	k.Add(err)
 	o.Aggregate = agg
@@ -173,6 +175,10 @@ var optionKeys = map[string]string{
 	"HTTPMaxQueries": "http-max-queries", "HTTPQueryWait": "http-query-wait", "HTTPQueryTimeout": "http-query-timeout",
 	"MQTTMaxRetainedBytes": "mqtt-max-retained-bytes", "MQTTAuthThrottle.ClientFailures": "mqtt-auth-client-failures",
 	"MQTTAuthThrottle.SourceFailures": "mqtt-auth-source-failures",
+	"NATS.URLs":                       "nats-url", "NATS.Stream": "nats-stream", "NATS.Partitions": "nats-partitions",
+	"NATS.Replicas": "nats-replicas", "NATS.MaxAge": "nats-max-age", "NATS.MaxBytes": "nats-max-bytes",
+	"NATS.CredsFile": "nats-creds", "NATS.User": "nats-user", "NATS.Password": "nats-password", "NATS.Token": "nats-token",
+	"NATS.TLSCertFile": "nats-tls-cert", "NATS.TLSKeyFile": "nats-tls-key",
 }
 
 // explainOptionsError rewrites "invalid hub options: Field: ..." to name

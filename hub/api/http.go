@@ -31,13 +31,20 @@ func (s *API) Handler() http.Handler {
 	return mux
 }
 
-// serveReady answers 200 once recovery is done and the broker is connected.
+// serveReady answers 200 once recovery is done and the broker is connected;
+// otherwise 503 with the reason, when the backend tells one.
 func (s *API) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if s.b.Ready() {
 		_, _ = w.Write([]byte("ready\n"))
 		return
 	}
-	http.Error(w, "not ready: recovering, shutting down or broker not connected", http.StatusServiceUnavailable)
+	why := "recovering, shutting down or broker not connected"
+	if r, ok := s.b.(interface{ NotReadyReason() string }); ok {
+		if reason := r.NotReadyReason(); reason != "" {
+			why = reason
+		}
+	}
+	http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 }
 
 // Paging of GET /v1/devices.

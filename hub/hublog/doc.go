@@ -28,11 +28,15 @@
 //	(e<device>..., s: the arrival index before it, deleted when the event-time index is built)
 //	a<gen:8><series:4><bucket:8>     -> evicted aggregate partial, base resolution
 //	d<gen:8><tier:1><series:4><bucket:8> -> downsampled aggregate partial (partials.go)
+//	p<stream>\x00<partition:4>       -> cluster mode: the last stream sequence of the partition
+//	                                    committed here (8 bytes; positions.go)
 //
 // The applied ranges are written in the same transaction as the log entries
 // that produced them, so the dedup state is never ahead of or behind the log;
 // a retired stream's ranges key is deleted in the transaction of its
-// retirement entry (KindRetire).
+// retirement entry (KindRetire). In cluster mode a partition's position
+// is written in the transaction of the entries read from it, so it is
+// never ahead of what the log holds.
 // Everything else the hub holds in memory (registry, consumer state) is a
 // function of the log: a restart loads the newest usable checkpoint and
 // replays the log entries after its position through the same apply path.

@@ -22,6 +22,7 @@ const (
 	KeyArrivalOld     = "s"  // that arrival index's marker (deleted at the build)
 	PrefixPartials    = 'a'  // evicted aggregate partials, base resolution
 	prefixTiers       = 'd'  // downsampled aggregate partials
+	PrefixLogPosition = 'p'  // cluster mode: last stream sequence committed per partition
 )
 
 // WALKey is w<seq:8><serverTimeNs:8>: ordered by position, and retention

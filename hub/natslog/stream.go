@@ -127,7 +127,16 @@ type Fullness struct {
 	// Messages is how many messages it holds, FirstSeq..LastSeq their
 	// stream sequences.
 	Messages, FirstSeq, LastSeq uint64
+	// Replicas is the stream's replica count, Current how many of them
+	// (its leader included) the leader reports current and online. A
+	// leader that has lost its peers may still answer for a while: it
+	// holds no quorum then, and writes fail.
+	Replicas, Current int
 }
+
+// Quorum reports whether a majority of the stream's replicas is current,
+// which a write needs.
+func (f Fullness) Quorum() bool { return f.Current >= f.Replicas/2+1 }
 
 // Ratio is Bytes/MaxBytes, the value for a fullness gauge: at 1 the stream
 // refuses new batches.
@@ -145,10 +154,24 @@ func (l *Log) Fullness(ctx context.Context) (Fullness, error) {
 		return Fullness{}, fmt.Errorf("natslog: stream %s info: %w", l.opts.Stream, err)
 	}
 	st := info.State
-	return Fullness{
+	f := Fullness{
 		Bytes: st.Bytes, MaxBytes: uint64(max(info.Config.MaxBytes, 0)),
 		Messages: st.Msgs, FirstSeq: st.FirstSeq, LastSeq: st.LastSeq,
-	}, nil
+		Replicas: max(info.Config.Replicas, 1),
+	}
+	f.Current = f.Replicas // a single server reports no cluster
+	if c := info.Cluster; c != nil && f.Replicas > 1 {
+		f.Current = 0
+		if c.Leader != "" {
+			f.Current = 1
+		}
+		for _, p := range c.Replicas {
+			if p != nil && p.Current && !p.Offline {
+				f.Current++
+			}
+		}
+	}
+	return f, nil
 }
 
 // Publish appends data as a batch of device over core JetStream, the way
