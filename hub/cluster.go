@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ type cluster struct {
 	from      map[int]uint64              // each partition's committed position, loaded at start
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
+	snap      clusterSnap // state snapshots (cluster_snapshot.go)
 }
 
 // clusterMetrics are cluster mode's series. They are registered in every
@@ -34,6 +36,7 @@ type clusterMetrics struct {
 	bytes, maxBytes, fullness, lastSeq, up prometheus.Gauge
 	position                               *prometheus.GaugeVec // by partition: last sequence committed here
 	badMessages, readErrors                prometheus.Counter
+	snap                                   *snapshotMetrics
 }
 
 // newClusterMetrics creates and registers cluster mode's metrics.
@@ -60,7 +63,9 @@ func newClusterMetrics(reg prometheus.Registerer) (*clusterMetrics, error) {
 			return nil, err
 		}
 	}
-	return m, nil
+	var err error
+	m.snap, err = newSnapshotMetrics(reg)
+	return m, err
 }
 
 // loadLogPositions reads each partition's committed position from the
@@ -81,6 +86,7 @@ func (s *Server) loadLogPositions() error {
 		s.clm.position.WithLabelValues(strconv.Itoa(p)).Set(float64(seq))
 	}
 	s.cl.from = pos
+	s.cl.snap.applied = maps.Clone(pos) // the recovered state covers exactly the committed positions
 	s.com.posGauge = s.clm.position
 	return nil
 }
@@ -120,8 +126,9 @@ func (s *Server) startCluster(ctx context.Context) error {
 		s.cl.wg.Add(1)
 		go func() { defer s.cl.wg.Done(); s.readPartition(rctx, l, p, s.cl.from[p]+1) }()
 	}
-	s.cl.wg.Add(1)
+	s.cl.wg.Add(2)
 	go func() { defer s.cl.wg.Done(); s.pollStream(rctx, l) }()
+	go func() { defer s.cl.wg.Done(); s.snapshotLoop(rctx, js, l) }()
 	s.log.Info("cluster mode: reading the stream", "stream", s.opts.NATS.Log.Stream, "partitions", s.opts.NATS.Log.Partitions,
 		"resumed_partitions", len(s.cl.from))
 	return nil
@@ -280,6 +287,8 @@ func (s *Server) clusterNotReady() string {
 // GET /readyz.
 func (s *Server) NotReadyReason() string {
 	switch {
+	case s.cl != nil && s.cl.snap.waiting.Load() != nil:
+		return *s.cl.snap.waiting.Load()
 	case !s.recovered.Load():
 		return "recovering the local state"
 	case s.cl != nil && s.clusterNotReady() != "":

@@ -31,6 +31,11 @@ type NATSOptions struct {
 	// stream's life), replicas and retention. Zero fields take natslog's
 	// defaults (EDGEFLOW, 64, 3, 7 days, 1 GiB).
 	Log natslog.Options
+	// SnapshotInterval is the time between state snapshots put into the
+	// NATS object store (natslog.Snapshots), which a hub started on an
+	// empty data directory restores. Default 5 minutes, at least 10
+	// seconds.
+	SnapshotInterval time.Duration
 }
 
 // enabled reports whether cluster mode is on.
@@ -47,6 +52,9 @@ func (n *NATSOptions) busOptions(o *Options) natsbus.Options {
 func (n *NATSOptions) ensureDefaults() {
 	if n.enabled() {
 		n.Log.EnsureDefaults()
+		if n.SnapshotInterval == 0 {
+			n.SnapshotInterval = DefaultSnapshotInterval
+		}
 	}
 }
 
@@ -81,6 +89,9 @@ func (o *Options) validateNATS(bad func(field, format string, args ...any) error
 	case (n.TLSCertFile == "") != (n.TLSKeyFile == ""):
 		return bad("NATS.TLSCertFile", "NATS.TLSCertFile and NATS.TLSKeyFile go together")
 	}
+	if n.SnapshotInterval != 0 && n.SnapshotInterval < minSnapshotInterval {
+		return bad("NATS.SnapshotInterval", "%v: want at least %v", n.SnapshotInterval, minSnapshotInterval)
+	}
 	bo := n.busOptions(o)
 	if err := bo.Validate(); err != nil {
 		return bad("NATS.URLs", "%s", strings.TrimPrefix(err.Error(), "natsbus: URLs: "))
@@ -99,6 +110,12 @@ func (o *Options) validateNATS(bad func(field, format string, args ...any) error
 	}
 	return nil
 }
+
+// DefaultSnapshotInterval is NATSOptions.SnapshotInterval's default.
+const DefaultSnapshotInterval = 5 * time.Minute
+
+// minSnapshotInterval bounds how often a hub stores its whole state.
+const minSnapshotInterval = 10 * time.Second
 
 // clusterPollInterval is the time between fullness polls of the stream.
 const clusterPollInterval = 5 * time.Second

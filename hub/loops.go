@@ -25,6 +25,9 @@ func (s *Server) applyLoop() {
 				return
 			}
 			s.applyGroup(g)
+			if s.cl != nil {
+				s.cl.noteApplied(g)
+			}
 			s.com.lag.release(groupBytes(g))
 		case req := <-s.applierReqs:
 			req.reply <- req.fn()

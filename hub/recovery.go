@@ -66,6 +66,9 @@ func (s *Server) restoreState(b []byte) error {
 // Options.RecoverDamaged (damage.go).
 func (s *Server) recoverState(ctx context.Context) error {
 	start := time.Now()
+	if err := s.restoreFromSnapshot(ctx); err != nil {
+		return err
+	}
 	dedup, err := s.st.LoadDedup()
 	if err != nil {
 		return fmt.Errorf("load applied ranges from %s: %w", s.st.Dir, err)

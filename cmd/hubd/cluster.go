@@ -27,6 +27,7 @@ func addClusterFlags(fs *pflag.FlagSet) {
 	fs.Int("nats-partitions", natslog.DefaultPartitions, "cluster mode: partitions of the stream, 1..1024, fixed for its life (a stream with another count is refused)")
 	fs.Int("nats-replicas", natslog.DefaultReplicas, "cluster mode: servers holding each message, 1..5 (a write needs a majority)")
 	fs.String("nats-max-age", "168h", "cluster mode: the stream drops messages older than this, applied or not (at least 1m)")
+	fs.String("nats-snapshot-interval", "5m", "cluster mode: time between state snapshots put into NATS' object store, which a hub started on an empty data directory restores (at least 10s)")
 	fs.String("nats-max-bytes", "1GiB", "cluster mode: the stream's size bound per server; when full it refuses new batches, which agents keep and resend (at least 1MiB)")
 }
 
@@ -50,6 +51,7 @@ func clusterFromViper(v *viper.Viper, o *hub.Options) error {
 	n.Log.Replicas = k.Int("nats-replicas", 1)
 	n.Log.MaxAge = k.Duration("nats-max-age", false)
 	n.Log.MaxBytes = k.Size("nats-max-bytes")
+	n.SnapshotInterval = k.Duration("nats-snapshot-interval", false)
 	if len(n.URLs) > 0 && v.GetString("mqtt-url") != "" {
 		k.Fail("nats-url", "cluster mode (nats-url) and an external MQTT broker (mqtt-url) exclude each other: devices connect to the NATS servers' MQTT listeners")
 	}

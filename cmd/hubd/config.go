@@ -177,7 +177,8 @@ var optionKeys = map[string]string{
 	"MQTTAuthThrottle.SourceFailures": "mqtt-auth-source-failures",
 	"NATS.URLs":                       "nats-url", "NATS.Stream": "nats-stream", "NATS.Partitions": "nats-partitions",
 	"NATS.Replicas": "nats-replicas", "NATS.MaxAge": "nats-max-age", "NATS.MaxBytes": "nats-max-bytes",
-	"NATS.CredsFile": "nats-creds", "NATS.User": "nats-user", "NATS.Password": "nats-password", "NATS.Token": "nats-token",
+	"NATS.SnapshotInterval": "nats-snapshot-interval",
+	"NATS.CredsFile":        "nats-creds", "NATS.User": "nats-user", "NATS.Password": "nats-password", "NATS.Token": "nats-token",
 	"NATS.TLSCertFile": "nats-tls-cert", "NATS.TLSKeyFile": "nats-tls-key",
 }
 
