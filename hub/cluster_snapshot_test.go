@@ -1,0 +1,216 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"edgeflow/hub/natslog"
+	"edgeflow/internal/testnats"
+)
+
+// TestClusterRestoreFromSnapshot: a hub stores a state snapshot, the
+// stream then drops (purges, standing in for retention) every message up
+// to the snapshot's lowest position; a hub on an empty data directory
+// restores the snapshot and reads the rest: every event once, every
+// window equal to the brute-force answer, every device listed, and a
+// resent batch the snapshot covers is a duplicate. A hub on an empty data
+// directory without the snapshot misses the purged events.
+func TestClusterRestoreFromSnapshot(t *testing.T) { testClusterRestore(t, false) }
+
+// TestClusterRestoreFallback: the latest snapshot's object is overwritten;
+// the restoring hub falls back to the generation before it and reads the
+// stream after that one's positions: still every event once.
+func TestClusterRestoreFallback(t *testing.T) { testClusterRestore(t, true) }
+
+func testClusterRestore(t *testing.T, corruptLatest bool) {
+	c := testnats.Start(t, 1)
+	o, cc := clusterOptions(t, t.TempDir(), c, 1)
+	s, stop := startClusterHub(t, o)
+	ids := []string{"dev-1", "dev-2", "site.3", "dev-4", "dev-5"}
+	agents := startClusterAgents(t, c, ids, 40)
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
+	ctx := context.Background()
+	phase := func(n int, what string) {
+		t.Helper()
+		for _, a := range agents {
+			a.appendEvents(t, base, n)
+		}
+		waitAcked(t, agents, what)
+		waitAllApplied(t, cc, agents, what)
+		checkExactlyOnce(t, cc, agents, what)
+	}
+	phase(300, "before the snapshot")
+	waitUntil(t, "the snapshot store open", func() bool { return s.cl.snap.store.Load() != nil })
+	if err := s.snapshotNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snapPos := maps.Clone(s.cl.snap.lastPosSeen())
+	if len(snapPos) == 0 {
+		t.Fatal("the snapshot holds no positions")
+	}
+	phase(200, "after the first snapshot")
+	if corruptLatest {
+		if err := s.snapshotNow(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if maps.Equal(snapPos, s.cl.snap.lastPosSeen()) {
+			t.Fatal("the second snapshot has the first one's positions")
+		}
+		phase(100, "after the second snapshot")
+	}
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A batch the snapshot covers, resent later by its device.
+	stream, err := js.Stream(ctx, natslog.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop(true)
+	total := 0
+	for _, a := range agents {
+		total += a.next
+	}
+
+	if corruptLatest {
+		obs, err := js.ObjectStore(ctx, natslog.DefaultSnapshotBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := obs.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, info := range list {
+			names = append(names, info.Name)
+		}
+		slices.Sort(names)
+		last := names[len(names)-1]
+		orig, err := obs.GetBytes(ctx, last)
+		if err != nil {
+			t.Fatal(err)
+		}
+		orig[len(orig)/2] ^= 0xff
+		if _, err := obs.PutBytes(ctx, last, orig); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Retention stand-in: drop every message up to the snapshot's lowest
+	// position, which the snapshot's state holds.
+	low := uint64(0)
+	for _, seq := range snapPos {
+		if low == 0 || seq < low {
+			low = seq
+		}
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(low+1)); err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.FirstSeq != low+1 {
+		t.Fatalf("after the purge the stream starts at %d, want %d (lowest position %d)", info.State.FirstSeq, low+1, low)
+	}
+
+	o2, cc2 := clusterOptions(t, t.TempDir(), c, 1)
+	s2, stop2 := startClusterHub(t, o2)
+	if !maps.Equal(s2.cl.from, snapPos) {
+		t.Fatalf("restored hub resumes after %v, want the snapshot's positions %v", s2.cl.from, snapPos)
+	}
+	if corruptLatest && counterValue(t, s2.clm.snap.restores.WithLabelValues("fallback")) != 1 {
+		t.Fatal("the restore did not count a fallback")
+	}
+	// The device resends a batch the snapshot covers: a duplicate.
+	tok := strings.SplitN(first.Subject, ".", 4)[3]
+	if _, err := js.Publish(ctx, "edge.v1."+tok+".batch", first.Data); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range agents {
+		a.appendEvents(t, base, 50)
+	}
+	total += 50 * len(agents)
+	waitAcked(t, agents, "after the restore")
+	waitAllApplied(t, cc2, agents, "after the restore")
+	waitUntil(t, "the resent batch decided", func() bool {
+		f, err := s2.cl.log.Load().Fullness(ctx)
+		if err != nil {
+			return false
+		}
+		cur := s2.cl.snap.lastAppliedMax(s2)
+		return cur >= f.LastSeq
+	})
+	checkExactlyOnce(t, cc2, agents, "after the restore")
+	checkClusterState(t, s2, agents, base, "after the restore")
+	// Partitions without a position may have lost messages (the stream
+	// starts after 1); those with one lost none.
+	var want []int
+	for p := range o2.NATS.Log.Partitions {
+		if _, ok := snapPos[p]; !ok {
+			want = append(want, p)
+		}
+	}
+	waitUntil(t, "the restored positions checked", func() bool {
+		return counterValue(t, s2.clm.snap.gaps) == float64(len(want))
+	})
+	if got := restoreGaps(snapPos, o2.NATS.Log.Partitions, low+1); !slices.Equal(got, want) {
+		t.Fatalf("gaps %v, want %v", got, want)
+	}
+	stop2(false)
+
+	// Without the snapshot a hub on an empty data directory reads only
+	// what the stream still holds.
+	if err := js.DeleteKeyValue(ctx, natslog.DefaultSnapshotBucket+"_HEAD"); err != nil {
+		t.Fatal(err)
+	}
+	o3, cc3 := clusterOptions(t, t.TempDir(), c, 1)
+	s3, _ := startClusterHub(t, o3)
+	waitUntil(t, "the stream read to its end without the snapshot", func() bool {
+		f, err := s3.cl.log.Load().Fullness(ctx)
+		return err == nil && s3.cl.snap.lastAppliedMax(s3) >= f.LastSeq
+	})
+	cc3.mu.Lock()
+	var got uint64
+	for _, st := range cc3.Streams {
+		got += st.Events
+	}
+	cc3.mu.Unlock()
+	if got >= uint64(total) {
+		t.Fatalf("without the snapshot a hub applied %d of %d events: the purge dropped nothing the test relies on", got, total)
+	}
+	t.Logf("without the snapshot: %d of %d events applied; with it all (%s)", got, total, fmt.Sprint(len(snapPos), " partitions restored"))
+}
+
+// lastAppliedMax is the highest stream sequence the applier applied, read
+// on the applier.
+func (cs *clusterSnap) lastAppliedMax(s *Server) uint64 {
+	var m uint64
+	_ = s.inApplier(func() error {
+		for _, seq := range cs.applied {
+			m = max(m, seq)
+		}
+		return nil
+	})
+	return m
+}
