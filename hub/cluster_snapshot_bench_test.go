@@ -15,13 +15,20 @@ import (
 
 // BenchmarkClusterRestore measures how long a hub on an empty data
 // directory takes to hold the state of 1,000,000 logged events (20
-// devices, batches of 500, the event-time engine on, one NATS server):
+// devices, batches of 500 or of 20 events, the event-time engine on, one
+// NATS server):
 // from a state snapshot (restore, then nothing left to read) and from the
 // stream's start (every batch read and applied again). Each is timed from
 // New to every event applied; the figures are seconds per million events.
 //
 //	go test -run '^$' -bench BenchmarkClusterRestore -benchtime 1x ./hub
 func BenchmarkClusterRestore(b *testing.B) {
+	for _, batch := range []int{500, 20} {
+		b.Run(fmt.Sprintf("batch%d", batch), func(b *testing.B) { benchClusterRestore(b, batch) })
+	}
+}
+
+func benchClusterRestore(b *testing.B, batch int) {
 	const devices, events = 20, 50_000
 	var fromSnap, fromStream time.Duration
 	var snapBytes float64
@@ -33,7 +40,7 @@ func BenchmarkClusterRestore(b *testing.B) {
 		for i := range ids {
 			ids[i] = fmt.Sprintf("bench-%02d", i)
 		}
-		agents := startClusterAgents(b, c, ids, 500)
+		agents := startClusterAgents(b, c, ids, batch)
 		base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
 		for _, a := range agents {
 			a.appendEvents(b, base, events)
