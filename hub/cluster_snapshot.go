@@ -416,8 +416,8 @@ func (s *Server) restoreFromSnapshot(ctx context.Context) error {
 	if err != nil || !empty {
 		return err
 	}
-	snap, ok, err := s.latestSnapshot(ctx)
-	if err != nil || !ok {
+	snap, result, err := s.latestSnapshot(ctx)
+	if err != nil || result == "" {
 		return err
 	}
 	start := time.Now()
@@ -434,6 +434,7 @@ func (s *Server) restoreFromSnapshot(ctx context.Context) error {
 	if err := s.writeRestored(d, snap.Positions); err != nil {
 		return fmt.Errorf("cluster mode: writing state snapshot generation %d into %s: %w", snap.Generation, s.st.Dir, err)
 	}
+	s.clm.snap.restores.WithLabelValues(result).Inc()
 	s.cl.snap.restoredGen, s.cl.snap.restoredPos = snap.Generation, snap.Positions
 	s.cl.snap.gen, s.cl.snap.genKnown = snap.Generation, false // the head may be newer after a fallback
 	pos := maps.Clone(snap.Positions)
@@ -445,18 +446,19 @@ func (s *Server) restoreFromSnapshot(ctx context.Context) error {
 }
 
 // latestSnapshot reads the latest readable snapshot, waiting while NATS
-// is unreachable (the readiness reason says so). ok false: none to
-// restore.
-func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, bool, error) {
+// is unreachable (the readiness reason says so). result is "latest" or
+// "fallback" (the restores metric's label, counted once restored), ""
+// when there is none to restore.
+func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, error) {
 	if s.tr == nil {
 		if err := s.dialNATS(); err != nil {
-			return natslog.Snapshot{}, false, err
+			return natslog.Snapshot{}, "", err
 		}
 	}
 	defer s.cl.snap.waiting.Store(nil)
 	js, err := jetstream.New(s.cl.bus.Load().Conn())
 	if err != nil {
-		return natslog.Snapshot{}, false, fmt.Errorf("cluster mode: %w", err)
+		return natslog.Snapshot{}, "", fmt.Errorf("cluster mode: %w", err)
 	}
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
 		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
@@ -469,24 +471,22 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, bool, er
 		var fb *natslog.SnapshotFallbackError
 		switch {
 		case err == nil:
-			s.clm.snap.restores.WithLabelValues("latest").Inc()
-			return snap, true, nil
+			return snap, "latest", nil
 		case errors.As(err, &fb):
-			s.clm.snap.restores.WithLabelValues("fallback").Inc()
 			s.log.Error("cluster mode: the latest state snapshot is unreadable; restoring an older generation (its partitions are read from older positions)",
 				"head", fb.Head, "used", fb.Used, "err", fb.Cause)
-			return snap, true, nil
+			return snap, "fallback", nil
 		case errors.Is(err, natslog.ErrNoSnapshot):
 			s.clm.snap.restores.WithLabelValues("none").Inc()
 			s.log.Info("cluster mode: empty data directory and no state snapshot: reading every partition from the stream's start")
-			return natslog.Snapshot{}, false, nil
+			return natslog.Snapshot{}, "", nil
 		case errors.Is(err, natslog.ErrCorruptSnapshot), errors.Is(err, natslog.ErrSnapshotMissing), errors.Is(err, natslog.ErrSnapshotTooLarge):
 			s.clm.snap.restores.WithLabelValues("unreadable").Inc()
 			s.log.Error("cluster mode: no stored state snapshot is readable; reading every partition from the stream's start (what retention dropped is lost)", "err", err)
-			return natslog.Snapshot{}, false, nil
+			return natslog.Snapshot{}, "", nil
 		}
 		if ctx.Err() != nil {
-			return natslog.Snapshot{}, false, fmt.Errorf("cluster mode: stopped while reading the state snapshot: %w (last error: %v)", ctx.Err(), err)
+			return natslog.Snapshot{}, "", fmt.Errorf("cluster mode: stopped while reading the state snapshot: %w (last error: %v)", ctx.Err(), err)
 		}
 		why := "restoring a NATS state snapshot: " + err.Error()
 		if b := s.cl.bus.Load(); b == nil || !b.Connected() {
@@ -508,6 +508,11 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, bool, er
 // ranges or positions counts as empty, so a crash before that transaction
 // restores again; once it is written, a restart recovers locally.
 func (s *Server) writeRestored(d *decodedSnap, positions map[int]uint64) error {
+	for p := range positions {
+		if p < 0 || p >= s.opts.NATS.Log.Partitions {
+			return fmt.Errorf("the snapshot holds a position of partition %d; the stream has %d partitions", p, s.opts.NATS.Log.Partitions)
+		}
+	}
 	wb := s.st.DB.NewWriteBatch()
 	for _, p := range d.partials {
 		if err := wb.Set(p.k, p.v); err != nil {
@@ -528,9 +533,6 @@ func (s *Server) writeRestored(d *decodedSnap, positions map[int]uint64) error {
 			}
 		}
 		for p, seq := range positions {
-			if p < 0 || p >= s.opts.NATS.Log.Partitions {
-				return fmt.Errorf("the snapshot holds a position of partition %d; the stream has %d partitions", p, s.opts.NATS.Log.Partitions)
-			}
 			if err := txn.Set(hublog.LogPositionKey(s.opts.NATS.Log.Stream, p), hublog.EncodeLogPosition(seq)); err != nil {
 				return err
 			}

@@ -33,12 +33,14 @@ func CheckPartialKey(k []byte, gen uint64) error {
 	return fmt.Errorf("%w: %x is not a partial key of generation %d", ErrCorrupt, k, gen)
 }
 
-// IsEmpty reports whether the store holds no log entry, checkpoint, applied
-// range or stream position: a new data directory.
+// IsEmpty reports whether the store holds no log entry, applied range or
+// stream position: a new data directory, or one a snapshot restore
+// stopped in before writing its ranges and positions (partials and a
+// checkpoint alone are rewritten by the next restore).
 func (s *Store) IsEmpty() (bool, error) {
 	empty := true
 	err := s.DB.View(func(txn *badger.Txn) error {
-		for _, p := range [][]byte{{PrefixWAL}, {PrefixRanges}, {prefixCheckpoint}, {PrefixLogPosition}, []byte(KeyCheckpoint)} {
+		for _, p := range [][]byte{{PrefixWAL}, {PrefixRanges}, {PrefixLogPosition}} {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: p})
 			it.Rewind()
 			if it.Valid() {
