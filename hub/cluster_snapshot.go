@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -347,8 +348,12 @@ func (s *Server) snapshotLoop(ctx context.Context, js jetstream.JetStream, l *na
 		case <-time.After(delay):
 		}
 	}
-	if cs.restoredPos != nil {
-		s.checkRestoredPositions(ctx, l)
+	switch {
+	case cs.restoredPos != nil:
+		s.checkPositions(ctx, l, cs.restoredPos, s.opts.NATS.Log.Partitions, "the restored snapshot's positions")
+	case len(s.cl.from) > 0:
+		// A local data directory: only partitions it holds a position of.
+		s.checkPositions(ctx, l, s.cl.from, 0, "this hub's committed positions (its data directory is older than the stream's retention)")
 	}
 	t := time.NewTicker(s.opts.NATS.SnapshotInterval)
 	defer t.Stop()
@@ -362,11 +367,12 @@ func (s *Server) snapshotLoop(ctx context.Context, js jetstream.JetStream, l *na
 	}
 }
 
-// checkRestoredPositions logs and counts the partitions whose messages
-// after the restored snapshot's position the stream may have dropped:
-// retention drops the stream's oldest messages, so a partition whose
-// position + 1 is at or after the stream's first sequence lost nothing.
-func (s *Server) checkRestoredPositions(ctx context.Context, l *natslog.Log) {
+// checkPositions logs and counts the partitions whose messages after
+// their position the stream may have dropped: retention drops the
+// stream's oldest messages, so a partition whose position + 1 is at or
+// after the stream's first sequence lost nothing. n > 0 checks partitions
+// 0..n-1 (no position: 0), n == 0 only those in pos.
+func (s *Server) checkPositions(ctx context.Context, l *natslog.Log, pos map[int]uint64, n int, what string) {
 	for delay := 100 * time.Millisecond; ctx.Err() == nil; delay = min(2*delay, 5*time.Second) {
 		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 		f, err := l.Fullness(actx)
@@ -378,20 +384,30 @@ func (s *Server) checkRestoredPositions(ctx context.Context, l *natslog.Log) {
 			}
 			continue
 		}
-		gaps := restoreGaps(s.cl.snap.restoredPos, s.opts.NATS.Log.Partitions, f.FirstSeq)
+		gaps := restoreGaps(pos, n, f.FirstSeq)
 		if len(gaps) > 0 {
 			s.clm.snap.gaps.Add(float64(len(gaps)))
-			s.log.Error("cluster mode: the stream no longer holds every message after the restored snapshot's positions: events of these partitions between their position and the stream's first sequence are lost",
+			s.log.Error("cluster mode: the stream no longer holds every message after "+what+": events of these partitions between their position and the stream's first sequence are lost",
 				"stream_first_seq", f.FirstSeq, "partitions", gaps, "snapshot_generation", s.cl.snap.restoredGen)
 		}
 		return
 	}
 }
 
-// restoreGaps returns the partitions (of n) whose position + 1 is before
-// the stream's first sequence.
+// restoreGaps returns the partitions whose position + 1 is before the
+// stream's first sequence: of 0..n-1 (no position counts as 0), or with
+// n == 0 of those in pos; in increasing order.
 func restoreGaps(pos map[int]uint64, n int, firstSeq uint64) []int {
 	var out []int
+	if n == 0 {
+		for p, seq := range pos {
+			if seq+1 < firstSeq {
+				out = append(out, p)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
 	for p := range n {
 		if pos[p]+1 < firstSeq {
 			out = append(out, p)

@@ -275,3 +275,52 @@ func TestClusterRestoreUnderLoad(t *testing.T) {
 	checkClusterState(t, s2, agents, base, "after the restore")
 	t.Logf("purged up to %d; %d events per device", low, agents[0].next)
 }
+
+// TestClusterStaleDataDir: a hub restarted on its data directory after
+// the stream dropped messages beyond its committed positions (down longer
+// than the retention) says so and counts each partition it held a
+// position of, and starts.
+func TestClusterStaleDataDir(t *testing.T) {
+	c := testnats.Start(t, 1)
+	dir := t.TempDir()
+	o, cc := clusterOptions(t, dir, c, 1)
+	s, stop := startClusterHub(t, o)
+	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2", "dev-3"}, 40)
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
+	for _, a := range agents {
+		a.appendEvents(t, base, 100)
+	}
+	waitAcked(t, agents, "first run")
+	waitAllApplied(t, cc, agents, "first run")
+	held := len(s.cl.snap.applied)
+	stop(true)
+	for _, a := range agents {
+		a.cancel()
+		<-a.done
+	}
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	stream, err := js.Stream(ctx, natslog.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Messages the hub never read, then dropped.
+	if _, err := js.Publish(ctx, "edge.v1.dev-1.batch", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(info.State.LastSeq+1)); err != nil {
+		t.Fatal(err)
+	}
+	o2, _ := clusterOptions(t, dir, c, 1)
+	s2, _ := startClusterHub(t, o2)
+	waitUntil(t, "the stale positions counted", func() bool { return counterValue(t, s2.clm.snap.gaps) == float64(held) })
+}

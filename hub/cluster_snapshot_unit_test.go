@@ -46,6 +46,9 @@ func TestClusterSnapDecodeBounds(t *testing.T) {
 	if got := restoreGaps(map[int]uint64{0: 10, 2: 4}, 3, 6); !slices.Equal(got, []int{1, 2}) {
 		t.Fatalf("gaps %v", got)
 	}
+	if got := restoreGaps(map[int]uint64{0: 10, 2: 4, 5: 1}, 0, 6); !slices.Equal(got, []int{2, 5}) {
+		t.Fatalf("gaps of the positions held %v", got)
+	}
 }
 
 // encodeDecoded encodes d as snapCapture.encode does.
