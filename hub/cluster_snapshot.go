@@ -44,6 +44,8 @@ type clusterSnap struct {
 	restoredGen uint64         // the generation restored at start (0: none)
 	restoredPos map[int]uint64 // its positions, checked against the stream
 	waiting     atomic.Pointer[string]
+
+	failAfterCheckpoint bool // tests: a restore stops as if the hub died after writing its checkpoint
 }
 
 // snapshotMetrics count uploads and restores.
@@ -541,6 +543,9 @@ func (s *Server) writeRestored(d *decodedSnap, positions map[int]uint64) error {
 	}
 	if _, err := s.st.WriteCheckpoint(d.walPos, d.state, s.opts.Now().UnixNano()); err != nil {
 		return err
+	}
+	if s.cl.snap.failAfterCheckpoint {
+		return errors.New("stopped after the checkpoint (test)")
 	}
 	return s.st.DB.Update(func(txn *badger.Txn) error {
 		for k, st := range dedupFromRegistry(s.reg) {
