@@ -292,7 +292,8 @@ func TestClusterStaleDataDir(t *testing.T) {
 	}
 	waitAcked(t, agents, "first run")
 	waitAllApplied(t, cc, agents, "first run")
-	held := len(s.cl.snap.applied)
+	var held int
+	_ = s.inApplier(func() error { held = len(s.cl.snap.applied); return nil })
 	stop(true)
 	for _, a := range agents {
 		a.cancel()
