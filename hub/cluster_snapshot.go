@@ -87,9 +87,17 @@ func (c *cluster) noteApplied(g []*pending) {
 }
 
 // snapOptions are the snapshot buckets' options: natslog's defaults with
-// the stream's replica count.
+// the stream's replica count, and the bucket named after the stream
+// (EDGEFLOW_SNAPSHOTS for the default stream), so hubs of two streams on
+// one NATS cluster keep apart; a stream name too long for that shares
+// the default bucket, and the stream name inside each snapshot keeps a
+// hub from restoring another stream's.
 func (n *NATSOptions) snapOptions() natslog.SnapshotOptions {
-	return natslog.SnapshotOptions{Replicas: n.Log.Replicas}
+	o := natslog.SnapshotOptions{Replicas: n.Log.Replicas}
+	if b := n.Log.Stream + "_SNAPSHOTS"; len(b) <= 59 && n.Log.Stream != "" {
+		o.Bucket = b
+	}
+	return o
 }
 
 // snapMaxBytes is the largest snapshot the store takes.
@@ -112,6 +120,7 @@ func parseStreamID(s string) (wire.StreamID, error) {
 
 // snapCapture is the applied state taken between two groups.
 type snapCapture struct {
+	stream    string
 	walPos    uint64
 	state     []byte
 	positions map[int]uint64
@@ -120,7 +129,8 @@ type snapCapture struct {
 }
 
 // The state snapshot's encoding (natslog.Snapshot.State): "EFHS", a
-// version byte, the local log position the state covers, the partial
+// version byte, the stream's name (its length, at most 64, and bytes),
+// the local log position the state covers, the partial
 // store's generation, the state's length and bytes, the partial count,
 // then each partial's key and value, every length a uvarint.
 const (
@@ -132,6 +142,8 @@ const (
 // refers to from the capture's Badger read; it discards that read.
 func (c *snapCapture) encode(maxBytes int64) ([]byte, error) {
 	b := append([]byte(clusterSnapMagic), clusterSnapVersion)
+	b = binary.AppendUvarint(b, uint64(len(c.stream)))
+	b = append(b, c.stream...)
 	b = binary.AppendUvarint(b, c.walPos)
 	b = binary.AppendUvarint(b, c.gen)
 	b = binary.AppendUvarint(b, uint64(len(c.state)))
@@ -169,6 +181,7 @@ func (c *snapCapture) encode(maxBytes int64) ([]byte, error) {
 
 // decodedSnap is a decoded state snapshot.
 type decodedSnap struct {
+	stream      string
 	walPos, gen uint64
 	state       []byte
 	partials    []kv
@@ -205,7 +218,14 @@ func decodeClusterSnap(b []byte) (*decodedSnap, error) {
 		return out, nil
 	}
 	d := &decodedSnap{}
-	var err error
+	stream, err := bytesOf("stream name")
+	if err != nil {
+		return nil, err
+	}
+	if len(stream) > 64 {
+		return nil, fmt.Errorf("stream name of %d bytes", len(stream))
+	}
+	d.stream = string(stream)
 	if d.walPos, err = uv("log position"); err != nil {
 		return nil, err
 	}
@@ -257,7 +277,7 @@ func (s *Server) captureSnapshot() (*snapCapture, error) {
 		if err != nil {
 			return err
 		}
-		c.state, c.walPos, c.positions = state, s.app.lastSeq, maps.Clone(s.cl.snap.applied)
+		c.stream, c.state, c.walPos, c.positions = s.opts.NATS.Log.Stream, state, s.app.lastSeq, maps.Clone(s.cl.snap.applied)
 		if s.agg != nil {
 			c.gen = s.agg.store.Generation()
 			c.txn = s.st.DB.NewTransaction(false)
@@ -444,6 +464,12 @@ func (s *Server) restoreFromSnapshot(ctx context.Context) error {
 		s.clm.snap.restores.WithLabelValues("unreadable").Inc()
 		s.log.Error("cluster mode: the latest state snapshot does not decode; reading every partition from the stream's start (what retention dropped is lost)",
 			"generation", snap.Generation, "err", err)
+		return nil
+	}
+	if d.stream != s.opts.NATS.Log.Stream {
+		s.clm.snap.restores.WithLabelValues("unreadable").Inc()
+		s.log.Error("cluster mode: the latest state snapshot is of another stream; reading every partition from the stream's start",
+			"generation", snap.Generation, "snapshot_stream", d.stream, "stream", s.opts.NATS.Log.Stream)
 		return nil
 	}
 	if err := s.restoreState(d.state); err != nil {

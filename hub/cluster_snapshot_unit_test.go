@@ -15,11 +15,11 @@ import (
 func TestClusterSnapDecodeBounds(t *testing.T) {
 	key := func(prefix []byte, n int) []byte { return append(slices.Clone(prefix), bytes.Repeat([]byte{7}, n)...) }
 	pre := hublog.PartialPrefixes(3)
-	d := &decodedSnap{walPos: 99, gen: 3, state: []byte(`{"registry":{}}`),
+	d := &decodedSnap{stream: "EDGEFLOW", walPos: 99, gen: 3, state: []byte(`{"registry":{}}`),
 		partials: []kv{{k: key(pre[0], 12), v: []byte("p0")}, {k: key(pre[1], 13), v: []byte("tier")}}}
 	enc := encodeDecoded(d)
 	got, err := decodeClusterSnap(enc)
-	if err != nil || got.walPos != 99 || got.gen != 3 || string(got.state) != string(d.state) || len(got.partials) != 2 ||
+	if err != nil || got.stream != "EDGEFLOW" || got.walPos != 99 || got.gen != 3 || string(got.state) != string(d.state) || len(got.partials) != 2 ||
 		string(got.partials[1].v) != "tier" {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
@@ -38,7 +38,7 @@ func TestClusterSnapDecodeBounds(t *testing.T) {
 			t.Fatalf("key %x: no error", bad)
 		}
 	}
-	huge := append([]byte(clusterSnapMagic), clusterSnapVersion, 1, 3)
+	huge := append([]byte(clusterSnapMagic), clusterSnapVersion, 1, 'S', 1, 3)
 	huge = binary.AppendUvarint(huge, 1<<62)
 	if _, err := decodeClusterSnap(huge); err == nil {
 		t.Fatal("state length beyond the bytes: no error")
@@ -54,6 +54,8 @@ func TestClusterSnapDecodeBounds(t *testing.T) {
 // encodeDecoded encodes d as snapCapture.encode does.
 func encodeDecoded(d *decodedSnap) []byte {
 	b := append([]byte(clusterSnapMagic), clusterSnapVersion)
+	b = binary.AppendUvarint(b, uint64(len(d.stream)))
+	b = append(b, d.stream...)
 	b = binary.AppendUvarint(b, d.walPos)
 	b = binary.AppendUvarint(b, d.gen)
 	b = binary.AppendUvarint(b, uint64(len(d.state)))
