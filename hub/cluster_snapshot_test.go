@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -367,4 +368,55 @@ func TestClusterRestoreInterrupted(t *testing.T) {
 	waitAllApplied(t, cc3, agents, "after the second start")
 	checkExactlyOnce(t, cc3, agents, "after the second start")
 	checkClusterState(t, s3, agents, base, "after the second start")
+}
+
+// TestClusterSnapshotConflict: another writer's snapshot makes the hub's
+// next Put a conflict (logged, counted); the hub reads the head again and
+// its following snapshot is stored on top of the other writer's.
+func TestClusterSnapshotConflict(t *testing.T) {
+	c := testnats.Start(t, 1)
+	o, cc := clusterOptions(t, t.TempDir(), c, 1)
+	s, _ := startClusterHub(t, o)
+	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2"}, 40)
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
+	ctx := context.Background()
+	send := func(what string) {
+		for _, a := range agents {
+			a.appendEvents(t, base, 50)
+		}
+		waitAcked(t, agents, what)
+		waitAllApplied(t, cc, agents, what)
+	}
+	send("first")
+	waitUntil(t, "the snapshot store open", func() bool { return s.cl.snap.store.Load() != nil })
+	if err := s.snapshotNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	other, err := natslog.OpenSnapshots(ctx, js, natslog.SnapshotOptions{Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Put(ctx, natslog.Snapshot{Positions: map[int]uint64{0: 1}, State: []byte("other"), Hub: "other", Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	send("second")
+	if err := s.snapshotNow(ctx); !errors.Is(err, natslog.ErrSnapshotConflict) {
+		t.Fatalf("Put after another writer's: %v", err)
+	}
+	if counterValue(t, s.clm.snap.uploads.WithLabelValues("conflict")) != 1 {
+		t.Fatal("conflict not counted")
+	}
+	if err := s.snapshotNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	latest, err := other.Latest(ctx)
+	if err != nil || latest.Generation != 3 || latest.Hub == "other" {
+		t.Fatalf("latest after the hub's retry: generation %d by %q, %v", latest.Generation, latest.Hub, err)
+	}
 }
