@@ -40,6 +40,7 @@ type clusterSnap struct {
 	// lastPosPtr holds the positions of the last stored (or restored)
 	// snapshot; set under upMu, read on the applier.
 	lastPosPtr atomic.Pointer[map[int]uint64]
+	lastPause  time.Duration // the last stored snapshot's capture time on the applier
 
 	restoredGen uint64         // the generation restored at start (0: none)
 	restoredPos map[int]uint64 // its positions, checked against the stream
@@ -124,8 +125,9 @@ type snapCapture struct {
 	walPos    uint64
 	state     []byte
 	positions map[int]uint64
-	gen       uint64      // the partial store's generation
-	txn       *badger.Txn // a read of Badger at the capture: the partials the state refers to
+	gen       uint64        // the partial store's generation
+	txn       *badger.Txn   // a read of Badger at the capture: the partials the state refers to
+	pause     time.Duration // the applier's time spent on the capture
 }
 
 // The state snapshot's encoding (natslog.Snapshot.State): "EFHS", a
@@ -273,6 +275,8 @@ func (s *Server) captureSnapshot() (*snapCapture, error) {
 			c = nil
 			return nil
 		}
+		start := time.Now()
+		defer func() { c.pause = time.Since(start) }()
 		state, err := s.stateBytes() // flushes the engine's partials
 		if err != nil {
 			return err
@@ -334,10 +338,11 @@ func (s *Server) snapshotNow(ctx context.Context) error {
 		cs.gen = gen
 		pos := c.positions
 		cs.lastPosPtr.Store(&pos)
+		cs.lastPause = c.pause
 		s.clm.snap.uploads.WithLabelValues("ok").Inc()
 		s.clm.snap.bytes.Set(float64(len(b)))
 		s.log.Info("cluster mode: state snapshot stored", "generation", gen, "bytes", len(b), "log_position", c.walPos,
-			"partitions", len(c.positions), "took", time.Since(start).Round(time.Millisecond))
+			"partitions", len(c.positions), "applier_pause", c.pause.Round(time.Microsecond), "took", time.Since(start).Round(time.Millisecond))
 		return nil
 	case errors.Is(err, natslog.ErrSnapshotConflict):
 		s.clm.snap.uploads.WithLabelValues("conflict").Inc()

@@ -32,6 +32,7 @@ func benchClusterRestore(b *testing.B, batch int) {
 	const devices, events = 20, 50_000
 	var fromSnap, fromStream time.Duration
 	var snapBytes float64
+	var pause time.Duration
 	for range b.N {
 		c := testnats.Start(b, 1)
 		o, cc := clusterOptions(b, b.TempDir(), c, 1)
@@ -56,6 +57,7 @@ func benchClusterRestore(b *testing.B, batch int) {
 			b.Fatal(err)
 		}
 		snapBytes = gaugeValue(b, s.clm.snap.bytes)
+		pause += s.cl.snap.lastPause
 		stop(false)
 
 		fromSnap += timeRestore(b, c, agents)
@@ -74,6 +76,7 @@ func benchClusterRestore(b *testing.B, batch int) {
 	b.ReportMetric(fromSnap.Seconds()/float64(b.N)/mev, "s/Mevents-snapshot")
 	b.ReportMetric(fromStream.Seconds()/float64(b.N)/mev, "s/Mevents-stream")
 	b.ReportMetric(snapBytes, "snapshot-bytes")
+	b.ReportMetric(float64(pause.Milliseconds())/float64(b.N), "ms-applier-pause")
 }
 
 // timeRestore starts a hub on an empty data directory and returns the
