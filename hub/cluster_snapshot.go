@@ -65,7 +65,7 @@ func newSnapshotMetrics(reg prometheus.Registerer) (*snapshotMetrics, error) {
 		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "snapshot_bytes",
 			Help: "Cluster mode: size of the last state snapshot stored."}),
 		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "snapshot_restores_total",
-			Help: "Cluster mode: starts on an empty data directory, by what they restored (latest, fallback: an older generation, none: no snapshot, unreadable: none readable)."}, []string{"result"}),
+			Help: "Cluster mode: starts on an empty data directory, by what they restored (latest, fallback: an older generation, none: no snapshot, unreadable: none readable, unavailable: the store kept failing)."}, []string{"result"}),
 		gaps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "snapshot_restore_gaps_total",
 			Help: "Cluster mode: partitions whose messages after a restored snapshot's position the stream may no longer hold (retention dropped them before the restore)."}),
 	}
@@ -86,6 +86,12 @@ func (c *cluster) noteApplied(g []*pending) {
 		}
 	}
 }
+
+// snapshotStartAttempts is how many failures of the snapshot store, with
+// NATS connected, a hub on an empty data directory waits through (about
+// two minutes at the 5 s retry delay) before it reads the stream from its
+// start instead.
+const snapshotStartAttempts = 25
 
 // snapOptions are the snapshot buckets' options: natslog's defaults with
 // the stream's replica count, and the bucket named after the stream
@@ -368,7 +374,7 @@ func (s *Server) snapshotLoop(ctx context.Context, js jetstream.JetStream, l *na
 			cs.store.Store(snaps)
 			break
 		}
-		s.log.Warn("cluster mode: opening the snapshot buckets failed; retrying", "err", err)
+		s.rejLog.log(s.log, "snapshot", "", "cluster mode: opening the snapshot buckets failed; retrying", err)
 		select {
 		case <-ctx.Done():
 			return
@@ -509,6 +515,7 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, 
 	if err != nil {
 		return natslog.Snapshot{}, "", fmt.Errorf("cluster mode: %w", err)
 	}
+	failures := 0
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
 		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 		snaps, err := natslog.OpenSnapshots(actx, js, s.opts.NATS.snapOptions())
@@ -540,6 +547,14 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, 
 		why := "restoring a NATS state snapshot: " + err.Error()
 		if b := s.cl.bus.Load(); b == nil || !b.Connected() {
 			why = "restoring a NATS state snapshot: NATS not connected"
+		} else if failures++; failures >= snapshotStartAttempts {
+			// Connected, yet the snapshot store keeps failing (its buckets
+			// refused for lack of storage, or not permitted): a retry does
+			// not fix that, and the stream may still hold everything.
+			s.clm.snap.restores.WithLabelValues("unavailable").Inc()
+			s.log.Error("cluster mode: the NATS snapshot store keeps failing; reading every partition from the stream's start (what retention dropped is lost)",
+				"attempts", failures, "err", err)
+			return natslog.Snapshot{}, "", nil
 		}
 		s.cl.snap.waiting.Store(&why)
 		s.log.Warn("cluster mode: empty data directory; waiting for the NATS snapshot store", "err", err)
