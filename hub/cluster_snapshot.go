@@ -87,11 +87,10 @@ func (c *cluster) noteApplied(g []*pending) {
 	}
 }
 
-// snapshotStartAttempts is how many failures of the snapshot store, with
-// NATS connected, a hub on an empty data directory waits through (about
-// two minutes at the 5 s retry delay) before it reads the stream from its
-// start instead.
-const snapshotStartAttempts = 25
+// snapshotStartWait is how long a hub on an empty data directory waits
+// through failures of the snapshot store with NATS connected before it
+// reads the stream from its start instead.
+const snapshotStartWait = 2 * time.Minute
 
 // snapOptions are the snapshot buckets' options: natslog's defaults with
 // the stream's replica count, and the bucket named after the stream
@@ -515,7 +514,7 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, 
 	if err != nil {
 		return natslog.Snapshot{}, "", fmt.Errorf("cluster mode: %w", err)
 	}
-	failures := 0
+	var failing time.Time // first failure with NATS connected
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
 		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 		snaps, err := natslog.OpenSnapshots(actx, js, s.opts.NATS.snapOptions())
@@ -547,13 +546,15 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, 
 		why := "restoring a NATS state snapshot: " + err.Error()
 		if b := s.cl.bus.Load(); b == nil || !b.Connected() {
 			why = "restoring a NATS state snapshot: NATS not connected"
-		} else if failures++; failures >= snapshotStartAttempts {
+		} else if failing.IsZero() {
+			failing = time.Now()
+		} else if time.Since(failing) >= snapshotStartWait {
 			// Connected, yet the snapshot store keeps failing (its buckets
 			// refused for lack of storage, or not permitted): a retry does
 			// not fix that, and the stream may still hold everything.
 			s.clm.snap.restores.WithLabelValues("unavailable").Inc()
 			s.log.Error("cluster mode: the NATS snapshot store keeps failing; reading every partition from the stream's start (what retention dropped is lost)",
-				"attempts", failures, "err", err)
+				"failing_for", time.Since(failing).Round(time.Second), "err", err)
 			return natslog.Snapshot{}, "", nil
 		}
 		s.cl.snap.waiting.Store(&why)
