@@ -88,9 +88,15 @@ func (c *cluster) noteApplied(g []*pending) {
 }
 
 // snapshotStartWait is how long a hub on an empty data directory waits
-// through failures of the snapshot store with NATS connected before it
-// reads the stream from its start instead.
+// while JetStream refuses the snapshot buckets (an API error other than
+// "temporarily unavailable") before it reads the stream from its start
+// instead. Unreachable servers, timeouts and elections are waited out:
+// the snapshot may be there.
 const snapshotStartWait = 2 * time.Minute
+
+// jsTemporarilyUnavailable is JetStream's error code for "JetStream
+// system temporarily unavailable" (a cluster without a meta leader).
+const jsTemporarilyUnavailable jetstream.ErrorCode = 10008
 
 // snapOptions are the snapshot buckets' options: natslog's defaults with
 // the stream's replica count, and the bucket named after the stream
@@ -544,14 +550,19 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, 
 			return natslog.Snapshot{}, "", fmt.Errorf("cluster mode: stopped while reading the state snapshot: %w (last error: %v)", ctx.Err(), err)
 		}
 		why := "restoring a NATS state snapshot: " + err.Error()
-		if b := s.cl.bus.Load(); b == nil || !b.Connected() {
+		var apiErr *jetstream.APIError
+		switch {
+		case s.cl.bus.Load() == nil || !s.cl.bus.Load().Connected():
 			why = "restoring a NATS state snapshot: NATS not connected"
-		} else if failing.IsZero() {
+			failing = time.Time{}
+		case !errors.As(err, &apiErr) || apiErr.ErrorCode == jsTemporarilyUnavailable:
+			failing = time.Time{} // unreachable or electing: wait, the snapshot may be there
+		case failing.IsZero():
 			failing = time.Now()
-		} else if time.Since(failing) >= snapshotStartWait {
-			// Connected, yet the snapshot store keeps failing (its buckets
-			// refused for lack of storage, or not permitted): a retry does
-			// not fix that, and the stream may still hold everything.
+		case time.Since(failing) >= snapshotStartWait:
+			// JetStream keeps refusing the snapshot buckets (no storage
+			// for them, say): a retry does not fix that, and the stream
+			// may still hold everything.
 			s.clm.snap.restores.WithLabelValues("unavailable").Inc()
 			s.log.Error("cluster mode: the NATS snapshot store keeps failing; reading every partition from the stream's start (what retention dropped is lost)",
 				"failing_for", time.Since(failing).Round(time.Second), "err", err)
