@@ -8,6 +8,7 @@ import (
 	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hubapi"
 	"edgeflow/hub/hublog"
+	"edgeflow/hub/registry"
 	"edgeflow/wire"
 )
 
@@ -15,7 +16,7 @@ import (
 // log order, from one goroutine (or from recovery before that goroutine
 // starts). It owns the reusable AppliedBatch and the string intern table.
 type applier struct {
-	reg       *registry
+	reg       *registry.Registry
 	consumers []Consumer
 	estimator ClockEstimator
 	limits    wire.Limits
@@ -30,7 +31,7 @@ type applier struct {
 // maxInterned bounds the intern table; past it, names are allocated.
 const maxInterned = 1 << 16
 
-func newApplier(reg *registry, consumers []Consumer, est ClockEstimator, lim wire.Limits) *applier {
+func newApplier(reg *registry.Registry, consumers []Consumer, est ClockEstimator, lim wire.Limits) *applier {
 	return &applier{reg: reg, consumers: consumers, estimator: est, limits: lim, intern: map[string]string{}}
 }
 
@@ -55,7 +56,7 @@ func (a *applier) applyEntry(e *hublog.Entry, v *batchview.View) error {
 		if err != nil {
 			return fmt.Errorf("%w: log entry %d: status: %v", hublog.ErrCorrupt, e.Seq, err)
 		}
-		a.reg.applyStatus(e, st)
+		a.reg.ApplyStatus(e, st)
 	case hublog.KindBatch:
 		if v == nil {
 			var err error
@@ -63,7 +64,7 @@ func (a *applier) applyEntry(e *hublog.Entry, v *batchview.View) error {
 				return err
 			}
 		}
-		a.reg.applyBatch(e, v)
+		a.reg.ApplyBatch(e, v)
 		a.feedConsumers(e, v)
 	case hublog.KindTick:
 		a.tickConsumers(time.Unix(0, e.ServerTimeNs), e.Seq)

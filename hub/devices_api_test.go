@@ -33,7 +33,7 @@ func addDevices(t *testing.T, s *Server, ids []string) {
 	now := time.Now().UnixNano()
 	for i, id := range shuffled {
 		e := &hublog.Entry{Kind: hublog.KindStatus, Device: id, ServerTimeNs: now + int64(i)}
-		s.reg.applyStatus(e, &wirepb.Status{Online: i%2 == 0, TimeNs: now, Version: "v" + id})
+		s.reg.ApplyStatus(e, &wirepb.Status{Online: i%2 == 0, TimeNs: now, Version: "v" + id})
 	}
 }
 

@@ -7,9 +7,10 @@
 //
 // # Packages
 //
-// The root package keeps the Server, its Options, the pipeline below, the
-// registry and recovery; each other concern is a package under hub/ that
-// never imports this one: hublog (the store and every Badger key),
+// The root package keeps the Server, its Options, the pipeline below and
+// recovery; each other concern is a package under hub/ that never imports
+// this one: registry (what the hub knows of each device, and its
+// checkpoint snapshot), hublog (the store and every Badger key),
 // batchview (parsing and validating batches), eventtime (an event's
 // corrected time and the event-time index over the log), broker (the MQTT
 // side), natsbus and natslog (cluster mode's NATS transport and stream),

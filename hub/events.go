@@ -13,6 +13,7 @@ import (
 	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hubapi"
 	"edgeflow/hub/hublog"
+	"edgeflow/hub/registry"
 )
 
 // Bounds of GET /v1/events. The endpoint reads the log itself (the engine
@@ -84,10 +85,15 @@ func (s *Server) storedEvents(ctx context.Context, q api.EventsQuery) (*hubapi.E
 	return out, nil
 }
 
+// RefusedGapPrefix starts the gap reason of events the hub refused one by
+// one: "refused:bad_time", say. The registry records those gaps; the name
+// stays here for the package's users.
+const RefusedGapPrefix = registry.RefusedGapPrefix
+
 func eventJSON(e *hublog.Entry, ev *AppliedEvent) hubapi.EventJSON {
 	out := hubapi.EventJSON{Stream: e.Stream.String(), Seq: ev.Seq, Metric: ev.Metric, Value: ev.Value,
 		Time: hubapi.RFC3339(time.Unix(0, ev.EventTimeNs)), TimeMs: ev.EventTimeNs / 1e6, UncertaintyNs: ev.UncertaintyNs,
-		Method:     methodName(int32(ev.Method)),
+		Method:     registry.MethodName(int32(ev.Method)),
 		DeviceTime: hubapi.RFC3339(time.Unix(0, ev.DeviceTimeNs)), ServerTime: hubapi.RFC3339(time.Unix(0, e.ServerTimeNs)),
 		LogPosition: e.Seq, EventNs: ev.EventTimeNs}
 	if len(ev.Tags) > 0 {

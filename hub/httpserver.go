@@ -14,10 +14,10 @@ import (
 )
 
 // Devices returns what the hub knows of every device, sorted by id.
-func (s *Server) Devices() []hubapi.DeviceInfo { return s.reg.list() }
+func (s *Server) Devices() []hubapi.DeviceInfo { return s.reg.List() }
 
 // Device returns what the hub knows of one device.
-func (s *Server) Device(id string) (hubapi.DeviceInfo, bool) { return s.reg.get(id) }
+func (s *Server) Device(id string) (hubapi.DeviceInfo, bool) { return s.reg.Get(id) }
 
 // Handler returns the hub's HTTP API: /healthz, /readyz, /metrics,
 // GET /v1/devices and GET /v1/devices/{id}, and with an engine
@@ -44,7 +44,7 @@ func (s *Server) Recovered() bool { return s.recovered.Load() }
 // DevicesPage returns up to limit devices after the id after, sorted by
 // id, and the id to ask for next ("" at the end).
 func (s *Server) DevicesPage(after string, limit int) ([]hubapi.DeviceInfo, string) {
-	return s.reg.page(after, limit)
+	return s.reg.Page(after, limit)
 }
 
 // StoredEvents reads a device's events in [from, to) from the log.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hublog"
+	"edgeflow/hub/registry"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -141,7 +142,7 @@ func rebuildInto(ctx context.Context, st *hublog.Store, agg *aggregates, opts Op
 		return nil, fmt.Errorf("delete partials of an unfinished rebuild: %w", err)
 	}
 	agg.store.SetGeneration(gen)
-	reg := newRegistry()
+	reg := registry.New(opts.MaxStreamsPerDevice)
 	var pos uint64
 	if ck != nil {
 		pos = ck.Pos
@@ -152,7 +153,7 @@ func rebuildInto(ctx context.Context, st *hublog.Store, agg *aggregates, opts Op
 	}
 	if ck == nil {
 		res.FromLog, pos = true, app.lastSeq
-		if doc.Registry, err = reg.snapshot(); err != nil {
+		if doc.Registry, err = reg.Snapshot(); err != nil {
 			return nil, err
 		}
 	}
@@ -186,7 +187,7 @@ func rebuildInto(ctx context.Context, st *hublog.Store, agg *aggregates, opts Op
 // replayInto applies the log entries up to pos (the whole log when full)
 // to the engine and, when full, to reg. Damage stops it unless
 // opts.RecoverDamaged, which records the loss.
-func replayInto(ctx context.Context, st *hublog.Store, agg *aggregates, reg *registry, full bool, pos uint64, records []hublog.DamageRecord, opts Options, res *RebuildResult) (*applier, error) {
+func replayInto(ctx context.Context, st *hublog.Store, agg *aggregates, reg *registry.Registry, full bool, pos uint64, records []hublog.DamageRecord, opts Options, res *RebuildResult) (*applier, error) {
 	known := hublog.LossesOf(records)
 	app := newApplier(reg, []Consumer{agg}, nil, opts.Limits)
 	app.onPanic = func(name string, r any) {
@@ -222,7 +223,7 @@ func replayInto(ctx context.Context, st *hublog.Store, agg *aggregates, reg *reg
 	res.Events = app.events
 	if !dmg.Any() {
 		if full {
-			applyLosses(reg, records)
+			reg.ApplyLosses(records)
 		}
 		return app, nil
 	}
@@ -236,14 +237,14 @@ func replayInto(ctx context.Context, st *hublog.Store, agg *aggregates, reg *reg
 		if err != nil {
 			return nil, err
 		}
-		lost = lostSince(reg, dedup, known)
+		lost = reg.LostSince(dedup, known)
 	}
 	rec := hublog.NewDamageRecord(opts.Now().UnixNano(), dmg, devices, lost)
 	if err := st.WriteDamageRecord(rec, dmg.Unreadable); err != nil {
 		return nil, err
 	}
 	if full {
-		applyLosses(reg, append(records, *rec))
+		reg.ApplyLosses(append(records, *rec))
 	}
 	res.DamagedPositions = dmg.Positions.Count()
 	opts.Logger.Error("hub store damaged: rebuilt without the unreadable log entries (recover-damaged); the loss is recorded",

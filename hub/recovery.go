@@ -19,7 +19,7 @@ type stateDoc struct {
 // stateBytes encodes the applied state. Call it from the applier's
 // goroutine (or when that is not running).
 func (s *Server) stateBytes() ([]byte, error) {
-	reg, err := s.reg.snapshot()
+	reg, err := s.reg.Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot registry: %w", err)
 	}
@@ -43,7 +43,7 @@ func (s *Server) restoreState(b []byte) error {
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return fmt.Errorf("%w: state: %v", hublog.ErrCheckpointDamaged, err)
 	}
-	if err := s.reg.restore(doc.Registry); err != nil {
+	if err := s.reg.Restore(doc.Registry); err != nil {
 		return fmt.Errorf("%w: registry: %v", hublog.ErrCheckpointDamaged, err)
 	}
 	for _, c := range s.opts.Consumers {
@@ -98,7 +98,7 @@ func (s *Server) recoverState(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("replay log of %s: %w", s.st.Dir, err)
 	}
-	lost := lostSince(s.reg, dedup, known)
+	lost := s.reg.LostSince(dedup, known)
 	if dmg.Any() {
 		if records, err = s.recordDamage(dmg, lost, records); err != nil {
 			return err
@@ -107,7 +107,7 @@ func (s *Server) recoverState(ctx context.Context) error {
 		s.log.Error("recovered state disagrees with the stored applied ranges; dedup follows the stored ranges",
 			"streams", len(lost), "first_device", lost[0].Device, "first_stream", lost[0].Stream, "missing", hublog.FormatRanges(&lost[0].Lost))
 	}
-	applyLosses(s.reg, records)
+	s.reg.ApplyLosses(records)
 	known = hublog.LossesOf(records)
 	s.dm.lostEvents.Set(float64(known.Events))
 	last, err := s.st.LastWALSeq()

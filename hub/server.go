@@ -18,6 +18,7 @@ import (
 	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/ratelimit"
+	"edgeflow/hub/registry"
 	"edgeflow/hub/timeservice"
 	"edgeflow/internal/lograte"
 )
@@ -29,7 +30,7 @@ type Server struct {
 	opts   Options
 	log    *slog.Logger
 	m      *metrics
-	reg    *registry
+	reg    *registry.Registry
 	app    *applier
 	agg    *aggregates // nil without Options.Aggregate
 	st     *hublog.Store
@@ -81,10 +82,9 @@ func New(opts Options) (*Server, error) {
 	if err := checkConsumerNames(opts.Consumers); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, log: opts.Logger, reg: newRegistry(), applierReqs: make(chan applierReq),
+	s := &Server{opts: opts, log: opts.Logger, reg: registry.New(opts.MaxStreamsPerDevice), applierReqs: make(chan applierReq),
 		fatal: make(chan error, 1), done: make(chan struct{}), applyDone: make(chan struct{})}
 	s.rejLog = rateLog{lim: lograte.Limiter{Every: opts.RejectLogInterval}, now: opts.Now}
-	s.reg.maxStreams = opts.MaxStreamsPerDevice
 	s.limiter = ratelimit.New(opts.MaxEventsPerSecond, opts.EventsBurst)
 	if opts.NATS.enabled() {
 		s.cl = &cluster{}
@@ -96,7 +96,7 @@ func New(opts Options) (*Server, error) {
 		s.brokerSec = sec
 	}
 	s.views.New = func() any { return new(batchview.View) }
-	m, err := newMetrics(opts.Registerer, s.reg.counts)
+	m, err := newMetrics(opts.Registerer, s.reg.Counts)
 	if err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
@@ -107,7 +107,7 @@ func New(opts Options) (*Server, error) {
 	if s.dm, err = newDamageMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
-	if err := opts.Registerer.Register(newFleetCollector(s.reg, s.opts.Now)); err != nil {
+	if err := opts.Registerer.Register(registry.NewFleetCollector(s.reg, s.opts.Now)); err != nil {
 		return nil, fmt.Errorf("register fleet metrics: %w", err)
 	}
 	if err := s.defaultParts(); err != nil {

@@ -6,7 +6,6 @@ import (
 
 	"edgeflow/aggregate"
 	"edgeflow/hub/batchview"
-	"edgeflow/hub/hubapi"
 	"edgeflow/hub/hublog"
 	"edgeflow/internal/lograte"
 	"edgeflow/wire"
@@ -192,29 +191,12 @@ func retireKVs(p *pending) []kv {
 // retireStream applies a logged retirement to the registry and the
 // consumers that keep streams.
 func (a *applier) retireStream(e *hublog.Entry) {
-	a.reg.retireStream(e.Device, e.Stream)
+	a.reg.RetireStream(e.Device, e.Stream)
 	for _, c := range a.consumers {
 		if r, ok := c.(StreamRetirer); ok {
 			a.safeCall(c.Name(), func() { r.RetireStream(e.Device, e.Stream) })
 		}
 	}
-}
-
-// retireStream removes a stream from a device's entry.
-func (r *registry) retireStream(device string, stream wire.StreamID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if d := r.devices[device]; d != nil {
-		delete(d.Streams, stream.String())
-	}
-}
-
-// info returns the API view of device d with its stream count and the
-// hub's bound. Callers hold mu.
-func (r *registry) info(d *deviceState, id string) hubapi.DeviceInfo {
-	out := d.info(id)
-	out.StreamCount, out.MaxStreams = len(d.Streams), r.maxStreams
-	return out
 }
 
 // RetireStream implements StreamRetirer: the engine forgets the stream.

@@ -1,4 +1,4 @@
-package hub
+package registry
 
 import (
 	"maps"
@@ -11,7 +11,7 @@ import (
 
 func TestFleetCollector(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
-	reg := newRegistry()
+	reg := New(0)
 	add := func(id string, events uint64, oldestAgo, offset time.Duration, gaps [][2]uint64) {
 		d := reg.device(id)
 		d.Backlog = hubapi.Backlog{Events: events}
@@ -31,7 +31,7 @@ func TestFleetCollector(t *testing.T) {
 	add("behind", 500, 20*time.Minute, -time.Minute, nil)
 	add("stuck", 9000, 2*time.Hour, 0, [][2]uint64{{1, 100}, {200, 200}})
 	r := prometheus.NewRegistry()
-	r.MustRegister(newFleetCollector(reg, func() time.Time { return now }))
+	r.MustRegister(NewFleetCollector(reg, func() time.Time { return now }))
 	mfs, err := r.Gather()
 	if err != nil {
 		t.Fatal(err)

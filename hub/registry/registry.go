@@ -1,4 +1,9 @@
-package hub
+// Package registry is what the hub knows of each device: its last
+// status, backlog and clock, and per stream the applied, refused and lost
+// sequence ranges. The hub's applier is its only writer, in log order;
+// the HTTP API and the metrics read it. Everything in it is derived from
+// log entries, so a checkpoint (Snapshot) plus a replay rebuilds it.
+package registry
 
 import (
 	"encoding/json"
@@ -16,13 +21,15 @@ import (
 	"edgeflow/wire/wirepb"
 )
 
-// registry is what the hub knows of each device. The applier goroutine is
-// its only writer; HTTP handlers read it under the lock. Everything in it
-// is derived from log entries, so a checkpoint plus replay rebuilds it.
-type registry struct {
+// Registry is what the hub knows of each device. The applier goroutine is
+// its only writer; HTTP handlers and metrics read it under the lock.
+// Everything in it is derived from log entries, so a checkpoint plus
+// replay rebuilds it.
+type Registry struct {
 	mu      sync.RWMutex
 	devices map[string]*deviceState
-	// maxStreams is Options.MaxStreamsPerDevice, which the API shows.
+	// maxStreams is the hub's bound of streams per device, which the API
+	// shows.
 	maxStreams int
 }
 
@@ -64,10 +71,14 @@ type streamInfo struct {
 	LastServerNs int64             `json:"last_server_ns"`
 }
 
-func newRegistry() *registry { return &registry{devices: map[string]*deviceState{}} }
+// New returns an empty registry. maxStreams is the hub's bound of streams
+// per device (Options.MaxStreamsPerDevice), shown with each device.
+func New(maxStreams int) *Registry {
+	return &Registry{devices: map[string]*deviceState{}, maxStreams: maxStreams}
+}
 
 // device returns the device's state, creating it. Callers hold mu.
-func (r *registry) device(id string) *deviceState {
+func (r *Registry) device(id string) *deviceState {
 	d := r.devices[id]
 	if d == nil {
 		d = &deviceState{Streams: map[string]*streamInfo{}}
@@ -76,8 +87,8 @@ func (r *registry) device(id string) *deviceState {
 	return d
 }
 
-// applyBatch records an applied batch entry whose parsed payload is v.
-func (r *registry) applyBatch(e *hublog.Entry, v *batchview.View) {
+// ApplyBatch records an applied batch entry whose parsed payload is v.
+func (r *Registry) ApplyBatch(e *hublog.Entry, v *batchview.View) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d := r.device(e.Device)
@@ -128,8 +139,8 @@ func (s *streamInfo) addGap(first, last uint64, reason string) {
 	}
 }
 
-// applyStatus records a status entry.
-func (r *registry) applyStatus(e *hublog.Entry, st *wirepb.Status) {
+// ApplyStatus records a status entry.
+func (r *Registry) ApplyStatus(e *hublog.Entry, st *wirepb.Status) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d := r.device(e.Device)
@@ -150,15 +161,18 @@ func (r *registry) applyStatus(e *hublog.Entry, st *wirepb.Status) {
 	}
 }
 
-// snapshot returns the registry as deterministic JSON.
-func (r *registry) snapshot() ([]byte, error) {
+// Snapshot returns the registry as deterministic JSON, the form a
+// checkpoint stores; Restore reads it back.
+func (r *Registry) Snapshot() ([]byte, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return json.Marshal(r.devices)
 }
 
-// restore replaces the registry with a snapshot's content.
-func (r *registry) restore(b []byte) error {
+// Restore replaces the registry with a Snapshot's content. A device id
+// that is not valid, or an entry that is null, is an error and leaves the
+// registry as it was.
+func (r *Registry) Restore(b []byte) error {
 	devices := map[string]*deviceState{}
 	if err := json.Unmarshal(b, &devices); err != nil {
 		return err
@@ -203,13 +217,14 @@ func (d *deviceState) clockInfo() hubapi.ClockInfo {
 		pick, source = d.HubClock, "hub"
 	}
 	if pick == nil {
-		return hubapi.ClockInfo{Method: methodName(untrusted), Source: "none"}
+		return hubapi.ClockInfo{Method: MethodName(untrusted), Source: "none"}
 	}
-	return hubapi.ClockInfo{OffsetNs: pick.OffsetNs, UncertaintyNs: pick.UncertaintyNs, DriftPPM: pick.DriftPPM, Method: methodName(pick.Method), Source: source}
+	return hubapi.ClockInfo{OffsetNs: pick.OffsetNs, UncertaintyNs: pick.UncertaintyNs, DriftPPM: pick.DriftPPM, Method: MethodName(pick.Method), Source: source}
 }
 
-// methodName is a TimeMethod's name without the TIME_METHOD_ prefix.
-func methodName(m int32) string {
+// MethodName is a wire TimeMethod's name without the TIME_METHOD_ prefix,
+// as the API shows it ("HUB_SYNC", "UNTRUSTED").
+func MethodName(m int32) string {
 	name := wirepb.TimeMethod(m).String()
 	if len(name) > len("TIME_METHOD_") && name[:len("TIME_METHOD_")] == "TIME_METHOD_" {
 		return name[len("TIME_METHOD_"):]
@@ -228,8 +243,8 @@ func cloneMap(m map[string]uint64) map[string]uint64 {
 	return out
 }
 
-// list returns every device, sorted by id.
-func (r *registry) list() []hubapi.DeviceInfo {
+// List returns every device, sorted by id.
+func (r *Registry) List() []hubapi.DeviceInfo {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	out := make([]hubapi.DeviceInfo, 0, len(r.devices))
@@ -240,8 +255,8 @@ func (r *registry) list() []hubapi.DeviceInfo {
 	return out
 }
 
-// get returns one device.
-func (r *registry) get(id string) (hubapi.DeviceInfo, bool) {
+// Get returns one device, and false when the registry has none of that id.
+func (r *Registry) Get(id string) (hubapi.DeviceInfo, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	d, ok := r.devices[id]
@@ -251,8 +266,8 @@ func (r *registry) get(id string) (hubapi.DeviceInfo, bool) {
 	return r.info(d, id), true
 }
 
-// counts returns the number of devices and of those online.
-func (r *registry) counts() (all, online int) {
+// Counts returns the number of devices and of those online.
+func (r *Registry) Counts() (all, online int) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for _, d := range r.devices {
@@ -263,13 +278,13 @@ func (r *registry) counts() (all, online int) {
 	return len(r.devices), online
 }
 
-// page returns up to limit devices whose id sorts after after, sorted by
+// Page returns up to limit devices whose id sorts after after, sorted by
 // id, and the id of the last one when more follow ("" otherwise). Only
 // the page's devices are copied: the ids are gathered under the read lock
 // and sorted outside it, so a walk over a large fleet neither copies every
 // device per page nor holds up the applier while it sorts. A device that
 // appears during a walk shows in it only if its id sorts after the cursor.
-func (r *registry) page(after string, limit int) ([]hubapi.DeviceInfo, string) {
+func (r *Registry) Page(after string, limit int) ([]hubapi.DeviceInfo, string) {
 	r.mu.RLock()
 	ids := make([]string, 0, len(r.devices))
 	for id := range r.devices {
@@ -296,4 +311,22 @@ func (r *registry) page(after string, limit int) ([]hubapi.DeviceInfo, string) {
 		return out, ""
 	}
 	return out, ids[len(ids)-1]
+}
+
+// RetireStream removes a stream from a device's entry: the hub retired it
+// after its idle expiry, and the device may open it again as a new one.
+func (r *Registry) RetireStream(device string, stream wire.StreamID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d := r.devices[device]; d != nil {
+		delete(d.Streams, stream.String())
+	}
+}
+
+// info returns the API view of device d with its stream count and the
+// hub's bound. Callers hold mu.
+func (r *Registry) info(d *deviceState, id string) hubapi.DeviceInfo {
+	out := d.info(id)
+	out.StreamCount, out.MaxStreams = len(d.Streams), r.maxStreams
+	return out
 }

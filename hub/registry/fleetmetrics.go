@@ -1,4 +1,4 @@
-package hub
+package registry
 
 import (
 	"time"
@@ -13,19 +13,23 @@ var backlogAges = []struct {
 	d     time.Duration
 }{{"1m", time.Minute}, {"10m", 10 * time.Minute}, {"1h", time.Hour}}
 
-// fleetCollector exports what the registry knows of the fleet's backlogs
+// FleetCollector exports what the registry knows of the fleet's backlogs
 // and gaps, computed when scraped (one pass over the devices under the
 // registry's read lock), so that alerts need no per-device series.
-type fleetCollector struct {
-	reg *registry
+type FleetCollector struct {
+	reg *Registry
 	now func() time.Time
 
 	backlog, oldest, backlogged, gaps *prometheus.Desc
 }
 
-func newFleetCollector(reg *registry, now func() time.Time) *fleetCollector {
+// NewFleetCollector returns the collector of reg's fleet gauges
+// (edgeflow_hub_fleet_backlog_events, ..._fleet_backlog_oldest_seconds,
+// ..._devices_backlogged, ..._gap_events); now is the hub's clock, against
+// which backlog ages are measured.
+func NewFleetCollector(reg *Registry, now func() time.Time) *FleetCollector {
 	name := func(n string) string { return prometheus.BuildFQName("edgeflow", "hub", n) }
-	return &fleetCollector{reg: reg, now: now,
+	return &FleetCollector{reg: reg, now: now,
 		backlog: prometheus.NewDesc(name("fleet_backlog_events"), "Events the devices last reported holding, not yet acknowledged, summed over devices.", nil, nil),
 		oldest: prometheus.NewDesc(name("fleet_backlog_oldest_seconds"),
 			"Age of the oldest unsent event any device reported (device time corrected by the device's clock offset); 0 when no device reports a backlog.", nil, nil),
@@ -35,7 +39,7 @@ func newFleetCollector(reg *registry, now func() time.Time) *fleetCollector {
 }
 
 // Describe implements prometheus.Collector.
-func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *FleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.backlog
 	ch <- c.oldest
 	ch <- c.backlogged
@@ -43,7 +47,7 @@ func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *FleetCollector) Collect(ch chan<- prometheus.Metric) {
 	now := c.now().UnixNano()
 	var events, gaps uint64
 	var oldest time.Duration
