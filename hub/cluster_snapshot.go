@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -18,7 +17,6 @@ import (
 
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/natslog"
-	"edgeflow/wire"
 )
 
 // clusterSnap is cluster mode's state snapshots in natslog.Snapshots: the
@@ -117,17 +115,6 @@ func (n *NATSOptions) snapMaxBytes() int64 {
 	o := n.snapOptions()
 	o.EnsureDefaults()
 	return o.MaxBytes
-}
-
-// parseStreamID reads a stream id as the registry keys it (hex).
-func parseStreamID(s string) (wire.StreamID, error) {
-	var id wire.StreamID
-	b, err := hex.DecodeString(s)
-	if err != nil || len(b) != len(id) {
-		return id, fmt.Errorf("stream id %q", s)
-	}
-	copy(id[:], b)
-	return id, nil
 }
 
 // snapCapture is the applied state taken between two groups.
@@ -606,7 +593,7 @@ func (s *Server) writeRestored(d *decodedSnap, positions map[int]uint64) error {
 		return errors.New("stopped after the checkpoint (test)")
 	}
 	return s.st.DB.Update(func(txn *badger.Txn) error {
-		for k, st := range dedupFromRegistry(s.reg) {
+		for k, st := range s.reg.DedupStates() {
 			if err := txn.Set(hublog.RangesKey(k.Device, k.ID), hublog.EncodeDedup(st)); err != nil {
 				return err
 			}
@@ -618,31 +605,4 @@ func (s *Server) writeRestored(d *decodedSnap, positions map[int]uint64) error {
 		}
 		return nil
 	})
-}
-
-// dedupFromRegistry derives each stream's applied ranges from the
-// registry, as the committer keeps them: applied and refused events are
-// both done, the horizon is the highest sequence seen (gaps included).
-func dedupFromRegistry(r *registry) map[hublog.StreamKey]*hublog.DedupState {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	out := map[hublog.StreamKey]*hublog.DedupState{}
-	for dev, d := range r.devices {
-		for sid, si := range d.Streams {
-			id, err := parseStreamID(sid)
-			if err != nil {
-				continue
-			}
-			st := &hublog.DedupState{Applied: si.Applied.Clone(), LastSeenNs: si.LastServerNs}
-			for _, rg := range si.Refused.Ranges() {
-				st.Applied.Add(rg.First, rg.Last)
-			}
-			if st.Applied.Len() == 0 {
-				continue
-			}
-			st.Horizon = max(st.Applied.Max(), si.Gaps.Max())
-			out[hublog.StreamKey{Device: dev, ID: id}] = st
-		}
-	}
-	return out
 }
