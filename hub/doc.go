@@ -37,7 +37,11 @@
 // NATS JetStream stream, one reader per partition feeding the worker of
 // its partition, and the committer also writes each partition's position
 // in the group's transaction; natsbus is the transport for statuses, time
-// requests and acks.
+// requests and acks. The applier records the last stream sequence of each
+// partition it applied, and every NATSOptions.SnapshotInterval the state,
+// those positions and the partials it refers to go into NATS' object store
+// (cluster_snapshot.go); a hub started on an empty data directory restores
+// them and reads each partition after its position.
 //
 // # Storage
 //
