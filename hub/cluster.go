@@ -11,16 +11,16 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
+	"edgeflow/hub/cluster"
 	"edgeflow/hub/natsbus"
 	"edgeflow/hub/natslog"
 )
 
-// cluster is the hub's share of cluster mode (Options.NATS): the NATS
+// clusterMode is the hub's share of cluster mode (Options.NATS): the NATS
 // transport, the stream, one reader per partition and the stream's
 // health. One hub owns every partition.
-type cluster struct {
+type clusterMode struct {
 	bus       atomic.Pointer[natsbus.Bus]
 	log       atomic.Pointer[natslog.Log] // set once EnsureStream succeeded
 	streamErr atomic.Pointer[string]      // the last failure to reach the stream; nil: reachable
@@ -30,49 +30,11 @@ type cluster struct {
 	snap      clusterSnap // state snapshots (cluster_snapshot.go)
 }
 
-// clusterMetrics are cluster mode's series. They are registered in every
-// mode (the alert rules name them) and stay zero without NATS.
-type clusterMetrics struct {
-	bytes, maxBytes, fullness, lastSeq, up prometheus.Gauge
-	position                               *prometheus.GaugeVec // by partition: last sequence committed here
-	badMessages, readErrors                prometheus.Counter
-	snap                                   *snapshotMetrics
-}
-
-// newClusterMetrics creates and registers cluster mode's metrics.
-func newClusterMetrics(reg prometheus.Registerer) (*clusterMetrics, error) {
-	g := func(name, help string) prometheus.Gauge {
-		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub", Name: name, Help: help})
-	}
-	c := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub", Name: name, Help: help})
-	}
-	m := &clusterMetrics{
-		bytes:    g("stream_bytes", "Cluster mode: bytes the NATS JetStream log stream holds (polled every few seconds)."),
-		maxBytes: g("stream_max_bytes", "Cluster mode: the stream's byte limit (nats-max-bytes); at it the stream refuses new batches."),
-		fullness: g("stream_fullness_ratio", "Cluster mode: stream_bytes / stream_max_bytes."),
-		lastSeq:  g("stream_last_seq", "Cluster mode: the stream's last sequence."),
-		up:       g("stream_up", "Cluster mode: 1 while the last poll of the stream succeeded."),
-		position: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "stream_position",
-			Help: "Cluster mode: the last stream sequence of each partition committed by this hub."}, []string{"partition"}),
-		badMessages: c("stream_bad_messages_total", "Cluster mode: stream messages skipped because their subject names no valid device."),
-		readErrors:  c("stream_read_errors_total", "Cluster mode: failures to open or read a partition's reader (each is retried)."),
-	}
-	for _, col := range []prometheus.Collector{m.bytes, m.maxBytes, m.fullness, m.lastSeq, m.up, m.position, m.badMessages, m.readErrors} {
-		if err := reg.Register(col); err != nil {
-			return nil, err
-		}
-	}
-	var err error
-	m.snap, err = newSnapshotMetrics(reg)
-	return m, err
-}
-
 // loadLogPositions reads each partition's committed position from the
 // store (cluster mode; after recovery, before the pipeline runs) and
 // gives the committer the gauge it updates.
 func (s *Server) loadLogPositions() error {
-	if !s.opts.NATS.enabled() {
+	if !s.opts.NATS.Enabled() {
 		return nil
 	}
 	pos, err := s.st.LoadLogPositions(s.opts.NATS.Log.Stream)
@@ -83,17 +45,17 @@ func (s *Server) loadLogPositions() error {
 		if p < 0 || p >= s.opts.NATS.Log.Partitions {
 			return fmt.Errorf("hub store %s holds a position of partition %d of stream %s, which has %d partitions: the data directory belongs to another stream layout", s.st.Dir, p, s.opts.NATS.Log.Stream, s.opts.NATS.Log.Partitions)
 		}
-		s.clm.position.WithLabelValues(strconv.Itoa(p)).Set(float64(seq))
+		s.clm.Position.WithLabelValues(strconv.Itoa(p)).Set(float64(seq))
 	}
 	s.cl.from = pos
 	s.cl.snap.applied = maps.Clone(pos) // the recovered state covers exactly the committed positions
-	s.com.posGauge = s.clm.position
+	s.com.posGauge = s.clm.Position
 	return nil
 }
 
 // dialNATS creates the NATS transport (cluster mode).
 func (s *Server) dialNATS() error {
-	bus, err := natsbus.Dial(s.opts.NATS.busOptions(&s.opts))
+	bus, err := natsbus.Dial(s.opts.busOptions())
 	if err != nil {
 		return fmt.Errorf("cluster mode: %w", err)
 	}
@@ -162,63 +124,28 @@ func (s *Server) ensureStream(ctx context.Context, js jetstream.JetStream) (*nat
 }
 
 // readPartition feeds partition p's messages from sequence from on into
-// the pipeline until ctx ends, reopening its reader after a failure. All
-// of a partition's messages go through one decode worker, so they reach
-// the committer in stream order and its position is never ahead of a
-// message not yet committed. A message's server time is the time the
-// stream stored it, so a replay of the stream decides as the first
-// reading did.
+// the pipeline until ctx ends (cluster.Reader reopens its reader after a
+// failure). All of a partition's messages go through one decode worker,
+// so they reach the committer in stream order and its position is never
+// ahead of a message not yet committed. A message's server time is the
+// time the stream stored it, so a replay of the stream decides as the
+// first reading did.
 func (s *Server) readPartition(ctx context.Context, l *natslog.Log, p int, from uint64) {
 	worker := s.workers[p%len(s.workers)]
-	for delay := 100 * time.Millisecond; ctx.Err() == nil; {
-		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
-		r, err := l.Reader(actx, p, from)
-		cancel()
-		if err != nil {
-			s.clm.readErrors.Inc()
-			s.rejLog.log(s.log, "stream", "", "cluster mode: opening a partition's reader failed; retrying", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(delay):
-			}
-			delay = min(2*delay, 5*time.Second)
-			continue
-		}
-		delay = 100 * time.Millisecond
-		from = s.readUntilError(ctx, r, worker, from)
-		r.Close()
-	}
-}
-
-// readUntilError hands r's messages to worker until r fails or ctx ends
-// and returns the sequence to resume from.
-func (s *Server) readUntilError(ctx context.Context, r *natslog.Reader, worker chan<- inMsg, from uint64) uint64 {
-	for {
-		m, err := r.Next(ctx)
-		if errors.Is(err, natslog.ErrBadSubject) {
-			s.clm.badMessages.Inc()
-			s.rejLog.log(s.log, "stream", "", "cluster mode: skipped a stream message", err)
-			from = m.Seq + 1
-			continue
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				s.clm.readErrors.Inc()
-				s.rejLog.log(s.log, "stream", "", "cluster mode: reading a partition failed; reopening it", err)
-			}
-			return from
-		}
-		from = m.Seq + 1
-		s.enqueue(func() {
-			worker <- inMsg{device: m.Device, payload: m.Data, serverTimeNs: m.Stored.UnixNano(), logPart: m.Partition, logSeq: m.Seq}
-		})
-	}
+	r := cluster.Reader{Log: l, Timeout: s.opts.PublishTimeout, Metrics: s.clm,
+		Report: func(msg string, err error) { s.rejLog.log(s.log, "stream", "", msg, err) },
+		Deliver: func(m natslog.Message) {
+			s.enqueue(func() {
+				worker <- inMsg{device: m.Device, payload: m.Data, serverTimeNs: m.Stored.UnixNano(), logPart: m.Partition, logSeq: m.Seq}
+			})
+		}}
+	r.ReadPartition(ctx, p, from)
 }
 
 // pollStream updates the stream's gauges and reachability every
-// clusterPollInterval until ctx ends.
+// cluster.PollInterval until ctx ends.
 func (s *Server) pollStream(ctx context.Context, l *natslog.Log) {
-	t := time.NewTicker(clusterPollInterval)
+	t := time.NewTicker(cluster.PollInterval)
 	defer t.Stop()
 	for {
 		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
@@ -231,11 +158,11 @@ func (s *Server) pollStream(ctx context.Context, l *natslog.Log) {
 			s.streamDown(fmt.Sprintf("only %d of its %d replicas are current (no quorum: writes are refused)", f.Current, f.Replicas))
 		case err == nil:
 			s.cl.streamErr.Store(nil)
-			s.clm.up.Set(1)
-			s.clm.bytes.Set(float64(f.Bytes))
-			s.clm.maxBytes.Set(float64(f.MaxBytes))
-			s.clm.fullness.Set(f.Ratio())
-			s.clm.lastSeq.Set(float64(f.LastSeq))
+			s.clm.Up.Set(1)
+			s.clm.Bytes.Set(float64(f.Bytes))
+			s.clm.MaxBytes.Set(float64(f.MaxBytes))
+			s.clm.Fullness.Set(f.Ratio())
+			s.clm.LastSeq.Set(float64(f.LastSeq))
 		}
 		select {
 		case <-ctx.Done():
@@ -248,7 +175,7 @@ func (s *Server) pollStream(ctx context.Context, l *natslog.Log) {
 // streamDown records why the stream is unavailable.
 func (s *Server) streamDown(why string) {
 	s.cl.streamErr.Store(&why)
-	s.clm.up.Set(0)
+	s.clm.Up.Set(0)
 }
 
 // stopCluster stops the readers and the poll; the pipeline still runs and

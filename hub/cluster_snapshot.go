@@ -2,26 +2,24 @@ package hub
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
+	"edgeflow/hub/cluster"
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/natslog"
 )
 
 // clusterSnap is cluster mode's state snapshots in natslog.Snapshots: the
 // applied state with the stream positions it covers, uploaded every
-// NATSOptions.SnapshotInterval off the apply path, and restored by a hub
+// cluster.Options.SnapshotInterval off the apply path, and restored by a hub
 // started on an empty data directory (docs/CLUSTER.md).
 type clusterSnap struct {
 	// applied is, per partition, the last stream sequence the applier
@@ -47,37 +45,9 @@ type clusterSnap struct {
 	failAfterCheckpoint bool // tests: a restore stops as if the hub died after writing its checkpoint
 }
 
-// snapshotMetrics count uploads and restores.
-type snapshotMetrics struct {
-	uploads  *prometheus.CounterVec // by result: ok, error, conflict
-	bytes    prometheus.Gauge
-	restores *prometheus.CounterVec // by result: latest, fallback, none, unreadable
-	gaps     prometheus.Counter
-}
-
-// newSnapshotMetrics creates and registers the snapshot series.
-func newSnapshotMetrics(reg prometheus.Registerer) (*snapshotMetrics, error) {
-	m := &snapshotMetrics{
-		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "snapshot_uploads_total",
-			Help: "Cluster mode: state snapshots put into the NATS object store, by result (ok, error, conflict: another writer moved the pointer)."}, []string{"result"}),
-		bytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "snapshot_bytes",
-			Help: "Cluster mode: size of the last state snapshot stored."}),
-		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "snapshot_restores_total",
-			Help: "Cluster mode: starts on an empty data directory, by what they restored (latest, fallback: an older generation, none: no snapshot, unreadable: none readable, unavailable: the store kept failing)."}, []string{"result"}),
-		gaps: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "snapshot_restore_gaps_total",
-			Help: "Cluster mode: partitions whose messages after a restored snapshot's position the stream may no longer hold (retention dropped them before the restore)."}),
-	}
-	for _, c := range []prometheus.Collector{m.uploads, m.bytes, m.restores, m.gaps} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
-}
-
 // noteApplied records the stream positions of an applied group (applier
 // goroutine).
-func (c *cluster) noteApplied(g []*pending) {
+func (c *clusterMode) noteApplied(g []*pending) {
 	for _, p := range g {
 		if p.logSeq != 0 && p.logSeq > c.snap.applied[p.logPart] {
 			c.snap.applied[p.logPart] = p.logSeq
@@ -96,170 +66,12 @@ const snapshotStartWait = 2 * time.Minute
 // system temporarily unavailable" (a cluster without a meta leader).
 const jsTemporarilyUnavailable jetstream.ErrorCode = 10008
 
-// snapOptions are the snapshot buckets' options: natslog's defaults with
-// the stream's replica count, and the bucket named after the stream
-// (EDGEFLOW_SNAPSHOTS for the default stream), so hubs of two streams on
-// one NATS cluster keep apart; a stream name too long for that shares
-// the default bucket, and the stream name inside each snapshot keeps a
-// hub from restoring another stream's.
-func (n *NATSOptions) snapOptions() natslog.SnapshotOptions {
-	o := natslog.SnapshotOptions{Replicas: n.Log.Replicas}
-	if b := n.Log.Stream + "_SNAPSHOTS"; len(b) <= 59 && n.Log.Stream != "" {
-		o.Bucket = b
-	}
-	return o
-}
-
-// snapMaxBytes is the largest snapshot the store takes.
-func (n *NATSOptions) snapMaxBytes() int64 {
-	o := n.snapOptions()
-	o.EnsureDefaults()
-	return o.MaxBytes
-}
-
 // snapCapture is the applied state taken between two groups.
 type snapCapture struct {
-	stream    string
-	walPos    uint64
-	state     []byte
-	positions map[int]uint64
-	gen       uint64        // the partial store's generation
-	txn       *badger.Txn   // a read of Badger at the capture: the partials the state refers to
-	pause     time.Duration // the applier's time spent on the capture
-}
-
-// The state snapshot's encoding (natslog.Snapshot.State): "EFHS", a
-// version byte, the stream's name (its length, at most 64, and bytes),
-// the local log position the state covers, the partial
-// store's generation, the state's length and bytes, the partial count,
-// then each partial's key and value, every length a uvarint.
-const (
-	clusterSnapMagic   = "EFHS"
-	clusterSnapVersion = 1
-)
-
-// encode builds the snapshot's bytes, reading the partials the state
-// refers to from the capture's Badger read; it discards that read.
-func (c *snapCapture) encode(maxBytes int64) ([]byte, error) {
-	b := append([]byte(clusterSnapMagic), clusterSnapVersion)
-	b = binary.AppendUvarint(b, uint64(len(c.stream)))
-	b = append(b, c.stream...)
-	b = binary.AppendUvarint(b, c.walPos)
-	b = binary.AppendUvarint(b, c.gen)
-	b = binary.AppendUvarint(b, uint64(len(c.state)))
-	b = append(b, c.state...)
-	var parts []byte
-	n := 0
-	if c.txn != nil {
-		defer c.txn.Discard()
-		for _, prefix := range hublog.PartialPrefixes(c.gen) {
-			it := c.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
-			for it.Rewind(); it.Valid(); it.Next() {
-				parts = binary.AppendUvarint(parts, uint64(len(it.Item().Key())))
-				parts = append(parts, it.Item().Key()...)
-				err := it.Item().Value(func(v []byte) error {
-					parts = binary.AppendUvarint(parts, uint64(len(v)))
-					parts = append(parts, v...)
-					return nil
-				})
-				if err != nil {
-					it.Close()
-					return nil, err
-				}
-				n++
-				if int64(len(b)+len(parts)) > maxBytes {
-					it.Close()
-					return nil, fmt.Errorf("%w: state and partials exceed %d bytes", natslog.ErrSnapshotTooLarge, maxBytes)
-				}
-			}
-			it.Close()
-		}
-	}
-	b = binary.AppendUvarint(b, uint64(n))
-	return append(b, parts...), nil
-}
-
-// decodedSnap is a decoded state snapshot.
-type decodedSnap struct {
-	stream      string
-	walPos, gen uint64
-	state       []byte
-	partials    []kv
-}
-
-// decodeClusterSnap decodes a state snapshot, bounding every length by
-// what remains.
-func decodeClusterSnap(b []byte) (*decodedSnap, error) {
-	if len(b) < len(clusterSnapMagic)+1 || string(b[:len(clusterSnapMagic)]) != clusterSnapMagic {
-		return nil, errors.New("not a hub state snapshot (magic)")
-	}
-	if b[len(clusterSnapMagic)] != clusterSnapVersion {
-		return nil, fmt.Errorf("hub state snapshot version %d, this hub reads %d", b[len(clusterSnapMagic)], clusterSnapVersion)
-	}
-	b = b[len(clusterSnapMagic)+1:]
-	uv := func(what string) (uint64, error) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, fmt.Errorf("bad %s", what)
-		}
-		b = b[n:]
-		return v, nil
-	}
-	bytesOf := func(what string) ([]byte, error) {
-		n, err := uv(what + " length")
-		if err != nil {
-			return nil, err
-		}
-		if n > uint64(len(b)) {
-			return nil, fmt.Errorf("%s of %d bytes, %d remain", what, n, len(b))
-		}
-		out := b[:n]
-		b = b[n:]
-		return out, nil
-	}
-	d := &decodedSnap{}
-	stream, err := bytesOf("stream name")
-	if err != nil {
-		return nil, err
-	}
-	if len(stream) > 64 {
-		return nil, fmt.Errorf("stream name of %d bytes", len(stream))
-	}
-	d.stream = string(stream)
-	if d.walPos, err = uv("log position"); err != nil {
-		return nil, err
-	}
-	if d.gen, err = uv("partial generation"); err != nil {
-		return nil, err
-	}
-	if d.state, err = bytesOf("state"); err != nil {
-		return nil, err
-	}
-	count, err := uv("partial count")
-	if err != nil {
-		return nil, err
-	}
-	if count > uint64(len(b))/2 {
-		return nil, fmt.Errorf("%d partials in %d bytes", count, len(b))
-	}
-	d.partials = make([]kv, 0, count)
-	for range count {
-		var p kv
-		if p.k, err = bytesOf("partial key"); err != nil {
-			return nil, err
-		}
-		if err := hublog.CheckPartialKey(p.k, d.gen); err != nil {
-			return nil, err
-		}
-		if p.v, err = bytesOf("partial value"); err != nil {
-			return nil, err
-		}
-		d.partials = append(d.partials, p)
-	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%d bytes after the last partial", len(b))
-	}
-	return d, nil
+	cluster.Snap // stream, log position, state and partial generation; no partials
+	positions    map[int]uint64
+	txn          *badger.Txn   // a read of Badger at the capture: the partials the state refers to
+	pause        time.Duration // the applier's time spent on the capture
 }
 
 // captureSnapshot takes the applied state, its stream positions and a
@@ -279,9 +91,9 @@ func (s *Server) captureSnapshot() (*snapCapture, error) {
 		if err != nil {
 			return err
 		}
-		c.stream, c.state, c.walPos, c.positions = s.opts.NATS.Log.Stream, state, s.app.lastSeq, maps.Clone(s.cl.snap.applied)
+		c.Stream, c.State, c.WALPos, c.positions = s.opts.NATS.Log.Stream, state, s.app.lastSeq, maps.Clone(s.cl.snap.applied)
 		if s.agg != nil {
-			c.gen = s.agg.store.Generation()
+			c.Gen = s.agg.store.Generation()
 			c.txn = s.st.DB.NewTransaction(false)
 		}
 		return nil
@@ -312,7 +124,7 @@ func (s *Server) snapshotNow(ctx context.Context) error {
 	if !cs.genKnown {
 		g, err := snaps.HeadGeneration(ctx)
 		if err != nil {
-			s.clm.snap.uploads.WithLabelValues("error").Inc()
+			s.clm.Snap.Uploads.WithLabelValues("error").Inc()
 			return fmt.Errorf("cluster mode: reading the snapshot pointer: %w", err)
 		}
 		cs.gen, cs.genKnown = g, true
@@ -320,14 +132,17 @@ func (s *Server) snapshotNow(ctx context.Context) error {
 	c, err := s.captureSnapshot()
 	if err != nil || c == nil {
 		if err != nil {
-			s.clm.snap.uploads.WithLabelValues("error").Inc()
+			s.clm.Snap.Uploads.WithLabelValues("error").Inc()
 		}
 		return err
 	}
 	start := time.Now()
-	b, err := c.encode(s.opts.NATS.snapMaxBytes())
+	b, err := cluster.Encode(&c.Snap, c.txn, s.opts.NATS.SnapMaxBytes())
+	if c.txn != nil {
+		c.txn.Discard() // the partials are read
+	}
 	if err != nil {
-		s.clm.snap.uploads.WithLabelValues("error").Inc()
+		s.clm.Snap.Uploads.WithLabelValues("error").Inc()
 		return fmt.Errorf("cluster mode: encoding a state snapshot: %w", err)
 	}
 	gen, err := snaps.Put(ctx, natslog.Snapshot{Positions: c.positions, State: b, Taken: s.opts.Now(), Hub: s.opts.ClientID, Generation: cs.gen})
@@ -337,16 +152,16 @@ func (s *Server) snapshotNow(ctx context.Context) error {
 		pos := c.positions
 		cs.lastPosPtr.Store(&pos)
 		cs.lastPause = c.pause
-		s.clm.snap.uploads.WithLabelValues("ok").Inc()
-		s.clm.snap.bytes.Set(float64(len(b)))
-		s.log.Info("cluster mode: state snapshot stored", "generation", gen, "bytes", len(b), "log_position", c.walPos,
+		s.clm.Snap.Uploads.WithLabelValues("ok").Inc()
+		s.clm.Snap.Bytes.Set(float64(len(b)))
+		s.log.Info("cluster mode: state snapshot stored", "generation", gen, "bytes", len(b), "log_position", c.WALPos,
 			"partitions", len(c.positions), "applier_pause", c.pause.Round(time.Microsecond), "took", time.Since(start).Round(time.Millisecond))
 		return nil
 	case errors.Is(err, natslog.ErrSnapshotConflict):
-		s.clm.snap.uploads.WithLabelValues("conflict").Inc()
+		s.clm.Snap.Uploads.WithLabelValues("conflict").Inc()
 		s.log.Error("cluster mode: another writer stored a state snapshot since this hub's last one; two hubs may be reading the stream", "expected_generation", cs.gen, "err", err)
 	default:
-		s.clm.snap.uploads.WithLabelValues("error").Inc()
+		s.clm.Snap.Uploads.WithLabelValues("error").Inc()
 		s.log.Error("cluster mode: storing a state snapshot failed; retried at the next interval", "err", err)
 	}
 	cs.genKnown = false // read the head again before the next Put
@@ -360,7 +175,7 @@ func (s *Server) snapshotLoop(ctx context.Context, js jetstream.JetStream, l *na
 	cs := &s.cl.snap
 	for delay := 100 * time.Millisecond; cs.store.Load() == nil; delay = min(2*delay, 5*time.Second) {
 		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
-		snaps, err := natslog.OpenSnapshots(actx, js, s.opts.NATS.snapOptions())
+		snaps, err := natslog.OpenSnapshots(actx, js, s.opts.NATS.SnapOptions())
 		cancel()
 		if err == nil {
 			cs.store.Store(snaps)
@@ -409,36 +224,14 @@ func (s *Server) checkPositions(ctx context.Context, l *natslog.Log, pos map[int
 			}
 			continue
 		}
-		gaps := restoreGaps(pos, n, f.FirstSeq)
+		gaps := cluster.RestoreGaps(pos, n, f.FirstSeq)
 		if len(gaps) > 0 {
-			s.clm.snap.gaps.Add(float64(len(gaps)))
+			s.clm.Snap.Gaps.Add(float64(len(gaps)))
 			s.log.Error("cluster mode: the stream no longer holds every message after "+what+": events of these partitions between their position and the stream's first sequence are lost",
 				"stream_first_seq", f.FirstSeq, "partitions", gaps, "snapshot_generation", s.cl.snap.restoredGen)
 		}
 		return
 	}
-}
-
-// restoreGaps returns the partitions whose position + 1 is before the
-// stream's first sequence: of 0..n-1 (no position counts as 0), or with
-// n == 0 of those in pos; in increasing order.
-func restoreGaps(pos map[int]uint64, n int, firstSeq uint64) []int {
-	var out []int
-	if n == 0 {
-		for p, seq := range pos {
-			if seq+1 < firstSeq {
-				out = append(out, p)
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
-	for p := range n {
-		if pos[p]+1 < firstSeq {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // restoreFromSnapshot restores, in cluster mode on an empty data
@@ -462,32 +255,32 @@ func (s *Server) restoreFromSnapshot(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	d, err := decodeClusterSnap(snap.State)
+	d, err := cluster.Decode(snap.State)
 	if err != nil {
-		s.clm.snap.restores.WithLabelValues("unreadable").Inc()
+		s.clm.Snap.Restores.WithLabelValues("unreadable").Inc()
 		s.log.Error("cluster mode: the latest state snapshot does not decode; reading every partition from the stream's start (what retention dropped is lost)",
 			"generation", snap.Generation, "err", err)
 		return nil
 	}
-	if d.stream != s.opts.NATS.Log.Stream {
-		s.clm.snap.restores.WithLabelValues("unreadable").Inc()
+	if d.Stream != s.opts.NATS.Log.Stream {
+		s.clm.Snap.Restores.WithLabelValues("unreadable").Inc()
 		s.log.Error("cluster mode: the latest state snapshot is of another stream; reading every partition from the stream's start",
-			"generation", snap.Generation, "snapshot_stream", d.stream, "stream", s.opts.NATS.Log.Stream)
+			"generation", snap.Generation, "snapshot_stream", d.Stream, "stream", s.opts.NATS.Log.Stream)
 		return nil
 	}
-	if err := s.restoreState(d.state); err != nil {
+	if err := s.restoreState(d.State); err != nil {
 		return fmt.Errorf("cluster mode: restoring state snapshot generation %d: %w", snap.Generation, err)
 	}
 	if err := s.writeRestored(d, snap.Positions); err != nil {
 		return fmt.Errorf("cluster mode: writing state snapshot generation %d into %s: %w", snap.Generation, s.st.Dir, err)
 	}
-	s.clm.snap.restores.WithLabelValues(result).Inc()
+	s.clm.Snap.Restores.WithLabelValues(result).Inc()
 	s.cl.snap.restoredGen, s.cl.snap.restoredPos = snap.Generation, snap.Positions
 	s.cl.snap.gen, s.cl.snap.genKnown = snap.Generation, false // the head may be newer after a fallback
 	pos := maps.Clone(snap.Positions)
 	s.cl.snap.lastPosPtr.Store(&pos)
 	s.log.Info("cluster mode: restored the state snapshot into an empty data directory", "generation", snap.Generation,
-		"taken", snap.Taken, "by", snap.Hub, "bytes", len(snap.State), "log_position", d.walPos, "partials", len(d.partials),
+		"taken", snap.Taken, "by", snap.Hub, "bytes", len(snap.State), "log_position", d.WALPos, "partials", len(d.Partials),
 		"partitions", len(snap.Positions), "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -510,7 +303,7 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, 
 	var failing time.Time // first failure with NATS connected
 	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
 		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
-		snaps, err := natslog.OpenSnapshots(actx, js, s.opts.NATS.snapOptions())
+		snaps, err := natslog.OpenSnapshots(actx, js, s.opts.NATS.SnapOptions())
 		var snap natslog.Snapshot
 		if err == nil {
 			snap, err = snaps.Latest(actx)
@@ -525,11 +318,11 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, 
 				"head", fb.Head, "used", fb.Used, "err", fb.Cause)
 			return snap, "fallback", nil
 		case errors.Is(err, natslog.ErrNoSnapshot):
-			s.clm.snap.restores.WithLabelValues("none").Inc()
+			s.clm.Snap.Restores.WithLabelValues("none").Inc()
 			s.log.Info("cluster mode: empty data directory and no state snapshot: reading every partition from the stream's start")
 			return natslog.Snapshot{}, "", nil
 		case errors.Is(err, natslog.ErrCorruptSnapshot), errors.Is(err, natslog.ErrSnapshotMissing), errors.Is(err, natslog.ErrSnapshotTooLarge):
-			s.clm.snap.restores.WithLabelValues("unreadable").Inc()
+			s.clm.Snap.Restores.WithLabelValues("unreadable").Inc()
 			s.log.Error("cluster mode: no stored state snapshot is readable; reading every partition from the stream's start (what retention dropped is lost)", "err", err)
 			return natslog.Snapshot{}, "", nil
 		}
@@ -550,7 +343,7 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, 
 			// JetStream keeps refusing the snapshot buckets (no storage
 			// for them, say): a retry does not fix that, and the stream
 			// may still hold everything.
-			s.clm.snap.restores.WithLabelValues("unavailable").Inc()
+			s.clm.Snap.Restores.WithLabelValues("unavailable").Inc()
 			s.log.Error("cluster mode: the NATS snapshot store keeps failing; reading every partition from the stream's start (what retention dropped is lost)",
 				"failing_for", time.Since(failing).Round(time.Second), "err", err)
 			return natslog.Snapshot{}, "", nil
@@ -570,15 +363,15 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, 
 // applied ranges and the positions in one transaction. A store without
 // ranges or positions counts as empty, so a crash before that transaction
 // restores again; once it is written, a restart recovers locally.
-func (s *Server) writeRestored(d *decodedSnap, positions map[int]uint64) error {
+func (s *Server) writeRestored(d *cluster.Snap, positions map[int]uint64) error {
 	for p := range positions {
 		if p < 0 || p >= s.opts.NATS.Log.Partitions {
 			return fmt.Errorf("the snapshot holds a position of partition %d; the stream has %d partitions", p, s.opts.NATS.Log.Partitions)
 		}
 	}
 	wb := s.st.DB.NewWriteBatch()
-	for _, p := range d.partials {
-		if err := wb.Set(p.k, p.v); err != nil {
+	for _, p := range d.Partials {
+		if err := wb.Set(p.Key, p.Value); err != nil {
 			wb.Cancel()
 			return err
 		}
@@ -586,7 +379,7 @@ func (s *Server) writeRestored(d *decodedSnap, positions map[int]uint64) error {
 	if err := wb.Flush(); err != nil {
 		return err
 	}
-	if _, err := s.st.WriteCheckpoint(d.walPos, d.state, s.opts.Now().UnixNano()); err != nil {
+	if _, err := s.st.WriteCheckpoint(d.WALPos, d.State, s.opts.Now().UnixNano()); err != nil {
 		return err
 	}
 	if s.cl.snap.failAfterCheckpoint {

@@ -56,7 +56,7 @@ func benchClusterRestore(b *testing.B, batch int) {
 		if err := s.snapshotNow(context.Background()); err != nil {
 			b.Fatal(err)
 		}
-		snapBytes = gaugeValue(b, s.clm.snap.bytes)
+		snapBytes = gaugeValue(b, s.clm.Snap.Bytes)
 		pause += s.cl.snap.lastPause
 		stop(false)
 

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"edgeflow/hub/cluster"
 	"edgeflow/hub/natslog"
 	"edgeflow/internal/testnats"
 )
@@ -140,7 +141,7 @@ func testClusterRestore(t *testing.T, corruptLatest bool) {
 	if !maps.Equal(s2.cl.from, snapPos) {
 		t.Fatalf("restored hub resumes after %v, want the snapshot's positions %v", s2.cl.from, snapPos)
 	}
-	if corruptLatest && counterValue(t, s2.clm.snap.restores.WithLabelValues("fallback")) != 1 {
+	if corruptLatest && counterValue(t, s2.clm.Snap.Restores.WithLabelValues("fallback")) != 1 {
 		t.Fatal("the restore did not count a fallback")
 	}
 	// The device resends a batch the snapshot covers: a duplicate.
@@ -173,9 +174,9 @@ func testClusterRestore(t *testing.T, corruptLatest bool) {
 		}
 	}
 	waitUntil(t, "the restored positions checked", func() bool {
-		return counterValue(t, s2.clm.snap.gaps) == float64(len(want))
+		return counterValue(t, s2.clm.Snap.Gaps) == float64(len(want))
 	})
-	if got := restoreGaps(snapPos, o2.NATS.Log.Partitions, low+1); !slices.Equal(got, want) {
+	if got := cluster.RestoreGaps(snapPos, o2.NATS.Log.Partitions, low+1); !slices.Equal(got, want) {
 		t.Fatalf("gaps %v, want %v", got, want)
 	}
 	stop2(false)
@@ -324,7 +325,7 @@ func TestClusterStaleDataDir(t *testing.T) {
 	}
 	o2, _ := clusterOptions(t, dir, c, 1)
 	s2, _ := startClusterHub(t, o2)
-	waitUntil(t, "the stale positions counted", func() bool { return counterValue(t, s2.clm.snap.gaps) == float64(held) })
+	waitUntil(t, "the stale positions counted", func() bool { return counterValue(t, s2.clm.Snap.Gaps) == float64(held) })
 }
 
 // TestClusterRestoreInterrupted: a restore that stops after writing the
@@ -409,7 +410,7 @@ func TestClusterSnapshotConflict(t *testing.T) {
 	if err := s.snapshotNow(ctx); !errors.Is(err, natslog.ErrSnapshotConflict) {
 		t.Fatalf("Put after another writer's: %v", err)
 	}
-	if counterValue(t, s.clm.snap.uploads.WithLabelValues("conflict")) != 1 {
+	if counterValue(t, s.clm.Snap.Uploads.WithLabelValues("conflict")) != 1 {
 		t.Fatal("conflict not counted")
 	}
 	if err := s.snapshotNow(ctx); err != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"edgeflow/buffer"
+	"edgeflow/hub/cluster"
 	"edgeflow/hub/hubapi"
 	"edgeflow/hub/natslog"
 	"edgeflow/internal/testnats"
@@ -30,7 +31,7 @@ func clusterOptions(t testing.TB, dir string, c *testnats.Cluster, replicas int)
 	o := aggTestOptions(t, dir)
 	o.MQTTListen = ""
 	o.Workers = 3
-	o.NATS = NATSOptions{URLs: strings.Split(c.URLs(), ","), Log: natslog.Options{Partitions: 8, Replicas: replicas}}
+	o.NATS = cluster.Options{URLs: strings.Split(c.URLs(), ","), Log: natslog.Options{Partitions: 8, Replicas: replicas}}
 	cc := newCountingConsumer()
 	o.Consumers = []Consumer{cc}
 	return o, cc
@@ -594,7 +595,7 @@ func TestClusterStreamFull(t *testing.T) {
 	agents[0].appendEvents(t, time.Now().Add(-2*time.Hour).Truncate(time.Hour), 100)
 	waitUntil(t, "edgeflow_hub_stream_fullness_ratio above 0.8", func() bool {
 		var m dto.Metric
-		return s.clm.fullness.Write(&m) == nil && m.GetGauge().GetValue() > 0.8
+		return s.clm.Fullness.Write(&m) == nil && m.GetGauge().GetValue() > 0.8
 	})
 	// The agent has sent (and NATS PUBACKed) its batches meanwhile and
 	// resends them every AckTimeout; none is in the stream, none acked.

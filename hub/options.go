@@ -12,6 +12,7 @@ import (
 
 	"edgeflow/aggregate"
 	"edgeflow/hub/broker"
+	"edgeflow/hub/cluster"
 	"edgeflow/internal/confval"
 	"edgeflow/wire"
 )
@@ -51,7 +52,7 @@ type Options struct {
 	// NATS, with URLs set, runs the hub in cluster mode: batches come from
 	// a NATS JetStream stream and devices connect to the NATS servers'
 	// MQTT listeners (cluster_options.go). Default off.
-	NATS NATSOptions
+	NATS cluster.Options
 
 	// MQTTAuthFile is a credentials file ("device-id:bcrypt-hash" lines,
 	// see Credentials and `hubd passwd`) for the embedded broker: a client
@@ -318,7 +319,7 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.HTTPQueryWait, time.Second)
 	setDefault(&o.HTTPQueryTimeout, min(30*time.Second, o.HTTPWriteTimeout))
 	setDefault(&o.EventsBurst, o.MaxEventsPerSecond)
-	o.NATS.ensureDefaults()
+	o.NATS.EnsureDefaults()
 	if o.Now == nil {
 		o.Now = time.Now
 	}

@@ -15,6 +15,7 @@ import (
 	"edgeflow/hub/batchview"
 	"edgeflow/hub/broker"
 	"edgeflow/hub/clockest"
+	"edgeflow/hub/cluster"
 	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/ratelimit"
@@ -63,9 +64,9 @@ type Server struct {
 	applyDone   chan struct{}
 	httpSrv     *http.Server
 	httpLn      net.Listener
-	brokerLn    net.Listener    // the embedded broker's, bound by Start; the transport owns it once created
-	cl          *cluster        // cluster mode (Options.NATS) only
-	clm         *clusterMetrics // registered in every mode
+	brokerLn    net.Listener     // the embedded broker's, bound by Start; the transport owns it once created
+	cl          *clusterMode     // cluster mode (Options.NATS) only
+	clm         *cluster.Metrics // registered in every mode
 	shutdown    sync.Once
 	shutErr     error
 
@@ -86,8 +87,8 @@ func New(opts Options) (*Server, error) {
 		fatal: make(chan error, 1), done: make(chan struct{}), applyDone: make(chan struct{})}
 	s.rejLog = rateLog{lim: lograte.Limiter{Every: opts.RejectLogInterval}, now: opts.Now}
 	s.limiter = ratelimit.New(opts.MaxEventsPerSecond, opts.EventsBurst)
-	if opts.NATS.enabled() {
-		s.cl = &cluster{}
+	if opts.NATS.Enabled() {
+		s.cl = &clusterMode{}
 	} else if opts.MQTTURL == "" {
 		sec, err := opts.brokerSecurity()
 		if err != nil {
@@ -101,7 +102,7 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
 	s.m = m
-	if s.clm, err = newClusterMetrics(opts.Registerer); err != nil {
+	if s.clm, err = cluster.NewMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
 	if s.dm, err = newDamageMetrics(opts.Registerer); err != nil {
