@@ -2,13 +2,10 @@ package hub
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"strconv"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,13 +18,11 @@ import (
 // transport, the stream, one reader per partition and the stream's
 // health. One hub owns every partition.
 type clusterMode struct {
-	bus       atomic.Pointer[natsbus.Bus]
-	log       atomic.Pointer[natslog.Log] // set once EnsureStream succeeded
-	streamErr atomic.Pointer[string]      // the last failure to reach the stream; nil: reachable
-	from      map[int]uint64              // each partition's committed position, loaded at start
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	snap      clusterSnap // state snapshots (cluster_snapshot.go)
+	cluster.Stream                // the transport, the stream and its health
+	from           map[int]uint64 // each partition's committed position, loaded at start
+	cancel         context.CancelFunc
+	wg             sync.WaitGroup
+	snap           clusterSnap // state snapshots (cluster_snapshot.go)
 }
 
 // loadLogPositions reads each partition's committed position from the
@@ -60,7 +55,7 @@ func (s *Server) dialNATS() error {
 		return fmt.Errorf("cluster mode: %w", err)
 	}
 	s.tr = bus
-	s.cl.bus.Store(bus)
+	s.cl.SetBus(bus)
 	return nil
 }
 
@@ -72,16 +67,14 @@ func (s *Server) startCluster(ctx context.Context) error {
 	if s.cl == nil {
 		return nil
 	}
-	js, err := jetstream.New(s.cl.bus.Load().Conn())
+	js, err := jetstream.New(s.cl.Bus().Conn())
 	if err != nil {
 		return fmt.Errorf("cluster mode: %w", err)
 	}
-	l, err := s.ensureStream(ctx, js)
+	l, err := s.cl.Ensure(ctx, js, s.opts.NATS.Log)
 	if err != nil {
 		return err
 	}
-	s.cl.log.Store(l)
-	s.cl.streamErr.Store(nil)
 	rctx, cancel := context.WithCancel(context.Background())
 	s.cl.cancel = cancel
 	for p := range s.opts.NATS.Log.Partitions {
@@ -89,38 +82,11 @@ func (s *Server) startCluster(ctx context.Context) error {
 		go func() { defer s.cl.wg.Done(); s.readPartition(rctx, l, p, s.cl.from[p]+1) }()
 	}
 	s.cl.wg.Add(2)
-	go func() { defer s.cl.wg.Done(); s.pollStream(rctx, l) }()
+	go func() { defer s.cl.wg.Done(); s.cl.Poll(rctx, l) }()
 	go func() { defer s.cl.wg.Done(); s.snapshotLoop(rctx, js, l) }()
 	s.log.Info("cluster mode: reading the stream", "stream", s.opts.NATS.Log.Stream, "partitions", s.opts.NATS.Log.Partitions,
 		"resumed_partitions", len(s.cl.from))
 	return nil
-}
-
-// ensureStream runs natslog.EnsureStream until it succeeds, fails for a
-// reason a retry cannot fix, or ctx ends.
-func (s *Server) ensureStream(ctx context.Context, js jetstream.JetStream) (*natslog.Log, error) {
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
-		l, err := natslog.EnsureStream(actx, js, s.opts.NATS.Log)
-		cancel()
-		switch {
-		case err == nil:
-			return l, nil
-		case errors.Is(err, natslog.ErrPartitionsChanged), errors.Is(err, natslog.ErrStreamMismatch), errors.Is(err, natslog.ErrInvalidOption):
-			return nil, fmt.Errorf("cluster mode: %w", err)
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("cluster mode: stopped while waiting for stream %s: %w", s.opts.NATS.Log.Stream, ctx.Err())
-		}
-		msg := err.Error()
-		s.cl.streamErr.Store(&msg)
-		s.log.Warn("cluster mode: stream not reachable yet; retrying", "stream", s.opts.NATS.Log.Stream, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster mode: stopped while waiting for stream %s: %w (last error: %v)", s.opts.NATS.Log.Stream, ctx.Err(), err)
-		case <-time.After(delay):
-		}
-	}
 }
 
 // readPartition feeds partition p's messages from sequence from on into
@@ -142,42 +108,6 @@ func (s *Server) readPartition(ctx context.Context, l *natslog.Log, p int, from 
 	r.ReadPartition(ctx, p, from)
 }
 
-// pollStream updates the stream's gauges and reachability every
-// cluster.PollInterval until ctx ends.
-func (s *Server) pollStream(ctx context.Context, l *natslog.Log) {
-	t := time.NewTicker(cluster.PollInterval)
-	defer t.Stop()
-	for {
-		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
-		f, err := l.Fullness(actx)
-		cancel()
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.streamDown(err.Error())
-		case err == nil && !f.Quorum():
-			s.streamDown(fmt.Sprintf("only %d of its %d replicas are current (no quorum: writes are refused)", f.Current, f.Replicas))
-		case err == nil:
-			s.cl.streamErr.Store(nil)
-			s.clm.Up.Set(1)
-			s.clm.Bytes.Set(float64(f.Bytes))
-			s.clm.MaxBytes.Set(float64(f.MaxBytes))
-			s.clm.Fullness.Set(f.Ratio())
-			s.clm.LastSeq.Set(float64(f.LastSeq))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// streamDown records why the stream is unavailable.
-func (s *Server) streamDown(why string) {
-	s.cl.streamErr.Store(&why)
-	s.clm.Up.Set(0)
-}
-
 // stopCluster stops the readers and the poll; the pipeline still runs and
 // takes what they handed it.
 func (s *Server) stopCluster() {
@@ -188,28 +118,6 @@ func (s *Server) stopCluster() {
 	s.cl.wg.Wait()
 }
 
-// clusterNotReady says why cluster mode keeps the hub from being ready:
-// NATS disconnected, or the stream not ensured or not answering. "" when
-// not in cluster mode or all is well.
-func (s *Server) clusterNotReady() string {
-	if s.cl == nil {
-		return ""
-	}
-	switch {
-	case s.cl.bus.Load() == nil || !s.cl.bus.Load().Connected():
-		return "NATS not connected"
-	case s.cl.log.Load() == nil:
-		if e := s.cl.streamErr.Load(); e != nil {
-			return "NATS stream " + s.opts.NATS.Log.Stream + " not reachable: " + *e
-		}
-		return "NATS stream " + s.opts.NATS.Log.Stream + " not ensured yet"
-	}
-	if e := s.cl.streamErr.Load(); e != nil {
-		return "NATS stream " + s.opts.NATS.Log.Stream + " unavailable: " + *e
-	}
-	return ""
-}
-
 // NotReadyReason says why Ready is false ("" when it is true), for
 // GET /readyz.
 func (s *Server) NotReadyReason() string {
@@ -218,8 +126,8 @@ func (s *Server) NotReadyReason() string {
 		return *s.cl.snap.waiting.Load()
 	case !s.recovered.Load():
 		return "recovering the local state"
-	case s.cl != nil && s.clusterNotReady() != "":
-		return s.clusterNotReady()
+	case s.cl != nil && s.cl.NotReady() != "":
+		return s.cl.NotReady()
 	case !s.ready.Load():
 		return "starting or shutting down"
 	case s.tr == nil || !s.tr.Connected():

@@ -190,10 +190,10 @@ func (s *Server) snapshotLoop(ctx context.Context, js jetstream.JetStream, l *na
 	}
 	switch {
 	case cs.restoredPos != nil:
-		s.checkPositions(ctx, l, cs.restoredPos, s.opts.NATS.Log.Partitions, "the restored snapshot's positions")
+		s.cl.CheckPositions(ctx, l, cs.restoredPos, s.opts.NATS.Log.Partitions, "the restored snapshot's positions", cs.restoredGen)
 	case len(s.cl.from) > 0:
 		// A local data directory: only partitions it holds a position of.
-		s.checkPositions(ctx, l, s.cl.from, 0, "this hub's committed positions (its data directory is older than the stream's retention)")
+		s.cl.CheckPositions(ctx, l, s.cl.from, 0, "this hub's committed positions (its data directory is older than the stream's retention)", cs.restoredGen)
 	}
 	t := time.NewTicker(s.opts.NATS.SnapshotInterval)
 	defer t.Stop()
@@ -204,33 +204,6 @@ func (s *Server) snapshotLoop(ctx context.Context, js jetstream.JetStream, l *na
 		case <-t.C:
 			_ = s.snapshotNow(ctx) // logged and counted
 		}
-	}
-}
-
-// checkPositions logs and counts the partitions whose messages after
-// their position the stream may have dropped: retention drops the
-// stream's oldest messages, so a partition whose position + 1 is at or
-// after the stream's first sequence lost nothing. n > 0 checks partitions
-// 0..n-1 (no position: 0), n == 0 only those in pos.
-func (s *Server) checkPositions(ctx context.Context, l *natslog.Log, pos map[int]uint64, n int, what string) {
-	for delay := 100 * time.Millisecond; ctx.Err() == nil; delay = min(2*delay, 5*time.Second) {
-		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
-		f, err := l.Fullness(actx)
-		cancel()
-		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(delay):
-			}
-			continue
-		}
-		gaps := cluster.RestoreGaps(pos, n, f.FirstSeq)
-		if len(gaps) > 0 {
-			s.clm.Snap.Gaps.Add(float64(len(gaps)))
-			s.log.Error("cluster mode: the stream no longer holds every message after "+what+": events of these partitions between their position and the stream's first sequence are lost",
-				"stream_first_seq", f.FirstSeq, "partitions", gaps, "snapshot_generation", s.cl.snap.restoredGen)
-		}
-		return
 	}
 }
 
@@ -296,7 +269,7 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, 
 		}
 	}
 	defer s.cl.snap.waiting.Store(nil)
-	js, err := jetstream.New(s.cl.bus.Load().Conn())
+	js, err := jetstream.New(s.cl.Bus().Conn())
 	if err != nil {
 		return natslog.Snapshot{}, "", fmt.Errorf("cluster mode: %w", err)
 	}
@@ -332,7 +305,7 @@ func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, 
 		why := "restoring a NATS state snapshot: " + err.Error()
 		var apiErr *jetstream.APIError
 		switch {
-		case s.cl.bus.Load() == nil || !s.cl.bus.Load().Connected():
+		case s.cl.Bus() == nil || !s.cl.Bus().Connected():
 			why = "restoring a NATS state snapshot: NATS not connected"
 			failing = time.Time{}
 		case !errors.As(err, &apiErr) || apiErr.ErrorCode == jsTemporarilyUnavailable:

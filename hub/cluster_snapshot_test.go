@@ -156,7 +156,7 @@ func testClusterRestore(t *testing.T, corruptLatest bool) {
 	waitAcked(t, agents, "after the restore")
 	waitAllApplied(t, cc2, agents, "after the restore")
 	waitUntil(t, "the resent batch decided", func() bool {
-		f, err := s2.cl.log.Load().Fullness(ctx)
+		f, err := s2.cl.Log().Fullness(ctx)
 		if err != nil {
 			return false
 		}
@@ -189,7 +189,7 @@ func testClusterRestore(t *testing.T, corruptLatest bool) {
 	o3, cc3 := clusterOptions(t, t.TempDir(), c, 1)
 	s3, _ := startClusterHub(t, o3)
 	waitUntil(t, "the stream read to its end without the snapshot", func() bool {
-		f, err := s3.cl.log.Load().Fullness(ctx)
+		f, err := s3.cl.Log().Fullness(ctx)
 		return err == nil && s3.cl.snap.lastAppliedMax(s3) >= f.LastSeq
 	})
 	cc3.mu.Lock()

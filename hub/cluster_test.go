@@ -276,7 +276,7 @@ func TestClusterAgentsExactlyOnce(t *testing.T) {
 	checkExactlyOnce(t, cc, agents, "first run")
 	checkClusterState(t, s, agents, base, "first run")
 
-	l := s.cl.log.Load()
+	l := s.cl.Log()
 	f, err := l.Fullness(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -571,7 +571,7 @@ func TestClusterStreamFull(t *testing.T) {
 	o, _ := clusterOptions(t, dir, c, 1)
 	o.NATS.Log.MaxBytes = 1 << 20
 	s, stop := startClusterHub(t, o)
-	l := s.cl.log.Load()
+	l := s.cl.Log()
 	// Fill it to the brim: smaller and smaller messages until even one
 	// byte is refused, so no device batch fits.
 	for _, size := range []int{60 << 10, 4 << 10, 256, 16, 1} {

@@ -105,6 +105,9 @@ func New(opts Options) (*Server, error) {
 	if s.clm, err = cluster.NewMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
+	if s.cl != nil {
+		s.cl.Name, s.cl.Timeout, s.cl.Logger, s.cl.Metrics = opts.NATS.Log.Stream, opts.PublishTimeout, opts.Logger, s.clm
+	}
 	if s.dm, err = newDamageMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
 	}
@@ -380,7 +383,7 @@ func (s *Server) BrokerAddr() string {
 // Ready reports whether recovery is done, the broker connection is up and
 // the server is not shutting down.
 func (s *Server) Ready() bool {
-	return s.ready.Load() && s.tr != nil && s.tr.Connected() && s.clusterNotReady() == ""
+	return s.ready.Load() && s.tr != nil && s.tr.Connected() && (s.cl == nil || s.cl.NotReady() == "")
 }
 
 // Shutdown stops taking batches, lets the pipeline write, sync, apply and

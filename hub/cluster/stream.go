@@ -1,0 +1,157 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"edgeflow/hub/natsbus"
+	"edgeflow/hub/natslog"
+)
+
+// Stream is the hub's hold on cluster mode's stream: the NATS transport,
+// the stream once ensured and why it is unavailable, which keeps the hub
+// from being ready. Set the exported fields before use; the zero value
+// of the rest is a stream not dialled yet.
+type Stream struct {
+	Name    string        // the stream's name, for readiness reasons and logs
+	Timeout time.Duration // bounds each call to NATS
+	Logger  *slog.Logger
+	Metrics *Metrics
+
+	bus atomic.Pointer[natsbus.Bus]
+	log atomic.Pointer[natslog.Log] // set once Ensure succeeded
+	err atomic.Pointer[string]      // the last failure to reach the stream; nil: reachable
+}
+
+// SetBus records the NATS transport once dialled.
+func (st *Stream) SetBus(b *natsbus.Bus) { st.bus.Store(b) }
+
+// Bus returns the NATS transport, nil before it is dialled.
+func (st *Stream) Bus() *natsbus.Bus { return st.bus.Load() }
+
+// Log returns the stream, nil until Ensure succeeded.
+func (st *Stream) Log() *natslog.Log { return st.log.Load() }
+
+// Ensure runs natslog.EnsureStream until it succeeds, fails for a reason
+// a retry cannot fix (another layout, an invalid option), or ctx ends;
+// meanwhile the last failure is the readiness reason. A stream whose
+// layout differs fails with natslog's error, which says what the stream
+// has.
+func (st *Stream) Ensure(ctx context.Context, js jetstream.JetStream, o natslog.Options) (*natslog.Log, error) {
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, st.Timeout)
+		l, err := natslog.EnsureStream(actx, js, o)
+		cancel()
+		switch {
+		case err == nil:
+			st.log.Store(l)
+			st.err.Store(nil)
+			return l, nil
+		case errors.Is(err, natslog.ErrPartitionsChanged), errors.Is(err, natslog.ErrStreamMismatch), errors.Is(err, natslog.ErrInvalidOption):
+			return nil, fmt.Errorf("cluster mode: %w", err)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("cluster mode: stopped while waiting for stream %s: %w", st.Name, ctx.Err())
+		}
+		msg := err.Error()
+		st.err.Store(&msg)
+		st.Logger.Warn("cluster mode: stream not reachable yet; retrying", "stream", st.Name, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cluster mode: stopped while waiting for stream %s: %w (last error: %v)", st.Name, ctx.Err(), err)
+		case <-time.After(delay):
+		}
+	}
+}
+
+// Poll updates the stream's gauges and reachability every PollInterval
+// until ctx ends. A stream without a quorum of current replicas is down:
+// it refuses writes.
+func (st *Stream) Poll(ctx context.Context, l *natslog.Log) {
+	t := time.NewTicker(PollInterval)
+	defer t.Stop()
+	for {
+		actx, cancel := context.WithTimeout(ctx, st.Timeout)
+		f, err := l.Fullness(actx)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			st.down(err.Error())
+		case err == nil && !f.Quorum():
+			st.down(fmt.Sprintf("only %d of its %d replicas are current (no quorum: writes are refused)", f.Current, f.Replicas))
+		case err == nil:
+			st.err.Store(nil)
+			st.Metrics.Up.Set(1)
+			st.Metrics.Bytes.Set(float64(f.Bytes))
+			st.Metrics.MaxBytes.Set(float64(f.MaxBytes))
+			st.Metrics.Fullness.Set(f.Ratio())
+			st.Metrics.LastSeq.Set(float64(f.LastSeq))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// down records why the stream is unavailable.
+func (st *Stream) down(why string) {
+	st.err.Store(&why)
+	st.Metrics.Up.Set(0)
+}
+
+// NotReady says why the stream keeps the hub from being ready: NATS
+// disconnected, or the stream not ensured or not answering; "" when all
+// is well.
+func (st *Stream) NotReady() string {
+	switch {
+	case st.bus.Load() == nil || !st.bus.Load().Connected():
+		return "NATS not connected"
+	case st.log.Load() == nil:
+		if e := st.err.Load(); e != nil {
+			return "NATS stream " + st.Name + " not reachable: " + *e
+		}
+		return "NATS stream " + st.Name + " not ensured yet"
+	}
+	if e := st.err.Load(); e != nil {
+		return "NATS stream " + st.Name + " unavailable: " + *e
+	}
+	return ""
+}
+
+// CheckPositions logs and counts (Metrics.Snap.Gaps) the partitions
+// whose messages after their position the stream may have dropped:
+// retention drops the stream's oldest messages, so a partition whose
+// position + 1 is at or after the stream's first sequence lost nothing.
+// n > 0 checks partitions 0..n-1 (no position: 0), n == 0 only those in
+// pos. what names the positions in the log; gen is the restored
+// snapshot's generation (0: none). It retries reading the stream until
+// ctx ends.
+func (st *Stream) CheckPositions(ctx context.Context, l *natslog.Log, pos map[int]uint64, n int, what string, gen uint64) {
+	for delay := 100 * time.Millisecond; ctx.Err() == nil; delay = min(2*delay, 5*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, st.Timeout)
+		f, err := l.Fullness(actx)
+		cancel()
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(delay):
+			}
+			continue
+		}
+		gaps := RestoreGaps(pos, n, f.FirstSeq)
+		if len(gaps) > 0 {
+			st.Metrics.Snap.Gaps.Add(float64(len(gaps)))
+			st.Logger.Error("cluster mode: the stream no longer holds every message after "+what+": events of these partitions between their position and the stream's first sequence are lost",
+				"stream_first_seq", f.FirstSeq, "partitions", gaps, "snapshot_generation", gen)
+		}
+		return
+	}
+}
