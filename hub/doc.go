@@ -14,9 +14,10 @@
 // batchview (parsing and validating batches), eventtime (an event's
 // corrected time and the event-time index over the log), broker (the MQTT
 // side), natsbus and natslog (cluster mode's NATS transport and stream),
-// api (the HTTP handlers over a Backend the Server implements) and
-// hubapi (the API's JSON types, for clients), with ranges, clockest,
-// ratelimit and timeservice.
+// cluster (cluster mode's options, stream health, partition readers and
+// state snapshot encoding), api (the HTTP handlers over a Backend the
+// Server implements) and hubapi (the API's JSON types, for clients),
+// with ranges, clockest, ratelimit and timeservice.
 //
 // # Pipeline
 //
@@ -38,7 +39,7 @@
 // its partition, and the committer also writes each partition's position
 // in the group's transaction; natsbus is the transport for statuses, time
 // requests and acks. The applier records the last stream sequence of each
-// partition it applied, and every NATSOptions.SnapshotInterval the state,
+// partition it applied, and every NATS.SnapshotInterval the state,
 // those positions and the partials it refers to go into NATS' object store
 // (cluster_snapshot.go); a hub started on an empty data directory restores
 // them and reads each partition after its position.

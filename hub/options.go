@@ -51,7 +51,8 @@ type Options struct {
 	Group string
 	// NATS, with URLs set, runs the hub in cluster mode: batches come from
 	// a NATS JetStream stream and devices connect to the NATS servers'
-	// MQTT listeners (cluster_options.go). Default off.
+	// MQTT listeners (package cluster; cluster_options.go checks what it
+	// excludes). Default off.
 	NATS cluster.Options
 
 	// MQTTAuthFile is a credentials file ("device-id:bcrypt-hash" lines,
