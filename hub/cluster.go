@@ -122,8 +122,8 @@ func (s *Server) stopCluster() {
 // GET /readyz.
 func (s *Server) NotReadyReason() string {
 	switch {
-	case s.cl != nil && s.cl.snap.waiting.Load() != nil:
-		return *s.cl.snap.waiting.Load()
+	case s.cl != nil && s.cl.Restoring() != "":
+		return s.cl.Restoring()
 	case !s.recovered.Load():
 		return "recovering the local state"
 	case s.cl != nil && s.cl.NotReady() != "":

@@ -40,7 +40,6 @@ type clusterSnap struct {
 
 	restoredGen uint64         // the generation restored at start (0: none)
 	restoredPos map[int]uint64 // its positions, checked against the stream
-	waiting     atomic.Pointer[string]
 
 	failAfterCheckpoint bool // tests: a restore stops as if the hub died after writing its checkpoint
 }
@@ -54,17 +53,6 @@ func (c *clusterMode) noteApplied(g []*pending) {
 		}
 	}
 }
-
-// snapshotStartWait is how long a hub on an empty data directory waits
-// while JetStream refuses the snapshot buckets (an API error other than
-// "temporarily unavailable") before it reads the stream from its start
-// instead. Unreachable servers, timeouts and elections are waited out:
-// the snapshot may be there.
-const snapshotStartWait = 2 * time.Minute
-
-// jsTemporarilyUnavailable is JetStream's error code for "JetStream
-// system temporarily unavailable" (a cluster without a meta leader).
-const jsTemporarilyUnavailable jetstream.ErrorCode = 10008
 
 // snapCapture is the applied state taken between two groups.
 type snapCapture struct {
@@ -258,76 +246,19 @@ func (s *Server) restoreFromSnapshot(ctx context.Context) error {
 	return nil
 }
 
-// latestSnapshot reads the latest readable snapshot, waiting while NATS
-// is unreachable (the readiness reason says so). result is "latest" or
-// "fallback" (the restores metric's label, counted once restored), ""
-// when there is none to restore.
+// latestSnapshot dials NATS if need be and reads the latest readable
+// snapshot (cluster.Stream.LatestSnapshot).
 func (s *Server) latestSnapshot(ctx context.Context) (natslog.Snapshot, string, error) {
 	if s.tr == nil {
 		if err := s.dialNATS(); err != nil {
 			return natslog.Snapshot{}, "", err
 		}
 	}
-	defer s.cl.snap.waiting.Store(nil)
 	js, err := jetstream.New(s.cl.Bus().Conn())
 	if err != nil {
 		return natslog.Snapshot{}, "", fmt.Errorf("cluster mode: %w", err)
 	}
-	var failing time.Time // first failure with NATS connected
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
-		actx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
-		snaps, err := natslog.OpenSnapshots(actx, js, s.opts.NATS.SnapOptions())
-		var snap natslog.Snapshot
-		if err == nil {
-			snap, err = snaps.Latest(actx)
-		}
-		cancel()
-		var fb *natslog.SnapshotFallbackError
-		switch {
-		case err == nil:
-			return snap, "latest", nil
-		case errors.As(err, &fb):
-			s.log.Error("cluster mode: the latest state snapshot is unreadable; restoring an older generation (its partitions are read from older positions)",
-				"head", fb.Head, "used", fb.Used, "err", fb.Cause)
-			return snap, "fallback", nil
-		case errors.Is(err, natslog.ErrNoSnapshot):
-			s.clm.Snap.Restores.WithLabelValues("none").Inc()
-			s.log.Info("cluster mode: empty data directory and no state snapshot: reading every partition from the stream's start")
-			return natslog.Snapshot{}, "", nil
-		case errors.Is(err, natslog.ErrCorruptSnapshot), errors.Is(err, natslog.ErrSnapshotMissing), errors.Is(err, natslog.ErrSnapshotTooLarge):
-			s.clm.Snap.Restores.WithLabelValues("unreadable").Inc()
-			s.log.Error("cluster mode: no stored state snapshot is readable; reading every partition from the stream's start (what retention dropped is lost)", "err", err)
-			return natslog.Snapshot{}, "", nil
-		}
-		if ctx.Err() != nil {
-			return natslog.Snapshot{}, "", fmt.Errorf("cluster mode: stopped while reading the state snapshot: %w (last error: %v)", ctx.Err(), err)
-		}
-		why := "restoring a NATS state snapshot: " + err.Error()
-		var apiErr *jetstream.APIError
-		switch {
-		case s.cl.Bus() == nil || !s.cl.Bus().Connected():
-			why = "restoring a NATS state snapshot: NATS not connected"
-			failing = time.Time{}
-		case !errors.As(err, &apiErr) || apiErr.ErrorCode == jsTemporarilyUnavailable:
-			failing = time.Time{} // unreachable or electing: wait, the snapshot may be there
-		case failing.IsZero():
-			failing = time.Now()
-		case time.Since(failing) >= snapshotStartWait:
-			// JetStream keeps refusing the snapshot buckets (no storage
-			// for them, say): a retry does not fix that, and the stream
-			// may still hold everything.
-			s.clm.Snap.Restores.WithLabelValues("unavailable").Inc()
-			s.log.Error("cluster mode: the NATS snapshot store keeps failing; reading every partition from the stream's start (what retention dropped is lost)",
-				"failing_for", time.Since(failing).Round(time.Second), "err", err)
-			return natslog.Snapshot{}, "", nil
-		}
-		s.cl.snap.waiting.Store(&why)
-		s.log.Warn("cluster mode: empty data directory; waiting for the NATS snapshot store", "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(delay):
-		}
-	}
+	return s.cl.LatestSnapshot(ctx, js, s.opts.NATS.SnapOptions())
 }
 
 // writeRestored writes a restored snapshot into the empty store: the

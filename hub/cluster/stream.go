@@ -27,6 +27,8 @@ type Stream struct {
 	bus atomic.Pointer[natsbus.Bus]
 	log atomic.Pointer[natslog.Log] // set once Ensure succeeded
 	err atomic.Pointer[string]      // the last failure to reach the stream; nil: reachable
+	// waiting is why LatestSnapshot is still waiting; nil when it is not.
+	waiting atomic.Pointer[string]
 }
 
 // SetBus records the NATS transport once dialled.
@@ -34,6 +36,15 @@ func (st *Stream) SetBus(b *natsbus.Bus) { st.bus.Store(b) }
 
 // Bus returns the NATS transport, nil before it is dialled.
 func (st *Stream) Bus() *natsbus.Bus { return st.bus.Load() }
+
+// Restoring says why the hub still waits for the snapshot store while
+// LatestSnapshot runs; "" when it does not wait.
+func (st *Stream) Restoring() string {
+	if w := st.waiting.Load(); w != nil {
+		return *w
+	}
+	return ""
+}
 
 // Log returns the stream, nil until Ensure succeeded.
 func (st *Stream) Log() *natslog.Log { return st.log.Load() }
@@ -153,5 +164,82 @@ func (st *Stream) CheckPositions(ctx context.Context, l *natslog.Log, pos map[in
 				"stream_first_seq", f.FirstSeq, "partitions", gaps, "snapshot_generation", gen)
 		}
 		return
+	}
+}
+
+// snapshotStartWait is how long a hub on an empty data directory waits
+// while JetStream refuses the snapshot buckets (an API error other than
+// "temporarily unavailable") before it reads the stream from its start
+// instead. Unreachable servers, timeouts and elections are waited out:
+// the snapshot may be there.
+const snapshotStartWait = 2 * time.Minute
+
+// jsTemporarilyUnavailable is JetStream's error code for "JetStream
+// system temporarily unavailable" (a cluster without a meta leader).
+const jsTemporarilyUnavailable jetstream.ErrorCode = 10008
+
+// LatestSnapshot reads the latest readable snapshot from the store o
+// names, waiting while NATS is unreachable (Restoring says so meanwhile).
+// The second result is "latest" or "fallback" (the restores metric's
+// label, which the caller counts once restored), "" when there is none
+// to restore; none and unreadable ones are counted here.
+// Unreachable servers, timeouts and elections are waited out until ctx
+// ends; JetStream refusing the buckets for snapshotStartWait gives up.
+func (st *Stream) LatestSnapshot(ctx context.Context, js jetstream.JetStream, o natslog.SnapshotOptions) (natslog.Snapshot, string, error) {
+	defer st.waiting.Store(nil)
+	var failing time.Time // first failure with NATS connected
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		actx, cancel := context.WithTimeout(ctx, st.Timeout)
+		snaps, err := natslog.OpenSnapshots(actx, js, o)
+		var snap natslog.Snapshot
+		if err == nil {
+			snap, err = snaps.Latest(actx)
+		}
+		cancel()
+		var fb *natslog.SnapshotFallbackError
+		switch {
+		case err == nil:
+			return snap, "latest", nil
+		case errors.As(err, &fb):
+			st.Logger.Error("cluster mode: the latest state snapshot is unreadable; restoring an older generation (its partitions are read from older positions)",
+				"head", fb.Head, "used", fb.Used, "err", fb.Cause)
+			return snap, "fallback", nil
+		case errors.Is(err, natslog.ErrNoSnapshot):
+			st.Metrics.Snap.Restores.WithLabelValues("none").Inc()
+			st.Logger.Info("cluster mode: empty data directory and no state snapshot: reading every partition from the stream's start")
+			return natslog.Snapshot{}, "", nil
+		case errors.Is(err, natslog.ErrCorruptSnapshot), errors.Is(err, natslog.ErrSnapshotMissing), errors.Is(err, natslog.ErrSnapshotTooLarge):
+			st.Metrics.Snap.Restores.WithLabelValues("unreadable").Inc()
+			st.Logger.Error("cluster mode: no stored state snapshot is readable; reading every partition from the stream's start (what retention dropped is lost)", "err", err)
+			return natslog.Snapshot{}, "", nil
+		}
+		if ctx.Err() != nil {
+			return natslog.Snapshot{}, "", fmt.Errorf("cluster mode: stopped while reading the state snapshot: %w (last error: %v)", ctx.Err(), err)
+		}
+		why := "restoring a NATS state snapshot: " + err.Error()
+		var apiErr *jetstream.APIError
+		switch {
+		case st.Bus() == nil || !st.Bus().Connected():
+			why = "restoring a NATS state snapshot: NATS not connected"
+			failing = time.Time{}
+		case !errors.As(err, &apiErr) || apiErr.ErrorCode == jsTemporarilyUnavailable:
+			failing = time.Time{} // unreachable or electing: wait, the snapshot may be there
+		case failing.IsZero():
+			failing = time.Now()
+		case time.Since(failing) >= snapshotStartWait:
+			// JetStream keeps refusing the snapshot buckets (no storage
+			// for them, say): a retry does not fix that, and the stream
+			// may still hold everything.
+			st.Metrics.Snap.Restores.WithLabelValues("unavailable").Inc()
+			st.Logger.Error("cluster mode: the NATS snapshot store keeps failing; reading every partition from the stream's start (what retention dropped is lost)",
+				"failing_for", time.Since(failing).Round(time.Second), "err", err)
+			return natslog.Snapshot{}, "", nil
+		}
+		st.waiting.Store(&why)
+		st.Logger.Warn("cluster mode: empty data directory; waiting for the NATS snapshot store", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
 	}
 }
