@@ -82,9 +82,11 @@ const applyQueueGroups = 4096
 
 // lagBudget counts bytes handed to the applier and not yet released.
 type lagBudget struct {
-	mu   sync.Mutex
-	cond sync.Cond
-	used int64
+	// limit replaces applyLagBytes when set (the memory budget's apply lag).
+	limit int64
+	mu    sync.Mutex
+	cond  sync.Cond
+	used  int64
 }
 
 // acquire waits until n more bytes fit within applyLagBytes; an empty
@@ -95,7 +97,11 @@ func (b *lagBudget) acquire(n int64) {
 	if b.cond.L == nil {
 		b.cond.L = &b.mu
 	}
-	for b.used > 0 && b.used+n > applyLagBytes {
+	limit := b.limit
+	if limit <= 0 {
+		limit = applyLagBytes
+	}
+	for b.used > 0 && b.used+n > limit {
 		b.cond.Wait()
 	}
 	b.used += n

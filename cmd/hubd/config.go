@@ -15,6 +15,7 @@ import (
 
 	"edgeflow/aggregate"
 	"edgeflow/hub"
+	"edgeflow/hub/membudget"
 	"edgeflow/internal/confval"
 )
 
@@ -32,6 +33,10 @@ type config struct {
 	// whether it was given at all.
 	gcPercent    int
 	gcPercentSet bool
+	// memory is the memory budget's sizes (membudget.go), memoryChosen
+	// whether memory-limit or a profile other than server was set.
+	memory       membudget.Sizes
+	memoryChosen bool
 }
 
 // newFlags declares every configuration key as a flag; the same names are
@@ -67,6 +72,7 @@ func newFlags() *pflag.FlagSet {
 	fs.Bool("recover-damaged", false, "start (or rebuild) from what is readable when log entries of the store cannot be read, recording the loss as gaps with reason store_damaged (default: stop and say which entries)")
 	fs.Bool("demo", false, "also run a simulated fleet of 20 devices against this hub (data in a temporary directory unless data-dir is set)")
 	addSecurityFlags(fs)
+	addMemoryFlags(fs)
 	return fs
 }
 
@@ -154,6 +160,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 	agg, err := aggregateFromViper(v)
 	k.Add(err)
 	o.Aggregate = agg
+	c.memory, c.memoryChosen = memoryBudget(v, k, o)
 	return c, k.Err()
 }
 
