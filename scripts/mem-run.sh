@@ -33,11 +33,20 @@ export HUBD_FLAGS="${HUBD_FLAGS:-} --pprof-addr 127.0.0.1:$pprof"
 	done
 ) &
 watch=$!
+# hubd's peak when fleetsim reports the fleet drained, before its
+# verification queries (which hold query results in hubd's heap).
+set -o pipefail
 rc=0
-scripts/fleet-run.sh "$@" || rc=$?
+scripts/fleet-run.sh "$@" | while IFS= read -r line; do
+	printf '%s\n' "$line"
+	if [[ $line == "run "*": "*" after "*" devices" ]]; then
+		awk '/^VmHWM:/ {print $2}' "/proc/$(cat "$dir/hubd.pid")/status" >"$dir/hwm-ingest" 2>/dev/null || true
+	fi
+done || rc=$?
 wait "$watch" 2>/dev/null || true
+[[ -s $dir/hwm-ingest ]] && echo "hubd VmHWM when the fleet had drained (before verification): $(($(cat "$dir/hwm-ingest") / 1024)) MiB"
 # columns: time VmHWM VmRSS RssAnon RssFile (KiB)
 awk -F'\t' '$2 > h { h = $2 } $4 > a { a = $4 } $5 > f { f = $5 } END {
-	printf "hubd memory: VmHWM %d MiB; sampled peaks RssAnon %d MiB, RssFile %d MiB\n", h / 1024, a / 1024, f / 1024 }' "$dir/mem.tsv"
+	printf "hubd memory over the whole run (verification included): VmHWM %d MiB; sampled peaks RssAnon %d MiB, RssFile %d MiB\n", h / 1024, a / 1024, f / 1024 }' "$dir/mem.tsv"
 echo "profiles and samples in $dir"
 exit $rc
