@@ -4,7 +4,8 @@
 # profile (pprof, inuse) at the moment of the highest sampled RSS and at the
 # end, and prints the peaks after fleetsim's report. HUBD_FLAGS is passed
 # on with --pprof-addr added; the run directory keeps the profiles
-# (heap-peak.pb.gz, heap-end.pb.gz), the samples (mem.tsv) and hubd's log.
+# (heap-peak.pb.gz, heap-end.pb.gz), the runtime's MemStats at the peak
+# (memstats-peak.txt), the samples (mem.tsv) and hubd's log.
 #
 #   scripts/mem-run.sh configs/fleetsim-steady.yaml --devices 100 --rate 1000 --duration 2m
 #   HUBD_FLAGS="--memory-limit 256MiB" scripts/mem-run.sh configs/fleetsim-catchup.yaml
@@ -27,6 +28,8 @@ export HUBD_FLAGS="${HUBD_FLAGS:-} --pprof-addr 127.0.0.1:$pprof"
 		if ((rss > best + 8192)); then
 			best=$rss
 			curl -sf -o "$dir/heap-peak.pb.gz" "http://127.0.0.1:$pprof/debug/pprof/heap" || true
+			# the runtime's MemStats at the same moment (HeapInuse, HeapIdle, NextGC...)
+			curl -sf "http://127.0.0.1:$pprof/debug/pprof/heap?debug=1" | sed -n '/^# runtime.MemStats/,$p' >"$dir/memstats-peak.txt" || true
 		fi
 		curl -sf -o "$dir/heap-end.pb.gz.tmp" "http://127.0.0.1:$pprof/debug/pprof/heap" && mv "$dir/heap-end.pb.gz.tmp" "$dir/heap-end.pb.gz" || true
 		sleep 1

@@ -195,6 +195,7 @@ func (s Sizes) Components() []Component {
 // readable units.
 func (s Sizes) LogAttrs() []any {
 	a := []any{"memory_limit", human(s.Limit)}
+
 	if s.GoMemoryLimit > 0 {
 		a = append(a, "go_memory_limit", human(s.GoMemoryLimit))
 	}
@@ -203,8 +204,16 @@ func (s Sizes) LogAttrs() []any {
 		"badger_block_cache", human(s.BadgerBlockCache), "badger_index_cache", human(s.BadgerIndexCache),
 		"badger_value_log_file", human(s.BadgerValueLogFile), "apply_lag", human(s.ApplyLag),
 		"max_group_bytes", human(int64(s.MaxGroupBytes)), "queue_len", s.QueueLen, "mqtt_client_queue", s.ClientQueue,
-		"max_live_partials", s.MaxLivePartials, "query_cache_partials", s.QueryCachePartials,
-		"max_pending", s.MaxPending, "stream_buffer", s.StreamBuffer)
+		"max_live_partials", count(s.MaxLivePartials), "query_cache_partials", count(s.QueryCachePartials),
+		"max_pending", count(s.MaxPending), "stream_buffer", count(s.StreamBuffer))
+}
+
+// count shows a count, or "default" for zero (the component's own).
+func count(n int) any {
+	if n == 0 {
+		return "default"
+	}
+	return n
 }
 
 // clamp bounds v to lo..hi.
