@@ -39,9 +39,9 @@ func TestMemoryBudgetConfig(t *testing.T) {
 	}
 	o := cfg.hub
 	o.EnsureDefaults()
-	if o.QueueLen != want.QueueLen || o.MQTTClientQueue != want.ClientQueue || o.Aggregate.MaxLivePartials != want.MaxLivePartials {
-		t.Errorf("EnsureDefaults at 256MiB: queue %d, client queue %d, live partials %d; want %+v",
-			o.QueueLen, o.MQTTClientQueue, o.Aggregate.MaxLivePartials, want)
+	if o.QueueLen != want.QueueLen || o.MQTTClientQueue != want.ClientQueue || o.Aggregate.QueryCachePartials != want.QueryCachePartials || o.Aggregate.MaxLivePartials != 0 {
+		t.Errorf("EnsureDefaults at 256MiB: queue %d, client queue %d, query cache %d; want %+v",
+			o.QueueLen, o.MQTTClientQueue, o.Aggregate.QueryCachePartials, want)
 	}
 
 	// The profile, from the environment; explicit keys from a file win.

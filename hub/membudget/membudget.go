@@ -75,6 +75,7 @@ type Sizes struct {
 	// ClientQueue is the embedded broker's queue per client, in messages.
 	ClientQueue int
 	// MaxLivePartials caps the engine's partials in memory (a count).
+	// Derive leaves it 0, the engine's default (see Derive).
 	MaxLivePartials int
 	// QueryCachePartials bounds the engine's query cache (a count).
 	QueryCachePartials int
@@ -89,7 +90,7 @@ type Sizes struct {
 const (
 	partialBytes   = 512  // a live partial with a few distinct values
 	cachedBytes    = 4096 // a decoded stored partial with its sketch
-	pendingBytes   = 48   // an event waiting for the watermark
+	pendingBytes   = 100  // an event waiting for the watermark, with its share of the merge
 	ringEventBytes = 40   // an event in the merged stream's ring
 )
 
@@ -117,9 +118,8 @@ func ParseLimit(s string) (int64, error) {
 // 64 MiB), five memtables from a gigabyte up and fewer below; a quarter
 // for the block cache (at most 256 MiB, Badger's default), which only
 // reads fill; a sixty-fourth for the apply lag and a thirty-second per
-// group commit; below ServerLimit an eighth for live partials and a
-// sixteenth for the query cache; a sixteenth for the watermark's pending
-// events. The Go memory limit is seven eighths of the
+// group commit; below ServerLimit a sixteenth each for the query cache and the
+// watermark's pending events (from ServerLimit up the engine's own caps). The Go memory limit is seven eighths of the
 // budget, the rest left to what Go does not count.
 func Derive(limit int64) (Sizes, error) {
 	if limit < MinLimit || limit > MaxLimit {
@@ -147,15 +147,15 @@ func Derive(limit int64) (Sizes, error) {
 	s.MaxGroupBytes = int(clamp(limit/32, 2<<20, 32<<20))
 	s.QueueLen = int(clamp(limit/(16<<20), 8, 64))
 	s.ClientQueue = int(clamp(limit/(1<<20), 256, 1024))
+	// The engine's live-partial cap is left at its own default: when
+	// partials of windows that are not final fill it, events wait in the
+	// quarantine and, once that is full, are dropped from the aggregates
+	// (the log keeps them). Derived from a 256 MiB budget (65,536
+	// partials) it did so within seconds of a 1,000-device catch-up.
 	if limit < ServerLimit {
-		// From ServerLimit up the engine keeps its own caps, sized for
-		// a server (4,000,000 live partials would be 2 GiB at their
-		// typical size: a cap that a server reaches only with a fleet
-		// that needs it).
-		s.MaxLivePartials = int(clamp(limit/8/partialBytes, 16_384, 4_000_000))
 		s.QueryCachePartials = int(clamp(limit/16/cachedBytes, 1024, 20_000))
+		s.MaxPending = int(clamp(limit/16/pendingBytes, 65_536, 1<<20))
 	}
-	s.MaxPending = int(clamp(limit/16/pendingBytes, 65_536, 1<<20))
 	s.StreamBuffer = int(clamp(limit/1024/ringEventBytes*16, 4096, 1<<16))
 	return s, nil
 }

@@ -17,7 +17,7 @@ func TestDeriveServerKeepsDefaults(t *testing.T) {
 	want := Sizes{Limit: ServerLimit, GoMemoryLimit: ServerLimit - ServerLimit/8,
 		BadgerMemTable: 64 << 20, BadgerMemTables: 5, BadgerBlockCache: 256 << 20, BadgerValueLogFile: 1<<30 - 1,
 		ApplyLag: 16 << 20, MaxGroupBytes: 32 << 20, QueueLen: 64, ClientQueue: 1024,
-		MaxPending: 1 << 20, StreamBuffer: 1 << 16}
+		StreamBuffer: 1 << 16}
 	if s != want {
 		t.Errorf("Derive(server) = %+v\nwant %+v", s, want)
 	}
@@ -50,13 +50,13 @@ func TestDeriveWithinBudget(t *testing.T) {
 		}
 		for name, v := range map[string]int64{"memtable": s.BadgerMemTable, "memtables": int64(s.BadgerMemTables),
 			"apply lag": s.ApplyLag, "queue": int64(s.QueueLen), "client queue": int64(s.ClientQueue),
-			"live partials": int64(s.MaxLivePartials), "pending": int64(s.MaxPending), "ring": int64(s.StreamBuffer)} {
+			"query cache": int64(s.QueryCachePartials), "pending": int64(s.MaxPending), "ring": int64(s.StreamBuffer)} {
 			if v <= 0 {
 				t.Errorf("Derive(%d): %s %d", lim, name, v)
 			}
 		}
 		if prev.Limit != 0 && (s.BadgerMemTable < prev.BadgerMemTable || s.ApplyLag < prev.ApplyLag ||
-			s.MaxLivePartials < prev.MaxLivePartials || s.QueueLen < prev.QueueLen) {
+			s.QueryCachePartials < prev.QueryCachePartials || s.QueueLen < prev.QueueLen) {
 			t.Errorf("Derive(%d) = %+v: smaller than at %d: %+v", lim, s, prev.Limit, prev)
 		}
 		prev = s
