@@ -20,6 +20,7 @@ func (o *Options) applyMemory() {
 	setDefault(&a.QueryCachePartials, m.QueryCachePartials)
 	setDefault(&a.MaxPending, m.MaxPending)
 	setDefault(&a.StreamBuffer, m.StreamBuffer)
+	setDefault(&a.EvictAfter, m.EvictAfter)
 	o.Aggregate = &a
 }
 

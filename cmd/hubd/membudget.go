@@ -65,6 +65,9 @@ func memoryBudget(v *viper.Viper, k *confval.Keys, o *hub.Options) (membudget.Si
 				*f.p = *f.set
 			}
 		}
+		if a.EvictAfter != 0 {
+			z.EvictAfter = a.EvictAfter
+		}
 	}
 	o.Memory = z
 	return z, chosen

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -47,7 +48,7 @@ func TestMemoryBudgetConfig(t *testing.T) {
 	// The profile, from the environment; explicit keys from a file win.
 	t.Setenv("HUBD_PROFILE", "small")
 	file := filepath.Join(t.TempDir(), "hubd.yaml")
-	if err := os.WriteFile(file, []byte("mqtt-client-queue: 700\naggregate:\n  max_live_partials: 1234\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("mqtt-client-queue: 700\naggregate:\n  max_live_partials: 1234\n  evict_after: 2h\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err = loadConfig([]string{"--config", file})
@@ -59,7 +60,8 @@ func TestMemoryBudgetConfig(t *testing.T) {
 	if !cfg.memoryChosen || m.Limit != membudget.SmallLimit || m.BadgerMemTable != small.BadgerMemTable {
 		t.Errorf("profile small: %+v", m)
 	}
-	if m.ClientQueue != 700 || cfg.hub.MQTTClientQueue != 700 || m.MaxLivePartials != 1234 || cfg.hub.Aggregate.MaxLivePartials != 1234 {
+	if m.ClientQueue != 700 || cfg.hub.MQTTClientQueue != 700 || m.MaxLivePartials != 1234 || cfg.hub.Aggregate.MaxLivePartials != 1234 ||
+		m.EvictAfter != 2*time.Hour || cfg.hub.Aggregate.EvictAfter != 2*time.Hour {
 		t.Errorf("explicit keys under profile small: Memory %+v, client queue %d, live partials %d",
 			m, cfg.hub.MQTTClientQueue, cfg.hub.Aggregate.MaxLivePartials)
 	}
