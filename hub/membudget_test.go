@@ -35,7 +35,7 @@ func TestMemoryBudgetSizesHub(t *testing.T) {
 			s.com.lag.limit, s.opts.QueueLen, cap(s.com.in), s.opts.MQTTClientQueue, s.opts.MaxGroupBytes, z)
 	}
 	if a := s.opts.Aggregate; a.MaxLivePartials != z.MaxLivePartials || a.QueryCachePartials != z.QueryCachePartials ||
-		a.MaxPending != z.MaxPending || a.StreamBuffer != z.StreamBuffer || a.EvictAfter != z.EvictAfter || z.EvictAfter == 0 {
+		a.MaxPending != z.MaxPending || a.StreamBuffer != z.StreamBuffer || a.EvictAfter != 0 {
 		t.Errorf("engine options %+v, want the caps of %+v", a, z)
 	}
 	if o.Aggregate.MaxLivePartials != 0 {

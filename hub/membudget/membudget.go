@@ -85,10 +85,10 @@ type Sizes struct {
 	// StreamBuffer is the merged stream's ring, in events.
 	StreamBuffer int
 	// EvictAfter is how long (event time) a final partial stays live in
-	// memory before the engine moves it to its store. A fleet catching up
-	// an hour's backlog keeps every partial of that hour live at the
-	// engine's default (1h): at 1,000 devices they were most of a 128 MiB
-	// hub's heap.
+	// memory before the engine moves it to its store. Derive leaves it 0,
+	// the engine's default: scaled with the budget (8m at 128 MiB) it did
+	// not lower a catch-up's peak, and the evicted partials' writes went
+	// through Badger's memtables instead (docs/MEMORY.md).
 	EvictAfter time.Duration
 }
 
@@ -100,10 +100,6 @@ const (
 	pendingBytes   = 100  // an event waiting for the watermark, with its share of the merge
 	ringEventBytes = 40   // an event in the merged stream's ring
 )
-
-// minEvictAfter is the shortest EvictAfter Derive gives: late events
-// within it find their partials live.
-const minEvictAfter = 5 * time.Minute
 
 // ParseLimit reads a memory-limit or profile value: a byte count
 // (256MiB, 1GiB) or a profile name (server, small).
@@ -130,8 +126,7 @@ func ParseLimit(s string) (int64, error) {
 // for the block cache (at most 256 MiB, Badger's default), which only
 // reads fill; a sixty-fourth for the apply lag and a thirty-second per
 // group commit; below ServerLimit a sixteenth each for the query cache and the
-// watermark's pending events, and an EvictAfter of an hour scaled by the
-// budget's share of ServerLimit (from ServerLimit up the engine's own). The Go memory limit is seven eighths of the
+// watermark's pending events (from ServerLimit up the engine's own caps). The Go memory limit is seven eighths of the
 // budget, the rest left to what Go does not count.
 func Derive(limit int64) (Sizes, error) {
 	if limit < MinLimit || limit > MaxLimit {
@@ -167,7 +162,6 @@ func Derive(limit int64) (Sizes, error) {
 	if limit < ServerLimit {
 		s.QueryCachePartials = int(clamp(limit/16/cachedBytes, 1024, 20_000))
 		s.MaxPending = int(clamp(limit/16/pendingBytes, 65_536, 1<<20))
-		s.EvictAfter = max(time.Duration(float64(time.Hour)*float64(limit)/float64(ServerLimit)).Round(time.Minute), minEvictAfter)
 	}
 	s.StreamBuffer = int(clamp(limit/1024/ringEventBytes*16, 4096, 1<<16))
 	return s, nil

@@ -50,13 +50,13 @@ func TestDeriveWithinBudget(t *testing.T) {
 		}
 		for name, v := range map[string]int64{"memtable": s.BadgerMemTable, "memtables": int64(s.BadgerMemTables),
 			"apply lag": s.ApplyLag, "queue": int64(s.QueueLen), "client queue": int64(s.ClientQueue),
-			"query cache": int64(s.QueryCachePartials), "pending": int64(s.MaxPending), "ring": int64(s.StreamBuffer), "evict after": int64(s.EvictAfter)} {
+			"query cache": int64(s.QueryCachePartials), "pending": int64(s.MaxPending), "ring": int64(s.StreamBuffer)} {
 			if v <= 0 {
 				t.Errorf("Derive(%d): %s %d", lim, name, v)
 			}
 		}
 		if prev.Limit != 0 && (s.BadgerMemTable < prev.BadgerMemTable || s.ApplyLag < prev.ApplyLag ||
-			s.QueryCachePartials < prev.QueryCachePartials || s.QueueLen < prev.QueueLen || s.EvictAfter < prev.EvictAfter) {
+			s.QueryCachePartials < prev.QueryCachePartials || s.QueueLen < prev.QueueLen) {
 			t.Errorf("Derive(%d) = %+v: smaller than at %d: %+v", lim, s, prev.Limit, prev)
 		}
 		prev = s
