@@ -11,6 +11,7 @@ func (o *Options) applyMemory() {
 	m := o.Memory
 	setDefault(&o.QueueLen, m.QueueLen)
 	setDefault(&o.MaxGroupBytes, m.MaxGroupBytes)
+	setDefault(&o.MaxGroupBatches, m.MaxGroupBatches)
 	setDefault(&o.MQTTClientQueue, m.ClientQueue)
 	if o.Aggregate == nil {
 		return

@@ -30,7 +30,7 @@ func TestMemoryBudgetSizesHub(t *testing.T) {
 		t.Errorf("Badger options %+v, want the sizes of %+v", bo, z)
 	}
 	if s.com.lag.limit != z.ApplyLag || s.opts.QueueLen != z.QueueLen || cap(s.com.in) != z.QueueLen ||
-		s.opts.MQTTClientQueue != z.ClientQueue || s.opts.MaxGroupBytes != 3<<20 {
+		s.opts.MQTTClientQueue != z.ClientQueue || s.opts.MaxGroupBytes != 3<<20 || s.opts.MaxGroupBatches != z.MaxGroupBatches {
 		t.Errorf("lag %d, queue %d (chan %d), client queue %d, group bytes %d; want %+v and group bytes 3MiB",
 			s.com.lag.limit, s.opts.QueueLen, cap(s.com.in), s.opts.MQTTClientQueue, s.opts.MaxGroupBytes, z)
 	}

@@ -70,6 +70,11 @@ type Sizes struct {
 	ApplyLag int64
 	// MaxGroupBytes bounds the payload of one group commit.
 	MaxGroupBytes int
+	// MaxGroupBatches bounds the batches of one group commit (a count).
+	// The applier's decoded views (a batch decoded is about ten times its
+	// payload) are recycled through a pool, which keeps as many as were
+	// in flight at once: the group and the apply lag bound them.
+	MaxGroupBatches int
 	// QueueLen is each decode worker's and the committer's queue, in
 	// messages (a count).
 	QueueLen int
@@ -124,8 +129,9 @@ func ParseLimit(s string) (int64, error) {
 // MinLimit). The shares: a sixteenth of the budget per memtable (at most
 // 64 MiB), five memtables from a gigabyte up and fewer below; a quarter
 // for the block cache (at most 256 MiB, Badger's default), which only
-// reads fill; a sixty-fourth for the apply lag and a thirty-second per
-// group commit; below ServerLimit a sixteenth each for the query cache and the
+// reads fill; a sixty-fourth for the apply lag (below ServerLimit times the
+// budget's share of it again) and a thirty-second per group commit, with
+// 512 batches in a group scaled by that share; below ServerLimit a sixteenth each for the query cache and the
 // watermark's pending events (from ServerLimit up the engine's own caps). The Go memory limit is seven eighths of the
 // budget, the rest left to what Go does not count.
 func Derive(limit int64) (Sizes, error) {
@@ -150,7 +156,14 @@ func Derive(limit int64) (Sizes, error) {
 	if limit >= ServerLimit {
 		s.BadgerValueLogFile = 1<<30 - 1 // Badger's default
 	}
+	// The apply lag counts payload, and what it holds is decoded (about
+	// ten times as large): below ServerLimit it shrinks with the square
+	// of the budget's share (1 MiB at 256 MiB).
 	s.ApplyLag = clamp(limit/64, 1<<20, 64<<20)
+	if limit < ServerLimit {
+		s.ApplyLag = max(int64(float64(16<<20)*float64(limit)/float64(ServerLimit)*float64(limit)/float64(ServerLimit)), 256<<10)
+	}
+	s.MaxGroupBatches = int(clamp(512*limit/ServerLimit, 32, 512))
 	s.MaxGroupBytes = int(clamp(limit/32, 2<<20, 32<<20))
 	s.QueueLen = int(clamp(limit/(16<<20), 8, 64))
 	s.ClientQueue = int(clamp(limit/(1<<20), 256, 1024))
@@ -210,7 +223,7 @@ func (s Sizes) LogAttrs() []any {
 		"badger_memtable", human(s.BadgerMemTable), "badger_memtables", s.BadgerMemTables,
 		"badger_block_cache", human(s.BadgerBlockCache), "badger_index_cache", human(s.BadgerIndexCache),
 		"badger_value_log_file", human(s.BadgerValueLogFile), "apply_lag", human(s.ApplyLag),
-		"max_group_bytes", human(int64(s.MaxGroupBytes)), "queue_len", s.QueueLen, "mqtt_client_queue", s.ClientQueue,
+		"max_group_bytes", human(int64(s.MaxGroupBytes)), "max_group_batches", s.MaxGroupBatches, "queue_len", s.QueueLen, "mqtt_client_queue", s.ClientQueue,
 		"max_live_partials", count(s.MaxLivePartials), "query_cache_partials", count(s.QueryCachePartials),
 		"max_pending", count(s.MaxPending), "stream_buffer", count(s.StreamBuffer), "evict_after", evict(s.EvictAfter))
 }

@@ -16,7 +16,7 @@ func TestDeriveServerKeepsDefaults(t *testing.T) {
 	}
 	want := Sizes{Limit: ServerLimit, GoMemoryLimit: ServerLimit - ServerLimit/8,
 		BadgerMemTable: 64 << 20, BadgerMemTables: 5, BadgerBlockCache: 256 << 20, BadgerValueLogFile: 1<<30 - 1,
-		ApplyLag: 16 << 20, MaxGroupBytes: 32 << 20, QueueLen: 64, ClientQueue: 1024,
+		ApplyLag: 16 << 20, MaxGroupBytes: 32 << 20, MaxGroupBatches: 512, QueueLen: 64, ClientQueue: 1024,
 		StreamBuffer: 1 << 16}
 	if s != want {
 		t.Errorf("Derive(server) = %+v\nwant %+v", s, want)
@@ -49,7 +49,7 @@ func TestDeriveWithinBudget(t *testing.T) {
 			t.Errorf("Derive(%d): Go memory limit %d", lim, s.GoMemoryLimit)
 		}
 		for name, v := range map[string]int64{"memtable": s.BadgerMemTable, "memtables": int64(s.BadgerMemTables),
-			"apply lag": s.ApplyLag, "queue": int64(s.QueueLen), "client queue": int64(s.ClientQueue),
+			"apply lag": s.ApplyLag, "group batches": int64(s.MaxGroupBatches), "queue": int64(s.QueueLen), "client queue": int64(s.ClientQueue),
 			"query cache": int64(s.QueryCachePartials), "pending": int64(s.MaxPending), "ring": int64(s.StreamBuffer)} {
 			if v <= 0 {
 				t.Errorf("Derive(%d): %s %d", lim, name, v)
