@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -161,6 +162,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 	k.Add(err)
 	o.Aggregate = agg
 	c.memory, c.memoryChosen = memoryBudget(v, k, o)
+	c.gcPercent, c.gcPercentSet = budgetGCPercent(c.gcPercent, c.gcPercentSet, c.memory, os.Getenv)
 	return c, k.Err()
 }
 

@@ -73,6 +73,16 @@ func memoryBudget(v *viper.Viper, k *confval.Keys, o *hub.Options) (membudget.Si
 	return z, chosen
 }
 
+// budgetGCPercent gives the gc-percent key's value and whether it counts
+// as set: the key's own when set, else the budget's GCPercent unless GOGC
+// is in the environment.
+func budgetGCPercent(pct int, set bool, z membudget.Sizes, getenv func(string) string) (int, bool) {
+	if set || z.GCPercent == 0 || getenv("GOGC") != "" {
+		return pct, set
+	}
+	return z.GCPercent, true
+}
+
 // applyGoMemoryLimit sets Go's soft memory limit from the budget unless
 // GOMEMLIMIT is set in the environment; it returns a function restoring
 // the previous limit, and the limit in force (math.MaxInt64: none).

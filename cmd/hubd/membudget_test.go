@@ -45,6 +45,18 @@ func TestMemoryBudgetConfig(t *testing.T) {
 			o.QueueLen, o.MQTTClientQueue, o.Aggregate.QueryCachePartials, want)
 	}
 
+	if cfg.gcPercent != 100 || !cfg.gcPercentSet {
+		t.Errorf("memory-limit 256MiB: gc-percent %d (set %v), want the budget's 100", cfg.gcPercent, cfg.gcPercentSet)
+	}
+	if cfg, err = loadConfig([]string{"--memory-limit", "256MiB", "--gc-percent", "300"}); err != nil {
+		t.Fatal(err)
+	} else if cfg.gcPercent != 300 {
+		t.Errorf("explicit gc-percent under a budget: %d, want 300", cfg.gcPercent)
+	}
+	if pct, set := budgetGCPercent(0, false, want, func(string) string { return "150" }); set || pct != 0 {
+		t.Errorf("GOGC in the environment: budget gave %d, %v", pct, set)
+	}
+
 	// The profile, from the environment; explicit keys from a file win.
 	t.Setenv("HUBD_PROFILE", "small")
 	file := filepath.Join(t.TempDir(), "hubd.yaml")
