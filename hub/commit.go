@@ -89,7 +89,8 @@ type lagBudget struct {
 	used  int64
 }
 
-// acquire waits until n more bytes fit within applyLagBytes; an empty
+// acquire waits until n more bytes fit within the limit (applyLagBytes
+// unless the memory budget set one); an empty
 // budget takes any n, so a group larger than the budget still passes.
 func (b *lagBudget) acquire(n int64) {
 	b.mu.Lock()

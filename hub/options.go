@@ -216,7 +216,8 @@ type Options struct {
 	// Memory holds the sizes derived from a memory budget
 	// (membudget.Derive): Badger's, the apply lag's, and the defaults of
 	// QueueLen, MaxGroupBytes, MaxGroupBatches, MQTTClientQueue and the
-	// engine's caps when those are zero. The zero value keeps every component's own default.
+	// engine's caps when those are zero. The zero value keeps every
+	// component's own default.
 	Memory membudget.Sizes
 
 	// Consumers receive every applied batch in log order (see Consumer).
