@@ -12,6 +12,17 @@
 # FLEET_BROKER=mosquitto puts a Mosquitto of the run's own (free port,
 # no persistence, no in-flight limit) between the fleet and hubd, which then
 # uses it as its external broker (--mqtt-url) instead of its embedded one.
+# FLEET_BROKER=nats runs hubd in cluster mode instead: the run starts its own
+# NATS servers (NATS_NODES of them, 3 by default, or 1; nats-server 2.10+
+# from $NATS_SERVER, else ~/go/bin/nats-server: go install
+# github.com/nats-io/nats-server/v2@v2.15.3) on free loopback ports, each with
+# JetStream, an MQTT listener and a store under the run directory, clustered
+# when there are three; hubd gets every server in --nats-url (stream
+# replicas: the node count), and fleetsim every MQTT listener, device i
+# starting at the (i mod n)th. NATS_KILL_AT (seconds after fleetsim starts)
+# kills server NATS_KILL_NODE (default 0) with SIGKILL, and NATS_DOWN_FOR
+# (seconds, default 30) later starts it again on the same ports and store:
+#   FLEET_BROKER=nats NATS_KILL_AT=40 scripts/fleet-run.sh configs/fleetsim-steady.yaml --devices 200 --duration 2m
 # HUBD_FLAGS adds flags to hubd's command line (e.g. "--ack-qos 1");
 # HUBD_ENV and FLEETSIM_ENV add environment variables to hubd's or
 # fleetsim's alone (e.g. "GOGC=off GOMEMLIMIT=16GiB").
@@ -39,6 +50,8 @@ http=$(free_port)
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 broker=()
 hubmqtt=(--mqtt-listen "127.0.0.1:$mqtt")
+fleetmqtt="tcp://127.0.0.1:$mqtt"
+nats_pids=()
 if [[ ${FLEET_BROKER:-embedded} == mosquitto ]]; then
 	printf 'listener %s 127.0.0.1\nallow_anonymous true\nmax_inflight_messages 0\nmax_queued_messages 1000000\npersistence false\n' "$mqtt" >"$dir/mosquitto.conf"
 	mosquitto -c "$dir/mosquitto.conf" >"$dir/mosquitto.log" 2>&1 &
@@ -48,8 +61,53 @@ if [[ ${FLEET_BROKER:-embedded} == mosquitto ]]; then
 		sleep 0.1
 	done
 	hubmqtt=(--mqtt-url "tcp://127.0.0.1:$mqtt")
+elif [[ ${FLEET_BROKER:-embedded} == nats ]]; then
+	natsbin=${NATS_SERVER:-$HOME/go/bin/nats-server}
+	if ! "$natsbin" --version 2>/dev/null | grep -Eq 'v2\.(1[0-9]|[2-9][0-9])\.'; then
+		echo "FLEET_BROKER=nats needs nats-server 2.10+ at $natsbin (or \$NATS_SERVER): go install github.com/nats-io/nats-server/v2@v2.15.3" >&2
+		exit 2
+	fi
+	nodes=${NATS_NODES:-3}
+	if [[ $nodes != 1 && $nodes != 3 ]]; then
+		echo "NATS_NODES=$nodes: want 1 or 3" >&2
+		exit 2
+	fi
+	nats_port=() nats_mqtt=() nats_route=()
+	for ((i = 0; i < nodes; i++)); do
+		nats_port+=("$(free_port)") nats_mqtt+=("$(free_port)") nats_route+=("$(free_port)")
+	done
+	routes=$(for ((i = 0; i < nodes; i++)); do printf 'nats-route://127.0.0.1:%s, ' "${nats_route[i]}"; done)
+	urls=() mqtturls=()
+	for ((i = 0; i < nodes; i++)); do
+		mkdir -p "$dir/nats-n$i"
+		{
+			printf 'server_name: n%s\nlisten: 127.0.0.1:%s\n' "$i" "${nats_port[i]}"
+			printf 'jetstream {\n  store_dir: "%s"\n  max_memory_store: 256MB\n  max_file_store: 16GB\n}\n' "$dir/nats-n$i/js"
+			printf 'mqtt {\n  listen: 127.0.0.1:%s\n}\n' "${nats_mqtt[i]}"
+			if ((nodes > 1)); then
+				printf 'cluster {\n  name: fleet-run\n  listen: 127.0.0.1:%s\n  routes: [%s]\n}\n' "${nats_route[i]}" "${routes%, }"
+			fi
+		} >"$dir/nats-n$i/nats.conf"
+		urls+=("nats://127.0.0.1:${nats_port[i]}") mqtturls+=("tcp://127.0.0.1:${nats_mqtt[i]}")
+	done
+	start_nats() { # $1: node index; the pid goes to $dir/nats-n$1/pid
+		"$natsbin" -c "$dir/nats-n$1/nats.conf" >>"$dir/nats-n$1/nats.log" 2>&1 &
+		echo $! >"$dir/nats-n$1/pid"
+	}
+	for ((i = 0; i < nodes; i++)); do
+		start_nats "$i"
+		nats_pids+=("$dir/nats-n$i/pid")
+	done
+	for ((i = 0; i < nodes; i++)); do
+		for _ in $(seq 300); do
+			(exec 3<>"/dev/tcp/127.0.0.1/${nats_mqtt[i]}") 2>/dev/null && break
+			sleep 0.1
+		done
+	done
+	hubmqtt=(--nats-url "$(IFS=,; echo "${urls[*]}")" --nats-replicas "$nodes")
+	fleetmqtt=$(IFS=,; echo "${mqtturls[*]}")
 elif [[ ${FLEET_BROKER:-embedded} != embedded ]]; then
-	echo "FLEET_BROKER=$FLEET_BROKER: want embedded or mosquitto" >&2
+	echo "FLEET_BROKER=$FLEET_BROKER: want embedded, mosquitto or nats" >&2
 	exit 2
 fi
 start_hubd() { # $1: log file; the pid goes to $dir/hubd.pid
@@ -66,13 +124,17 @@ stop_all() {
 	wait "$pid" 2>/dev/null || true # reaps it if it is this shell's child
 	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done # a restarted one
 	kill "${broker[@]}" 2>/dev/null || true
+	for f in "${nats_pids[@]}"; do
+		kill "$(cat "$f")" 2>/dev/null || true
+	done
 }
 trap stop_all EXIT
-for _ in $(seq 100); do
+# A cluster's hub is ready once the stream exists on a JetStream quorum.
+for _ in $(seq 600); do
 	curl -sf "http://127.0.0.1:$http/readyz" >/dev/null && break
 	sleep 0.1
 done
-echo "run directory $dir; ${FLEET_BROKER:-embedded} broker on mqtt 127.0.0.1:$mqtt, hubd http 127.0.0.1:$http" >&2
+echo "run directory $dir; ${FLEET_BROKER:-embedded} broker on mqtt $fleetmqtt, hubd http 127.0.0.1:$http" >&2
 if [[ -n ${HUBD_KILL_AT:-} ]]; then
 	(
 		sleep "$HUBD_KILL_AT"
@@ -82,7 +144,19 @@ if [[ -n ${HUBD_KILL_AT:-} ]]; then
 		start_hubd "$dir/hubd-2.log"
 		echo "fleet-run: hubd started again after ${HUBD_DOWN_FOR:-60}s" >&2
 	) &
-	crash=($!)
+	crash+=($!)
 fi
-env ${FLEETSIM_ENV:-} nice -n "${FLEETSIM_NICE:-10}" "$dir/fleetsim" --scenario "$scenario" --mqtt-url "tcp://127.0.0.1:$mqtt" --hub "127.0.0.1:$http" \
+if [[ -n ${NATS_KILL_AT:-} ]]; then
+	(
+		k=${NATS_KILL_NODE:-0}
+		sleep "$NATS_KILL_AT"
+		kill -9 "$(cat "$dir/nats-n$k/pid")"
+		echo "fleet-run: NATS server n$k killed (SIGKILL) at ${NATS_KILL_AT}s" >&2
+		sleep "${NATS_DOWN_FOR:-30}"
+		start_nats "$k"
+		echo "fleet-run: NATS server n$k started again after ${NATS_DOWN_FOR:-30}s" >&2
+	) &
+	crash+=($!)
+fi
+env ${FLEETSIM_ENV:-} nice -n "${FLEETSIM_NICE:-10}" "$dir/fleetsim" --scenario "$scenario" --mqtt-url "$fleetmqtt" --hub "127.0.0.1:$http" \
 	--data-dir "$dir/sim" --verify "$@"
