@@ -31,6 +31,11 @@
 # ports and data directory (its log in hubd-2.log): a hub crash, e.g. in the
 # middle of the mass-reconnect scenario's fleet outage (at 120 s for 180 s):
 #   HUBD_KILL_AT=150 scripts/fleet-run.sh configs/fleetsim-mass-reconnect.yaml
+# FLEET_RESTORE=1 (with FLEET_BROKER=nats) then stops hubd, deletes its data
+# directory, starts it again, reports how long it took to apply every event
+# from the stream again, and verifies again. "fleet-run: CPU seconds" lines
+# (stderr) give the CPU time hubd and each NATS server used until the
+# fleet's run ended, before verification.
 # FLEETSIM_NICE (default 10) is fleetsim's nice value: the simulated fleet
 # stands in for thousands of devices with CPUs of their own, so on a shared
 # machine the hub it measures gets the CPU first. The latencies fleetsim
@@ -158,5 +163,75 @@ if [[ -n ${NATS_KILL_AT:-} ]]; then
 	) &
 	crash+=($!)
 fi
+# cpu_seconds PIDFILE: the process's user + system CPU time so far.
+cpu_seconds() {
+	local pid
+	pid=$(cat "$1" 2>/dev/null) || return 0
+	[[ -r /proc/$pid/stat ]] || return 0
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$pid/stat"
+}
+# report_cpu: the CPU time the hub and its broker used so far (the
+# embedded broker is inside hubd; a restarted process counts from its start).
+report_cpu() {
+	local line="fleet-run: CPU seconds so far: hubd $(cpu_seconds "$dir/hubd.pid")"
+	local i
+	for ((i = 0; i < ${#nats_pids[@]}; i++)); do
+		line+=", nats-n$i $(cpu_seconds "${nats_pids[i]}")"
+	done
+	echo "$line" >&2
+}
+# applied_total: the hub's edgeflow_hub_events_applied_total.
+applied_total() {
+	curl -sf "http://127.0.0.1:$http/metrics" | awk '$1 == "edgeflow_hub_events_applied_total" { printf "%d", $2 }'
+}
+# The run without verification, then the CPU line (before the queries of
+# the verification add to it), then the verification of the saved truth.
+set +e
 env ${FLEETSIM_ENV:-} nice -n "${FLEETSIM_NICE:-10}" "$dir/fleetsim" --scenario "$scenario" --mqtt-url "$fleetmqtt" --hub "127.0.0.1:$http" \
-	--data-dir "$dir/sim" --verify "$@"
+	--data-dir "$dir/sim" --truth-out "$dir/truth.gob" "$@" --verify=false
+rc=$?
+report_cpu
+verify() {
+	"$dir/fleetsim" verify --scenario "$scenario" --truth "$dir/truth.gob" --hub "127.0.0.1:$http" "$@"
+}
+if ((rc == 0)); then
+	verify "$@"
+	rc=$?
+fi
+# FLEET_RESTORE=1 (cluster mode): stop hubd, delete its data directory,
+# start it again, time until it has applied from the stream as many events
+# as before, and verify again.
+if ((rc == 0)) && [[ -n ${FLEET_RESTORE:-} ]]; then
+	if [[ ${FLEET_BROKER:-embedded} != nats ]]; then
+		echo "FLEET_RESTORE needs FLEET_BROKER=nats" >&2
+		exit 2
+	fi
+	n=$(applied_total)
+	pid=$(cat "$dir/hubd.pid")
+	kill "$pid"
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	rm -rf "$dir/hub"
+	t0=$(date +%s.%N)
+	start_hubd "$dir/hubd-restore.log"
+	ready=""
+	got=0
+	while :; do
+		now=$(date +%s.%N)
+		if [[ -z $ready ]] && curl -sf "http://127.0.0.1:$http/readyz" >/dev/null; then
+			ready=$(echo "$now - $t0" | bc)
+		fi
+		got=$(applied_total)
+		[[ -n $got && $got -ge $n ]] && break
+		if (($(echo "$now - $t0 > ${FLEET_RESTORE_TIMEOUT:-600}" | bc))); then
+			echo "fleet-run: restore: ${got:-0} of $n events applied after ${FLEET_RESTORE_TIMEOUT:-600}s" >&2
+			exit 1
+		fi
+		sleep 0.05
+	done
+	took=$(echo "$(date +%s.%N) - $t0" | bc)
+	echo "fleet-run: restore: hubd on an empty data directory applied $got events from the stream in ${took}s ($(echo "scale=2; $took * 1000000 / $n" | bc)s per million events; /readyz 200 after ${ready:-?}s)" >&2
+	report_cpu
+	verify "$@"
+	rc=$?
+fi
+exit $rc
