@@ -40,7 +40,7 @@ catchup=${BENCH_CATCHUP_DEVICES:-300}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # field FILE REGEX: the first match's first group.
-field() { sed -nE "s/$2/\1/p" "$1" | head -1; }
+field() { sed -nE "s|$2|\1|p" "$1" | head -1; }
 
 # per_event SECONDS EVENTS: microseconds per event ("-" without figures).
 per_event() {
