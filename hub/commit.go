@@ -87,12 +87,15 @@ const applyQueueGroups = 4096
 
 // lagBudget counts bytes handed to the applier and not yet released.
 type lagBudget struct {
-	mu   sync.Mutex
-	cond sync.Cond
-	used int64
+	// limit replaces applyLagBytes when set (the memory budget's apply lag).
+	limit int64
+	mu    sync.Mutex
+	cond  sync.Cond
+	used  int64
 }
 
-// acquire waits until n more bytes fit within applyLagBytes; an empty
+// acquire waits until n more bytes fit within the limit (applyLagBytes
+// unless the memory budget set one); an empty
 // budget takes any n, so a group larger than the budget still passes.
 func (b *lagBudget) acquire(n int64) {
 	b.mu.Lock()
@@ -100,7 +103,11 @@ func (b *lagBudget) acquire(n int64) {
 	if b.cond.L == nil {
 		b.cond.L = &b.mu
 	}
-	for b.used > 0 && b.used+n > applyLagBytes {
+	limit := b.limit
+	if limit <= 0 {
+		limit = applyLagBytes
+	}
+	for b.used > 0 && b.used+n > limit {
 		b.cond.Wait()
 	}
 	b.used += n

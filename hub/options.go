@@ -13,6 +13,7 @@ import (
 	"edgeflow/aggregate"
 	"edgeflow/hub/broker"
 	"edgeflow/hub/cluster"
+	"edgeflow/hub/membudget"
 	"edgeflow/internal/confval"
 	"edgeflow/wire"
 )
@@ -218,6 +219,13 @@ type Options struct {
 	// line says how many were suppressed). Default 1s.
 	RejectLogInterval time.Duration
 
+	// Memory holds the sizes derived from a memory budget
+	// (membudget.Derive): Badger's, the apply lag's, and the defaults of
+	// QueueLen, MaxGroupBytes, MaxGroupBatches, MQTTClientQueue and the
+	// engine's caps when those are zero. The zero value keeps every
+	// component's own default.
+	Memory membudget.Sizes
+
 	// Consumers receive every applied batch in log order (see Consumer).
 	Consumers []Consumer
 	// Aggregate configures the event-time engine the hub feeds (as the
@@ -289,6 +297,7 @@ const HTTPOff = "off"
 
 // EnsureDefaults fills zero fields with their defaults.
 func (o *Options) EnsureDefaults() {
+	o.applyMemory()
 	setDefault(&o.HTTPAddr, ":8080")
 	setDefault(&o.MQTTListen, ":1883")
 	setDefault(&o.ClientID, "edgeflow-hubd")

@@ -118,6 +118,7 @@ func (s *Server) recoverState(ctx context.Context) error {
 		toApply: make(chan []*pending, applyQueueGroups), st: s.st, streams: dedup, nextSeq: max(last, s.app.lastSeq, known.Positions.Max()) + 1,
 		estimator: s.opts.ClockEstimator, opts: &s.opts, m: s.m}
 	s.com.committed.Store(s.com.nextSeq - 1)
+	s.com.lag.limit = s.opts.Memory.ApplyLag
 	s.com.initStreams(s.opts.Now().UnixNano())
 	if fellBack || full || dmg.Any() {
 		// Replace the damaged checkpoint (or record the loss in one) now,

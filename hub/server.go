@@ -253,7 +253,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.bindBroker(); err != nil {
 		return err
 	}
-	st, err := hublog.OpenStore(s.opts.DataDir, !s.opts.NoSync, s.log)
+	st, err := hublog.OpenStoreSized(s.opts.DataDir, !s.opts.NoSync, s.log, badgerSizes(s.opts.Memory))
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,17 @@
 # FLEET_BROKER=mosquitto puts a Mosquitto of the run's own (free port,
 # no persistence, no in-flight limit) between the fleet and hubd, which then
 # uses it as its external broker (--mqtt-url) instead of its embedded one.
+# FLEET_BROKER=nats runs hubd in cluster mode instead: the run starts its own
+# NATS servers (NATS_NODES of them, 3 by default, or 1; nats-server 2.10+
+# from $NATS_SERVER, else ~/go/bin/nats-server: go install
+# github.com/nats-io/nats-server/v2@v2.15.3) on free loopback ports, each with
+# JetStream, an MQTT listener and a store under the run directory, clustered
+# when there are three; hubd gets every server in --nats-url (stream
+# replicas: the node count), and fleetsim every MQTT listener, device i
+# starting at the (i mod n)th. NATS_KILL_AT (seconds after fleetsim starts)
+# kills server NATS_KILL_NODE (default 0) with SIGKILL, and NATS_DOWN_FOR
+# (seconds, default 30) later starts it again on the same ports and store:
+#   FLEET_BROKER=nats NATS_KILL_AT=40 scripts/fleet-run.sh configs/fleetsim-steady.yaml --devices 200 --duration 2m
 # HUBD_FLAGS adds flags to hubd's command line (e.g. "--ack-qos 1");
 # HUBD_ENV and FLEETSIM_ENV add environment variables to hubd's or
 # fleetsim's alone (e.g. "GOGC=off GOMEMLIMIT=16GiB").
@@ -20,6 +31,11 @@
 # ports and data directory (its log in hubd-2.log): a hub crash, e.g. in the
 # middle of the mass-reconnect scenario's fleet outage (at 120 s for 180 s):
 #   HUBD_KILL_AT=150 scripts/fleet-run.sh configs/fleetsim-mass-reconnect.yaml
+# FLEET_RESTORE=1 (with FLEET_BROKER=nats) then stops hubd, deletes its data
+# directory, starts it again, reports how long it took to apply every event
+# from the stream again, and verifies again. "fleet-run: CPU seconds" lines
+# (stderr) give the CPU time hubd and each NATS server used until the
+# fleet's run ended, before verification.
 # FLEETSIM_NICE (default 10) is fleetsim's nice value: the simulated fleet
 # stands in for thousands of devices with CPUs of their own, so on a shared
 # machine the hub it measures gets the CPU first. The latencies fleetsim
@@ -39,6 +55,8 @@ http=$(free_port)
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 broker=()
 hubmqtt=(--mqtt-listen "127.0.0.1:$mqtt")
+fleetmqtt="tcp://127.0.0.1:$mqtt"
+nats_pids=()
 if [[ ${FLEET_BROKER:-embedded} == mosquitto ]]; then
 	printf 'listener %s 127.0.0.1\nallow_anonymous true\nmax_inflight_messages 0\nmax_queued_messages 1000000\npersistence false\n' "$mqtt" >"$dir/mosquitto.conf"
 	mosquitto -c "$dir/mosquitto.conf" >"$dir/mosquitto.log" 2>&1 &
@@ -48,8 +66,53 @@ if [[ ${FLEET_BROKER:-embedded} == mosquitto ]]; then
 		sleep 0.1
 	done
 	hubmqtt=(--mqtt-url "tcp://127.0.0.1:$mqtt")
+elif [[ ${FLEET_BROKER:-embedded} == nats ]]; then
+	natsbin=${NATS_SERVER:-$HOME/go/bin/nats-server}
+	if ! "$natsbin" --version 2>/dev/null | grep -Eq 'v2\.(1[0-9]|[2-9][0-9])\.'; then
+		echo "FLEET_BROKER=nats needs nats-server 2.10+ at $natsbin (or \$NATS_SERVER): go install github.com/nats-io/nats-server/v2@v2.15.3" >&2
+		exit 2
+	fi
+	nodes=${NATS_NODES:-3}
+	if [[ $nodes != 1 && $nodes != 3 ]]; then
+		echo "NATS_NODES=$nodes: want 1 or 3" >&2
+		exit 2
+	fi
+	nats_port=() nats_mqtt=() nats_route=()
+	for ((i = 0; i < nodes; i++)); do
+		nats_port+=("$(free_port)") nats_mqtt+=("$(free_port)") nats_route+=("$(free_port)")
+	done
+	routes=$(for ((i = 0; i < nodes; i++)); do printf 'nats-route://127.0.0.1:%s, ' "${nats_route[i]}"; done)
+	urls=() mqtturls=()
+	for ((i = 0; i < nodes; i++)); do
+		mkdir -p "$dir/nats-n$i"
+		{
+			printf 'server_name: n%s\nlisten: 127.0.0.1:%s\n' "$i" "${nats_port[i]}"
+			printf 'jetstream {\n  store_dir: "%s"\n  max_memory_store: 256MB\n  max_file_store: 16GB\n}\n' "$dir/nats-n$i/js"
+			printf 'mqtt {\n  listen: 127.0.0.1:%s\n}\n' "${nats_mqtt[i]}"
+			if ((nodes > 1)); then
+				printf 'cluster {\n  name: fleet-run\n  listen: 127.0.0.1:%s\n  routes: [%s]\n}\n' "${nats_route[i]}" "${routes%, }"
+			fi
+		} >"$dir/nats-n$i/nats.conf"
+		urls+=("nats://127.0.0.1:${nats_port[i]}") mqtturls+=("tcp://127.0.0.1:${nats_mqtt[i]}")
+	done
+	start_nats() { # $1: node index; the pid goes to $dir/nats-n$1/pid
+		"$natsbin" -c "$dir/nats-n$1/nats.conf" >>"$dir/nats-n$1/nats.log" 2>&1 &
+		echo $! >"$dir/nats-n$1/pid"
+	}
+	for ((i = 0; i < nodes; i++)); do
+		start_nats "$i"
+		nats_pids+=("$dir/nats-n$i/pid")
+	done
+	for ((i = 0; i < nodes; i++)); do
+		for _ in $(seq 300); do
+			(exec 3<>"/dev/tcp/127.0.0.1/${nats_mqtt[i]}") 2>/dev/null && break
+			sleep 0.1
+		done
+	done
+	hubmqtt=(--nats-url "$(IFS=,; echo "${urls[*]}")" --nats-replicas "$nodes")
+	fleetmqtt=$(IFS=,; echo "${mqtturls[*]}")
 elif [[ ${FLEET_BROKER:-embedded} != embedded ]]; then
-	echo "FLEET_BROKER=$FLEET_BROKER: want embedded or mosquitto" >&2
+	echo "FLEET_BROKER=$FLEET_BROKER: want embedded, mosquitto or nats" >&2
 	exit 2
 fi
 start_hubd() { # $1: log file; the pid goes to $dir/hubd.pid
@@ -66,13 +129,17 @@ stop_all() {
 	wait "$pid" 2>/dev/null || true # reaps it if it is this shell's child
 	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done # a restarted one
 	kill "${broker[@]}" 2>/dev/null || true
+	for f in "${nats_pids[@]}"; do
+		kill "$(cat "$f")" 2>/dev/null || true
+	done
 }
 trap stop_all EXIT
-for _ in $(seq 100); do
+# A cluster's hub is ready once the stream exists on a JetStream quorum.
+for _ in $(seq 600); do
 	curl -sf "http://127.0.0.1:$http/readyz" >/dev/null && break
 	sleep 0.1
 done
-echo "run directory $dir; ${FLEET_BROKER:-embedded} broker on mqtt 127.0.0.1:$mqtt, hubd http 127.0.0.1:$http" >&2
+echo "run directory $dir; ${FLEET_BROKER:-embedded} broker on mqtt $fleetmqtt, hubd http 127.0.0.1:$http" >&2
 if [[ -n ${HUBD_KILL_AT:-} ]]; then
 	(
 		sleep "$HUBD_KILL_AT"
@@ -82,7 +149,89 @@ if [[ -n ${HUBD_KILL_AT:-} ]]; then
 		start_hubd "$dir/hubd-2.log"
 		echo "fleet-run: hubd started again after ${HUBD_DOWN_FOR:-60}s" >&2
 	) &
-	crash=($!)
+	crash+=($!)
 fi
-env ${FLEETSIM_ENV:-} nice -n "${FLEETSIM_NICE:-10}" "$dir/fleetsim" --scenario "$scenario" --mqtt-url "tcp://127.0.0.1:$mqtt" --hub "127.0.0.1:$http" \
-	--data-dir "$dir/sim" --verify "$@"
+if [[ -n ${NATS_KILL_AT:-} ]]; then
+	(
+		k=${NATS_KILL_NODE:-0}
+		sleep "$NATS_KILL_AT"
+		kill -9 "$(cat "$dir/nats-n$k/pid")"
+		echo "fleet-run: NATS server n$k killed (SIGKILL) at ${NATS_KILL_AT}s" >&2
+		sleep "${NATS_DOWN_FOR:-30}"
+		start_nats "$k"
+		echo "fleet-run: NATS server n$k started again after ${NATS_DOWN_FOR:-30}s" >&2
+	) &
+	crash+=($!)
+fi
+# cpu_seconds PIDFILE: the process's user + system CPU time so far.
+cpu_seconds() {
+	local pid
+	pid=$(cat "$1" 2>/dev/null) || return 0
+	[[ -r /proc/$pid/stat ]] || return 0
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$pid/stat"
+}
+# report_cpu: the CPU time the hub and its broker used so far (the
+# embedded broker is inside hubd; a restarted process counts from its start).
+report_cpu() {
+	local line="fleet-run: CPU seconds so far: hubd $(cpu_seconds "$dir/hubd.pid")"
+	local i
+	for ((i = 0; i < ${#nats_pids[@]}; i++)); do
+		line+=", nats-n$i $(cpu_seconds "${nats_pids[i]}")"
+	done
+	echo "$line" >&2
+}
+# applied_total: the hub's edgeflow_hub_events_applied_total.
+applied_total() {
+	curl -sf "http://127.0.0.1:$http/metrics" | awk '$1 == "edgeflow_hub_events_applied_total" { printf "%d", $2 }'
+}
+# The run without verification, then the CPU line (before the queries of
+# the verification add to it), then the verification of the saved truth.
+set +e
+env ${FLEETSIM_ENV:-} nice -n "${FLEETSIM_NICE:-10}" "$dir/fleetsim" --scenario "$scenario" --mqtt-url "$fleetmqtt" --hub "127.0.0.1:$http" \
+	--data-dir "$dir/sim" --truth-out "$dir/truth.gob" "$@" --verify=false
+rc=$?
+report_cpu
+verify() {
+	"$dir/fleetsim" verify --scenario "$scenario" --truth "$dir/truth.gob" --hub "127.0.0.1:$http" "$@"
+}
+if ((rc == 0)); then
+	verify "$@"
+	rc=$?
+fi
+# FLEET_RESTORE=1 (cluster mode): stop hubd, delete its data directory,
+# start it again, time until it has applied from the stream as many events
+# as before, and verify again.
+if ((rc == 0)) && [[ -n ${FLEET_RESTORE:-} ]]; then
+	if [[ ${FLEET_BROKER:-embedded} != nats ]]; then
+		echo "FLEET_RESTORE needs FLEET_BROKER=nats" >&2
+		exit 2
+	fi
+	n=$(applied_total)
+	pid=$(cat "$dir/hubd.pid")
+	kill "$pid"
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	rm -rf "$dir/hub"
+	t0=$(date +%s.%N)
+	start_hubd "$dir/hubd-restore.log"
+	ready=""
+	got=0
+	while :; do
+		now=$(date +%s.%N)
+		if [[ -z $ready ]] && curl -sf "http://127.0.0.1:$http/readyz" >/dev/null; then
+			ready=$(echo "$now - $t0" | bc)
+		fi
+		got=$(applied_total)
+		[[ -n $got && $got -ge $n ]] && break
+		if (($(echo "$now - $t0 > ${FLEET_RESTORE_TIMEOUT:-600}" | bc))); then
+			echo "fleet-run: restore: ${got:-0} of $n events applied after ${FLEET_RESTORE_TIMEOUT:-600}s" >&2
+			exit 1
+		fi
+		sleep 0.05
+	done
+	took=$(echo "$(date +%s.%N) - $t0" | bc)
+	echo "fleet-run: restore: hubd on an empty data directory applied $got events from the stream in ${took}s ($(echo "scale=2; $took * 1000000 / $n" | bc)s per million events; /readyz 200 after ${ready:-?}s)" >&2
+	report_cpu
+	verify "$@"
+	rc=$?
+fi
+exit $rc

@@ -23,6 +23,7 @@ import (
 // Its worker goroutine owns every field not marked otherwise.
 type device struct {
 	f     *Fleet
+	idx   int // the device's number, which chooses its first broker
 	name  string
 	class *DeviceClass
 	tl    Timeline
@@ -62,7 +63,7 @@ func newDevice(f *Fleet, idx int, class *DeviceClass, rng *rand.Rand) (*device, 
 	}
 	drift := (rng.Float64()*2 - 1) * class.Clock.DriftPPM
 	d := &device{
-		f: f, name: name, class: class, powered: true,
+		f: f, idx: idx, name: name, class: class, powered: true,
 		tl:    BuildTimeline(&f.sc, class, rng),
 		clock: NewDeviceClock(f.opts.Now, off, drift),
 		truth: &DeviceTruth{Device: name, Buckets: map[BucketKey]*Agg{}},
@@ -210,7 +211,7 @@ func (d *device) stopAgent(abrupt bool) {
 // the last acknowledged sequence number).
 func (d *device) startUplink() {
 	sc := d.sync
-	o := d.f.uplinkOptions(d.name)
+	o := d.f.uplinkOptions(d.name, d.idx)
 	o.Now = d.clock.Wall
 	ctx, cancel := context.WithCancel(d.f.runCtx)
 	var socks *sockets
@@ -540,7 +541,7 @@ func retime(c *clocksync.Clock, rec []byte) ([]byte, error) {
 func (d *device) hubExchanger() (clocksync.HubExchanger, error) {
 	if d.hubCli == nil {
 		o := mqtt.NewClientOptions()
-		for _, b := range d.f.opts.Brokers {
+		for _, b := range d.f.brokersFor(d.idx) {
 			o.AddBroker(b)
 		}
 		o.SetClientID("fleetsim-time-" + d.name)

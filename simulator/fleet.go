@@ -22,8 +22,11 @@ import (
 type Options struct {
 	// Scenario is the fleet to simulate; New fills its defaults.
 	Scenario Scenario
-	// Brokers are the MQTT broker URLs every device connects to, e.g.
-	// tcp://127.0.0.1:1884 (hubd's embedded broker). Required.
+	// Brokers are the MQTT broker URLs the devices connect to, e.g.
+	// tcp://127.0.0.1:1884 (hubd's embedded broker). Required. With
+	// several, device i tries them in order starting at the (i mod n)th,
+	// so the fleet spreads over the brokers of a cluster (the NATS
+	// servers' MQTT listeners) and fails over to the next one.
 	Brokers []string
 	// DataDir is the one Badger directory all devices' buffers share.
 	// Required.
@@ -213,11 +216,19 @@ func assignClasses(s *Scenario) []int {
 	return out
 }
 
-// uplinkOptions are a device's uplink options from the scenario.
-func (f *Fleet) uplinkOptions(device string) uplink.Options {
+// brokersFor is device idx's broker list: Options.Brokers rotated to start
+// at the (idx mod n)th.
+func (f *Fleet) brokersFor(idx int) []string {
+	b := f.opts.Brokers
+	k := idx % len(b)
+	return append(append([]string(nil), b[k:]...), b[:k]...)
+}
+
+// uplinkOptions are device idx's uplink options from the scenario.
+func (f *Fleet) uplinkOptions(device string, idx int) uplink.Options {
 	t := f.sc.Uplink
 	return uplink.Options{
-		DeviceID: device, Brokers: f.opts.Brokers, ClientID: "fleetsim-" + device,
+		DeviceID: device, Brokers: f.brokersFor(idx), ClientID: "fleetsim-" + device,
 		MaxBatchEvents: t.MaxBatchEvents, Linger: t.Linger, Window: t.Window, AckTimeout: t.AckTimeout,
 		PollInterval: t.PollInterval, BackoffMin: t.BackoffMin, BackoffMax: t.BackoffMax, KeepAlive: t.KeepAlive, Compression: t.Compression,
 		ConnectTimeout: 10 * time.Second, Metrics: f.metrics, Logger: f.quiet, Version: "fleetsim",

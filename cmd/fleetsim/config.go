@@ -22,14 +22,15 @@ type config struct {
 	hub      string // hub HTTP API, e.g. http://127.0.0.1:8080 ("" skips verify)
 	// probeEvery is the period of visibility probes (0: none).
 	probeEvery time.Duration
-	mqttURL    string
-	dataDir    string
-	json       bool
-	verify     bool
-	truthOut   string
-	truthIn    string
-	workers    int
-	logLevel   slog.Level
+	// mqttURLs are the brokers, from the comma-separated --mqtt-url.
+	mqttURLs []string
+	dataDir  string
+	json     bool
+	verify   bool
+	truthOut string
+	truthIn  string
+	workers  int
+	logLevel slog.Level
 	// pprofAddr serves runtime profiles (package debugsrv); empty: off.
 	pprofAddr string
 	// gc is how fleetsim's garbage collector runs (--gc-memory).
@@ -49,7 +50,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("duration", "", "run length in scenario time, e.g. 5m (overrides the scenario)")
 	fs.Float64("time-scale", 0, "divide scenario durations by this (overrides the scenario)")
 	fs.String("hub", "http://127.0.0.1:8080", "hub HTTP API for verification (\"\" skips it)")
-	fs.String("mqtt-url", "tcp://127.0.0.1:1884", "MQTT broker the devices connect to")
+	fs.String("mqtt-url", "tcp://127.0.0.1:1884", "MQTT broker(s) the devices connect to, comma-separated; with several, device i starts at the (i mod n)th and fails over to the next")
 	fs.String("data-dir", "", "shared buffer directory (default: a new temporary directory, removed at exit)")
 	fs.Bool("json", false, "print progress and the final report as JSON lines")
 	fs.Bool("verify", true, "query the hub and verify its answers after the run")
@@ -124,7 +125,11 @@ func fromViper(vs, vm *viper.Viper) (*config, error) {
 	if c.hub != "" && !strings.Contains(c.hub, "://") {
 		c.hub = "http://" + c.hub
 	}
-	c.mqttURL = vm.GetString("mqtt-url")
+	for _, u := range strings.Split(vm.GetString("mqtt-url"), ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			c.mqttURLs = append(c.mqttURLs, u)
+		}
+	}
 	c.dataDir = vm.GetString("data-dir")
 	c.json = vm.GetBool("json")
 	c.verify = vm.GetBool("verify")
@@ -151,7 +156,7 @@ func fromViper(vs, vm *viper.Viper) (*config, error) {
 			}
 		}
 	}
-	if c.mqttURL == "" {
+	if len(c.mqttURLs) == 0 {
 		k.Fail("mqtt-url", "required")
 	}
 	return c, k.Err()

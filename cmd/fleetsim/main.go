@@ -93,7 +93,7 @@ func runFleet(ctx context.Context, c *config, log *slog.Logger, out *output) int
 		dir = d
 	}
 	o := simulator.Options{
-		Scenario: sc, Brokers: []string{c.mqttURL}, DataDir: dir, Workers: c.workers,
+		Scenario: sc, Brokers: c.mqttURLs, DataDir: dir, Workers: c.workers,
 		Logger: log, OnReport: out.progress,
 	}
 	if c.hub != "" && c.probeEvery > 0 {

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,21 @@ func TestFlagsOverrideScenario(t *testing.T) {
 	}
 	if c.hub != "http://127.0.0.1:9" {
 		t.Errorf("hub %q", c.hub)
+	}
+}
+
+// TestSeveralMQTTURLs checks that --mqtt-url takes a comma-separated list
+// (a cluster's MQTT listeners) and refuses an empty one.
+func TestSeveralMQTTURLs(t *testing.T) {
+	c, err := loadConfig([]string{"--mqtt-url", "tcp://127.0.0.1:1, tcp://127.0.0.1:2,,tcp://127.0.0.1:3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3"}; !slices.Equal(c.mqttURLs, want) {
+		t.Errorf("mqtt urls %q, want %q", c.mqttURLs, want)
+	}
+	if _, err := loadConfig([]string{"--mqtt-url", " , "}); err == nil || !strings.Contains(err.Error(), "mqtt-url") {
+		t.Errorf("empty --mqtt-url: %v, want an error naming mqtt-url", err)
 	}
 }
 

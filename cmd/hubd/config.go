@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"edgeflow/aggregate"
 	"edgeflow/hub"
+	"edgeflow/hub/membudget"
 	"edgeflow/internal/confval"
 )
 
@@ -32,6 +34,10 @@ type config struct {
 	// whether it was given at all.
 	gcPercent    int
 	gcPercentSet bool
+	// memory is the memory budget's sizes (membudget.go), memoryChosen
+	// whether memory-limit or a profile other than server was set.
+	memory       membudget.Sizes
+	memoryChosen bool
 }
 
 // newFlags declares every configuration key as a flag; the same names are
@@ -68,6 +74,7 @@ func newFlags() *pflag.FlagSet {
 	fs.Bool("demo", false, "also run a simulated fleet of 20 devices against this hub (data in a temporary directory unless data-dir is set)")
 	addSecurityFlags(fs)
 	addClusterFlags(fs)
+	addMemoryFlags(fs)
 	return fs
 }
 
@@ -156,6 +163,8 @@ func fromViper(v *viper.Viper) (*config, error) {
 	agg, err := aggregateFromViper(v)
 	k.Add(err)
 	o.Aggregate = agg
+	c.memory, c.memoryChosen = memoryBudget(v, k, o)
+	c.gcPercent, c.gcPercentSet = budgetGCPercent(c.gcPercent, c.gcPercentSet, c.memory, os.Getenv)
 	return c, k.Err()
 }
 

@@ -71,6 +71,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.hub.Logger, cfg.hub.Registerer, cfg.hub.Gatherer = logger, reg, reg
+	restoreMem, goLimit := applyGoMemoryLimit(cfg.memory, os.Getenv)
+	defer restoreMem()
+	registerMemoryBudget(reg, logger, cfg.memory, goLimit)
 	if rebuild {
 		return runRebuild(cfg, logger, stderr)
 	}

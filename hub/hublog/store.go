@@ -28,8 +28,21 @@ type Store struct {
 	ckpts []*Checkpoint
 }
 
-// OpenStore opens (or creates) the Badger directory under dataDir.
+// OpenStore opens (or creates) the Badger directory under dataDir with
+// Badger's default sizes.
 func OpenStore(dataDir string, sync bool, log *slog.Logger) (*Store, error) {
+	return OpenStoreSized(dataDir, sync, log, Sizes{})
+}
+
+// Sizes are the Badger sizes the hub's memory budget chose (package
+// membudget); a zero field keeps Badger's default.
+type Sizes struct {
+	MemTable, BlockCache, IndexCache, ValueLogFile int64
+	MemTables                                      int
+}
+
+// OpenStoreSized is OpenStore with the memory-related sizes of z.
+func OpenStoreSized(dataDir string, sync bool, log *slog.Logger, z Sizes) (*Store, error) {
 	dir := filepath.Join(dataDir, "wal")
 	opts := badger.DefaultOptions(dir).
 		WithLogger(badgerLogger{log}).
@@ -42,6 +55,21 @@ func OpenStore(dataDir string, sync bool, log *slog.Logger) (*Store, error) {
 		// wrong, and the hub's own checks report it.
 		WithVerifyValueChecksum(true).
 		WithChecksumVerificationMode(options.OnBlockRead)
+	if z.MemTable > 0 {
+		opts = opts.WithMemTableSize(z.MemTable)
+	}
+	if z.MemTables > 0 {
+		opts = opts.WithNumMemtables(z.MemTables)
+	}
+	if z.BlockCache > 0 {
+		opts = opts.WithBlockCacheSize(z.BlockCache)
+	}
+	if z.IndexCache > 0 {
+		opts = opts.WithIndexCacheSize(z.IndexCache)
+	}
+	if z.ValueLogFile > 0 {
+		opts = opts.WithValueLogFileSize(z.ValueLogFile)
+	}
 	db, err := badger.Open(opts)
 	if err != nil {
 		return nil, classifyOpenError(dir, err)
