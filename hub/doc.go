@@ -17,7 +17,8 @@
 // cluster (cluster mode's options, stream health, partition readers and
 // state snapshot encoding), api (the HTTP handlers over a Backend the
 // Server implements) and hubapi (the API's JSON types, for clients),
-// with ranges, clockest, ratelimit and timeservice.
+// with membudget (the sizes derived from the memory budget), ranges,
+// clockest, ratelimit and timeservice.
 //
 // # Pipeline
 //
