@@ -2,10 +2,12 @@ package uplink
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -114,5 +116,63 @@ func TestNATSAckQoS(t *testing.T) {
 				t.Errorf("ack qos %d: %d consumers of $MQTT_msgs for %s's acks (of %d), want %d", tc.qos, n, tc.device, all, tc.want)
 			}
 		})
+	}
+}
+
+// TestNATSKeepsNoCoreAckForAnOfflineSubscriber pins what makes QoS 0 ack
+// subscriptions lose nothing in cluster mode: a message published on core
+// NATS (as hubd publishes acks) is not kept for a disconnected QoS 1
+// subscriber with a kept session, while one an MQTT client publishes at
+// QoS 1 is, and arrives on reconnect before a marker published after it.
+func TestNATSKeepsNoCoreAckForAnOfflineSubscriber(t *testing.T) {
+	c := testnats.Start(t, 1)
+	nc, err := nats.Connect(c.Nodes[0].URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const topic, subject = "edge/v1/dev-off/ack", "edge.v1.dev-off.ack"
+	got := make(chan string, 16)
+	connect := func() mqtt.Client {
+		o := mqtt.NewClientOptions().AddBroker(c.Nodes[0].MQTTURL()).SetClientID("edgeflow-dev-off").
+			SetCleanSession(false).SetOrderMatters(true).SetKeepAlive(5 * time.Second)
+		o.SetDefaultPublishHandler(func(_ mqtt.Client, m mqtt.Message) { got <- string(m.Payload()) })
+		cli := mqtt.NewClient(o)
+		if tok := cli.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("connect: %v", tok.Error())
+		}
+		return cli
+	}
+	cli := connect()
+	if tok := cli.Subscribe(topic, 1, nil); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	cli.Disconnect(100)
+	if err := nc.Publish(subject, []byte("core")); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	pub := dialTest(t, c.Nodes[0].MQTTURL(), "edgeflow-pub-off", nil)
+	if tok := pub.Publish(topic, 1, false, "mqtt"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("mqtt publish: %v", tok.Error())
+	}
+	cli = connect()
+	defer cli.Disconnect(0)
+	if tok := pub.Publish(topic, 1, false, "marker"); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("marker: %v", tok.Error())
+	}
+	var seen []string
+	for len(seen) == 0 || seen[len(seen)-1] != "marker" {
+		select {
+		case p := <-got:
+			seen = append(seen, p)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("after reconnect got %q, no marker", seen)
+		}
+	}
+	if !slices.Contains(seen, "mqtt") || slices.Contains(seen, "core") {
+		t.Errorf("after reconnect got %q: want the MQTT publish kept, the core one not", seen)
 	}
 }
