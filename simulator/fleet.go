@@ -227,10 +227,15 @@ func (f *Fleet) brokersFor(idx int) []string {
 // uplinkOptions are device idx's uplink options from the scenario.
 func (f *Fleet) uplinkOptions(device string, idx int) uplink.Options {
 	t := f.sc.Uplink
+	ackQoS := 0 // the uplink's default, 1
+	if t.AckQoS != nil && *t.AckQoS == 0 {
+		ackQoS = uplink.AckQoSAtMostOnce
+	}
 	return uplink.Options{
 		DeviceID: device, Brokers: f.brokersFor(idx), ClientID: "fleetsim-" + device,
 		MaxBatchEvents: t.MaxBatchEvents, Linger: t.Linger, Window: t.Window, AckTimeout: t.AckTimeout,
 		PollInterval: t.PollInterval, BackoffMin: t.BackoffMin, BackoffMax: t.BackoffMax, KeepAlive: t.KeepAlive, Compression: t.Compression,
+		AckQoS:         ackQoS,
 		ConnectTimeout: 10 * time.Second, Metrics: f.metrics, Logger: f.quiet, Version: "fleetsim",
 	}
 }

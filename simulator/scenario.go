@@ -247,6 +247,9 @@ type UplinkTuning struct {
 	BackoffMin     time.Duration `mapstructure:"backoff_min"`
 	BackoffMax     time.Duration `mapstructure:"backoff_max"`
 	KeepAlive      time.Duration `mapstructure:"keep_alive"`
+	// AckQoS is the QoS of the ack subscriptions, 0 or 1; nil keeps the
+	// uplink's default, 1.
+	AckQoS *int `mapstructure:"ack_qos"`
 	// Compression is the batch frames' codec: columns (default), zstd,
 	// s2 or none.
 	Compression string `mapstructure:"compression"`
@@ -386,6 +389,9 @@ func (s *Scenario) Validate() error {
 	}
 	if s.Uplink.BackoffMin <= 0 || s.Uplink.BackoffMax < s.Uplink.BackoffMin {
 		bad("uplink.backoff_min/backoff_max", "%v/%v: want 0 < min <= max", s.Uplink.BackoffMin, s.Uplink.BackoffMax)
+	}
+	if q := s.Uplink.AckQoS; q != nil && *q != 0 && *q != 1 {
+		bad("uplink.ack_qos", "%d: want 0 or 1", *q)
 	}
 	if c := s.Uplink.Compression; c != "" {
 		if _, err := wire.ParseCodec(c); err != nil {

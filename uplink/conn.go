@@ -90,8 +90,9 @@ func (u *Uplink) connect(ctx context.Context) error {
 	// Subscribe on every connection. With a session the broker kept
 	// (CleanSession=false), this is a no-op and acks queued while we were
 	// away arrive on the default handler even before it; a broker that lost
-	// its sessions (restarted without persistence) needs it.
-	sub := cli.Subscribe(u.ackTopic, 1, u.onMessage)
+	// its sessions (restarted without persistence) needs it. At AckQoS 0
+	// the broker queues no acks while we are away; resends cover them.
+	sub := cli.Subscribe(u.ackTopic, u.opts.ackQoS(), u.onMessage)
 	if err := wait(ctx, sub, u.opts.ConnectTimeout); err != nil {
 		cli.Disconnect(0)
 		return fmt.Errorf("subscribe to %s: %w", u.ackTopic, err)

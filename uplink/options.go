@@ -72,6 +72,14 @@ type Options struct {
 	AckTimeout time.Duration
 	// MaxAckTimeout caps the doubled ack timeout. Default 8 x AckTimeout.
 	MaxAckTimeout time.Duration
+	// AckQoS is the QoS of the subscription to the hub's acks: 1 (the
+	// default) or AckQoSAtMostOnce for QoS 0. At 1, with the kept session,
+	// a broker queues acks for an offline agent; NATS' MQTT listener backs
+	// each QoS 1 subscription with a JetStream consumer per device (a Raft
+	// group in a cluster). At 0 nothing is queued or replicated: an ack
+	// the agent misses is replaced by the hub's DUPLICATE answer to the
+	// resend after AckTimeout.
+	AckQoS int
 	// PollInterval is how often the buffer is checked for new events when
 	// nobody calls Notify. Default 100 ms; 1 ms..1 minute. A stream that
 	// says when records become readable (buffer.Stream does) wakes the
@@ -155,6 +163,7 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.Compression, wire.CodecColumns.String())
 	setDefault(&o.AckTimeout, 10*time.Second)
 	setDefault(&o.MaxAckTimeout, 8*o.AckTimeout)
+	setDefault(&o.AckQoS, 1)
 	setDefault(&o.PollInterval, 100*time.Millisecond)
 	setDefault(&o.BackoffMin, time.Second)
 	setDefault(&o.BackoffMax, 60*time.Second)
@@ -225,6 +234,7 @@ func (o *Options) Validate() error {
 		{"linger", o.Linger == NoLinger || (o.Linger >= time.Millisecond && o.Linger <= time.Minute), o.Linger, "NoLinger or 1ms..1m"},
 		{"window", o.Window >= 1 && o.Window <= maxWindowLimit, o.Window, "1..1024"},
 		{"ack timeout", o.AckTimeout >= 100*time.Millisecond && o.AckTimeout <= 10*time.Minute, o.AckTimeout, "100ms..10m"},
+		{"ack qos", o.AckQoS == 1 || o.AckQoS == AckQoSAtMostOnce, o.AckQoS, "1, or AckQoSAtMostOnce (-1) for QoS 0"},
 		{"max ack timeout", o.MaxAckTimeout >= o.AckTimeout && o.MaxAckTimeout <= time.Hour, o.MaxAckTimeout, "ack timeout..1h"},
 		{"poll interval", o.PollInterval >= time.Millisecond && o.PollInterval <= time.Minute, o.PollInterval, "1ms..1m"},
 		{"bandwidth bytes per sec", o.BandwidthBytesPerSec >= 0, o.BandwidthBytesPerSec, "0 (unlimited) or more"},
@@ -242,6 +252,19 @@ func (o *Options) Validate() error {
 		}
 	}
 	return nil
+}
+
+// AckQoSAtMostOnce, as Options.AckQoS, subscribes to acks at QoS 0; a
+// zero AckQoS means the default, QoS 1.
+const AckQoSAtMostOnce = -1
+
+// ackQoS is the MQTT QoS of the ack subscription; Validate has checked
+// AckQoS.
+func (o *Options) ackQoS() byte {
+	if o.AckQoS == AckQoSAtMostOnce {
+		return 0
+	}
+	return 1
 }
 
 // linger is the effective linger (0 with NoLinger).

@@ -209,6 +209,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"backoff", func(o *Options) { o.BackoffMin = time.Minute; o.BackoffMax = time.Second }, "backoff max"},
 		{"keep alive", func(o *Options) { o.KeepAlive = time.Millisecond }, "keep alive"},
 		{"tls pair", func(o *Options) { o.TLS.CertFile = "c.pem" }, "cert file and key file"},
+		{"ack qos 0", func(o *Options) { o.AckQoS = AckQoSAtMostOnce }, ""},
+		{"ack qos 1", func(o *Options) { o.AckQoS = 1 }, ""},
+		{"ack qos 2", func(o *Options) { o.AckQoS = 2 }, "ack qos"},
+		{"ack qos -2", func(o *Options) { o.AckQoS = -2 }, "ack qos"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -223,6 +227,19 @@ func TestOptionsValidate(t *testing.T) {
 				t.Fatalf("error %v, want one naming %q", err, c.want)
 			}
 		})
+	}
+}
+
+func TestAckQoSDefault(t *testing.T) {
+	o := Options{DeviceID: "dev-1", Brokers: []string{"tcp://127.0.0.1:1883"}}
+	o.EnsureDefaults()
+	if o.AckQoS != 1 || o.ackQoS() != 1 {
+		t.Fatalf("default ack qos %d (subscribes at %d), want 1", o.AckQoS, o.ackQoS())
+	}
+	o.AckQoS = AckQoSAtMostOnce
+	o.EnsureDefaults()
+	if o.ackQoS() != 0 {
+		t.Fatalf("AckQoSAtMostOnce subscribes at %d, want 0", o.ackQoS())
 	}
 }
 

@@ -43,6 +43,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("udp-listen", "127.0.0.1:8089", "InfluxDB line protocol over UDP (\"off\" disables it)")
 	fs.String("mqtt-url", "tcp://127.0.0.1:1883", "broker URL(s), comma-separated, tried in order (tcp://, ssl://, ws://)")
 	fs.String("mqtt-client-id", "", "MQTT client id, stable across restarts (default edgeflow-<device-id>; NATS' MQTT listener refuses '.' in it)")
+	fs.Int("mqtt-ack-qos", 1, "QoS of the subscription to the hub's acks: 1 (the broker queues acks for an offline agent) or 0 (nothing queued or replicated; missed acks are made up by resends; for NATS clusters)")
 	fs.String("mqtt-username", "", "broker username")
 	fs.String("mqtt-password", "", "broker password (prefer mqtt-password-file)")
 	fs.String("mqtt-password-file", "", "file holding the broker password")
@@ -258,6 +259,14 @@ func uplinkKeys(p *parser, u *uplink.Options) {
 		p.fail("mqtt-url", "at least one broker URL is required, e.g. tcp://hub:1883")
 	}
 	u.ClientID = p.str("mqtt-client-id")
+	switch q := p.Int("mqtt-ack-qos", 0); { // Int has failed a negative or non-number
+	case q == 0:
+		u.AckQoS = uplink.AckQoSAtMostOnce
+	case q == 1:
+		u.AckQoS = 1
+	default:
+		p.fail("mqtt-ack-qos", "%d: want 0 or 1", q)
+	}
 	u.Username, u.Password = p.str("mqtt-username"), p.secret("mqtt-password")
 	u.Brokers, u.Username, u.Password = p.liftUserinfo(u.Brokers, u.Username, u.Password)
 	u.TLS = uplink.TLSOptions{CAFile: p.File("tls-ca-file"), CertFile: p.File("tls-cert-file"),
@@ -306,7 +315,7 @@ func memoryLimit(p *parser, profile buffer.Profile, getenv func(string) string) 
 
 // errorKeys maps the prefixes of option errors to the config key to fix.
 var errorKeys = []struct{ prefix, key string }{
-	{"agent: device id", "device-id"}, {"uplink: device id", "device-id"}, {"uplink: client id", "mqtt-client-id"},
+	{"agent: device id", "device-id"}, {"uplink: device id", "device-id"}, {"uplink: client id", "mqtt-client-id"}, {"uplink: ack qos", "mqtt-ack-qos"},
 	{"agent: data dir", "data-dir"}, {"agent: http addr", "listen"}, {"agent: http listen", "listen"},
 	{"agent: udp addr", "udp-listen"}, {"agent: udp listen", "udp-listen"},
 	{"agent: max body bytes", "max-body-bytes"}, {"agent: ntp servers", "ntp-servers"},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"edgeflow/buffer"
+	"edgeflow/uplink"
 )
 
 func noEnv(string) string { return "" }
@@ -47,6 +48,8 @@ func TestConfigBadValuesNameTheKey(t *testing.T) {
 		{append(base, "--first-sync-wait", "-1s"), "first-sync-wait"},
 		{append(base, "--first-sync-wait", "2"), "first-sync-wait"},
 		{append(base, "--mqtt-client-id", strings.Repeat("c", 257)), "mqtt-client-id"},
+		{append(base, "--mqtt-ack-qos", "2"), "mqtt-ack-qos"},
+		{append(base, "--mqtt-ack-qos", "-1"), "mqtt-ack-qos"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -68,6 +71,7 @@ func TestConfigPrecedence(t *testing.T) {
 	t.Setenv("EDGEAGENT_DATA_DIR", "/env/dir")
 	t.Setenv("EDGEAGENT_MQTT_URL", "tcp://h1:1883, tcp://h2:1883")
 	t.Setenv("EDGEAGENT_MQTT_CLIENT_ID", "edgeflow-site-7")
+	t.Setenv("EDGEAGENT_MQTT_ACK_QOS", "0")
 	c, err := loadConfig([]string{"--config", file, "--durability", "none"}, noEnv)
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +89,9 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	if o.Uplink.ClientID != "edgeflow-site-7" {
 		t.Errorf("client id %q from EDGEAGENT_MQTT_CLIENT_ID", o.Uplink.ClientID)
+	}
+	if o.Uplink.AckQoS != uplink.AckQoSAtMostOnce {
+		t.Errorf("ack qos %d from EDGEAGENT_MQTT_ACK_QOS=0, want AckQoSAtMostOnce", o.Uplink.AckQoS)
 	}
 }
 
@@ -105,6 +112,9 @@ func TestConfigDefaults(t *testing.T) {
 	if o.HTTPAddr != "127.0.0.1:8181" || len(o.NTPServers) != 0 || !o.TimeHub || o.Buffer.Profile != buffer.ProfileLowMemory ||
 		o.Stream.MaxBytes != 256<<20 || o.MaxBodyBytes != 1<<20 || c.memoryLimit != defaultLowMemoryLimit {
 		t.Errorf("defaults %+v memory limit %d", o, c.memoryLimit)
+	}
+	if o.Uplink.AckQoS != 1 {
+		t.Errorf("ack qos %d by default, want 1", o.Uplink.AckQoS)
 	}
 	c, _ = loadConfig([]string{"--device-id", "d"}, func(k string) string {
 		if k == "GOMEMLIMIT" {

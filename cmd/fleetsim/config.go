@@ -52,6 +52,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("hub", "http://127.0.0.1:8080", "hub HTTP API for verification (\"\" skips it)")
 	fs.String("mqtt-url", "tcp://127.0.0.1:1884", "MQTT broker(s) the devices connect to, comma-separated; with several, device i starts at the (i mod n)th and fails over to the next")
 	fs.String("data-dir", "", "shared buffer directory (default: a new temporary directory, removed at exit)")
+	fs.Int("mqtt-ack-qos", 1, "QoS of the devices' ack subscriptions, 0 or 1 (overrides the scenario's uplink.ack_qos)")
 	fs.Bool("json", false, "print progress and the final report as JSON lines")
 	fs.Bool("verify", true, "query the hub and verify its answers after the run")
 	fs.Bool("allow-unavailable-windows", false, "do not fail verification when a window kind cannot be checked (the hub's GET /v1/aggregates is missing, fails, or runs another resolution)")
@@ -67,9 +68,10 @@ func newFlags() *pflag.FlagSet {
 }
 
 // loadConfig merges the scenario file < FLEETSIM_* environment < flags.
-// Scenario keys (snake_case, nested) come from the file; devices, duration
-// and time_scale may also come from FLEETSIM_DEVICES, FLEETSIM_DURATION,
-// FLEETSIM_TIME_SCALE or the flags. Main's keys are flags or
+// Scenario keys (snake_case, nested) come from the file; devices, duration,
+// time_scale and uplink.ack_qos may also come from FLEETSIM_DEVICES,
+// FLEETSIM_DURATION, FLEETSIM_TIME_SCALE, FLEETSIM_UPLINK_ACK_QOS or the
+// flags (--mqtt-ack-qos for the last). Main's keys are flags or
 // FLEETSIM_<FLAG> (dashes as underscores).
 func loadConfig(args []string) (*config, error) {
 	fs := newFlags()
@@ -88,8 +90,8 @@ func loadConfig(args []string) (*config, error) {
 	vm.AutomaticEnv()
 
 	vs := viper.New()
-	for key, flag := range map[string]string{"devices": "devices", "duration": "duration", "time_scale": "time-scale"} {
-		if err := vs.BindEnv(key, "FLEETSIM_"+strings.ToUpper(key)); err != nil {
+	for key, flag := range map[string]string{"devices": "devices", "duration": "duration", "time_scale": "time-scale", "uplink.ack_qos": "mqtt-ack-qos"} {
+		if err := vs.BindEnv(key, "FLEETSIM_"+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))); err != nil {
 			return nil, err
 		}
 		if fs.Changed(flag) {

@@ -333,3 +333,40 @@ func TestStrayArgumentRefused(t *testing.T) {
 		t.Fatalf("got %v, want an error naming the argument", err)
 	}
 }
+
+// TestAckQoSKey checks uplink.ack_qos from the scenario file, the
+// environment and --mqtt-ack-qos, and that a value other than 0 or 1 is
+// refused naming the key.
+func TestAckQoSKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.yaml")
+	writeFile(t, path, "uplink:\n  ack_qos: 0\n")
+	qos := func(args ...string) *int {
+		t.Helper()
+		c, err := loadConfig(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.scenario.Uplink.AckQoS
+	}
+	if q := qos(); q != nil {
+		t.Errorf("no key: ack qos %d, want unset (the uplink's default)", *q)
+	}
+	if q := qos("--scenario", path); q == nil || *q != 0 {
+		t.Errorf("scenario file uplink.ack_qos 0: got %v", q)
+	}
+	if q := qos("--scenario", path, "--mqtt-ack-qos", "1"); q == nil || *q != 1 {
+		t.Errorf("--mqtt-ack-qos 1 over the file's 0: got %v", q)
+	}
+	t.Setenv("FLEETSIM_UPLINK_ACK_QOS", "0")
+	if q := qos(); q == nil || *q != 0 {
+		t.Errorf("FLEETSIM_UPLINK_ACK_QOS=0: got %v", q)
+	}
+	c, err := loadConfig([]string{"--mqtt-ack-qos", "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.scenario.EnsureDefaults()
+	if err := c.scenario.Validate(); err == nil || !strings.Contains(err.Error(), "uplink.ack_qos") {
+		t.Errorf("ack qos 2: %v, want an error naming uplink.ack_qos", err)
+	}
+}
