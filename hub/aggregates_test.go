@@ -126,7 +126,13 @@ func aggPath(metric, window string, from, to time.Time, extra string) string {
 // and are final.
 func waitCount(t *testing.T, s *Server, base time.Time, want uint64) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	waitCountFor(t, s, base, want, 15*time.Second)
+}
+
+// waitCountFor is waitCount with its own bound.
+func waitCountFor(t *testing.T, s *Server, base time.Time, want uint64, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
 		var r hubapi.AggregatesResponse
 		getJSON(t, s.Handler(), aggPath("temp", "1m", base.Add(-time.Hour), base.Add(time.Hour), "&aggs=count"), &r)

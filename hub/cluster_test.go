@@ -204,24 +204,7 @@ func checkClusterState(t *testing.T, s *Server, agents []*clusterAgent, base tim
 // waitCountWithin is waitCount with the cluster tests' bound.
 func waitCountWithin(t *testing.T, s *Server, base time.Time, want uint64) {
 	t.Helper()
-	deadline := time.Now().Add(clusterWithin)
-	for {
-		var r hubapi.AggregatesResponse
-		getJSON(t, s.Handler(), aggPath("temp", "1m", base.Add(-time.Hour), base.Add(time.Hour), "&aggs=count"), &r)
-		var n uint64
-		final := true
-		for _, w := range r.Windows {
-			n += w.Count
-			final = final && w.Final
-		}
-		if n == want && final {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("engine holds %d events (want %d), all final %v", n, want, final)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitCountFor(t, s, base, want, clusterWithin)
 }
 
 // startClusterHub starts a hub and returns it with a stop func that is
