@@ -101,7 +101,8 @@ func (s *Server) startCluster(ctx context.Context) error {
 func (s *Server) readPartition(ctx context.Context, l *natslog.Log, p int, from uint64) {
 	worker := s.workers[p%len(s.workers)]
 	r := cluster.Reader{Log: l, Timeout: s.opts.PublishTimeout, Metrics: s.clm,
-		Report: func(msg string, err error) { s.rejLog.log(s.log, "stream", "", msg, err) },
+		Report:  func(msg string, err error) { s.rejLog.log(s.log, "stream", "", msg, err) },
+		Skipped: func(seq, after uint64) { s.cl.CatchUp.Skipped(p, seq, after) },
 		Deliver: func(m natslog.Message) {
 			s.enqueue(func() {
 				worker <- inMsg{device: m.Device, payload: m.Data, serverTimeNs: m.Stored.UnixNano(), logPart: m.Partition, logSeq: m.Seq}

@@ -23,8 +23,12 @@ type CatchUp struct {
 	applied []uint64 // per partition: the last sequence applied (or decided)
 	target  []uint64 // per partition: its last sequence at start; nil until read
 	readErr string   // the last failure to read the targets
-	done    bool
-	lag     *prometheus.GaugeVec
+	// skip is, per partition, the last message the reader skipped (seq)
+	// and the last one delivered before it (after): once after is
+	// applied, the partition is decided up to seq.
+	skip []struct{ seq, after uint64 }
+	done bool
+	lag  *prometheus.GaugeVec
 }
 
 // Init sizes the tracker for n partitions starting at the positions from
@@ -34,6 +38,7 @@ func (c *CatchUp) Init(n int, from map[int]uint64, lag *prometheus.GaugeVec) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.applied = make([]uint64, n)
+	c.skip = make([]struct{ seq, after uint64 }, n)
 	for p, seq := range from {
 		if p >= 0 && p < n {
 			c.applied[p] = seq
@@ -50,6 +55,29 @@ func (c *CatchUp) Applied(p int, seq uint64) {
 		return
 	}
 	c.applied[p] = seq
+	c.advance(p)
+}
+
+// Skipped records that the reader of partition p skipped message seq (a
+// subject naming no valid device), after having delivered every message
+// up to after: such a message never reaches the applier, so without this
+// a partition ending in one would never catch up.
+func (c *CatchUp) Skipped(p int, seq, after uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p < 0 || p >= len(c.applied) || seq <= c.skip[p].seq {
+		return
+	}
+	c.skip[p].seq, c.skip[p].after = seq, after
+	c.advance(p)
+}
+
+// advance moves partition p past a skipped message once what preceded it
+// is applied, and updates the state (under mu).
+func (c *CatchUp) advance(p int) {
+	if sk := c.skip[p]; sk.seq > c.applied[p] && c.applied[p] >= sk.after {
+		c.applied[p] = sk.seq
+	}
 	if c.target != nil && !c.done {
 		c.update()
 	}

@@ -57,6 +57,19 @@ func TestCatchUp(t *testing.T) {
 	if r := c.NotReady(); r != "" {
 		t.Fatalf("after caught up: %q", r)
 	}
+	// A partition whose last message at start was skipped (a subject
+	// naming no valid device) catches up once what preceded it is applied.
+	var s CatchUp
+	s.Init(2, nil, nil)
+	s.SetTargets([]uint64{4, 0})
+	s.Skipped(0, 4, 3)
+	if r := s.NotReady(); r == "" {
+		t.Fatal("ready with message 3 not applied")
+	}
+	s.Applied(0, 3)
+	if r := s.NotReady(); r != "" {
+		t.Fatalf("after the skipped last message: %q", r)
+	}
 	var zero CatchUp
 	if r := zero.NotReady(); r != "" {
 		t.Fatalf("zero value: %q", r)
