@@ -43,6 +43,7 @@ func (s *Server) loadLogPositions() error {
 		s.clm.Position.WithLabelValues(strconv.Itoa(p)).Set(float64(seq))
 	}
 	s.cl.from = pos
+	s.cl.CatchUp.Init(s.opts.NATS.Log.Partitions, pos, s.clm.CatchUpLag)
 	s.cl.snap.applied = maps.Clone(pos) // the recovered state covers exactly the committed positions
 	s.com.posGauge = s.clm.Position
 	return nil
@@ -81,7 +82,8 @@ func (s *Server) startCluster(ctx context.Context) error {
 		s.cl.wg.Add(1)
 		go func() { defer s.cl.wg.Done(); s.readPartition(rctx, l, p, s.cl.from[p]+1) }()
 	}
-	s.cl.wg.Add(2)
+	s.cl.wg.Add(3)
+	go func() { defer s.cl.wg.Done(); s.cl.CatchUp.ReadTargets(rctx, l, s.opts.PublishTimeout) }()
 	go func() { defer s.cl.wg.Done(); s.cl.Poll(rctx, l) }()
 	go func() { defer s.cl.wg.Done(); s.snapshotLoop(rctx, js, l) }()
 	s.log.Info("cluster mode: reading the stream", "stream", s.opts.NATS.Log.Stream, "partitions", s.opts.NATS.Log.Partitions,
@@ -99,7 +101,8 @@ func (s *Server) startCluster(ctx context.Context) error {
 func (s *Server) readPartition(ctx context.Context, l *natslog.Log, p int, from uint64) {
 	worker := s.workers[p%len(s.workers)]
 	r := cluster.Reader{Log: l, Timeout: s.opts.PublishTimeout, Metrics: s.clm,
-		Report: func(msg string, err error) { s.rejLog.log(s.log, "stream", "", msg, err) },
+		Report:  func(msg string, err error) { s.rejLog.log(s.log, "stream", "", msg, err) },
+		Skipped: func(seq, after uint64) { s.cl.CatchUp.Skipped(p, seq, after) },
 		Deliver: func(m natslog.Message) {
 			s.enqueue(func() {
 				worker <- inMsg{device: m.Device, payload: m.Data, serverTimeNs: m.Stored.UnixNano(), logPart: m.Partition, logSeq: m.Seq}

@@ -50,6 +50,7 @@ func (c *clusterMode) noteApplied(g []*pending) {
 	for _, p := range g {
 		if p.logSeq != 0 && p.logSeq > c.snap.applied[p.logPart] {
 			c.snap.applied[p.logPart] = p.logSeq
+			c.CatchUp.Applied(p.logPart, p.logSeq)
 		}
 	}
 }

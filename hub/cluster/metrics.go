@@ -7,6 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type Metrics struct {
 	Bytes, MaxBytes, Fullness, LastSeq, Up prometheus.Gauge
 	Position                               *prometheus.GaugeVec // by partition: last sequence committed here
+	CatchUpLag                             *prometheus.GaugeVec // by partition: sequences left to apply of what the stream held at start
 	BadMessages, ReadErrors                prometheus.Counter
 	Snap                                   *SnapshotMetrics
 }
@@ -27,10 +28,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Up:       g("stream_up", "Cluster mode: 1 while the last poll of the stream succeeded."),
 		Position: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "stream_position",
 			Help: "Cluster mode: the last stream sequence of each partition committed by this hub."}, []string{"partition"}),
+		CatchUpLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "stream_catchup_lag",
+			Help: "Cluster mode: per partition, the partition's last stream sequence when the hub started minus the last one it applied (0 once applied; a sequence distance, not a message count)."}, []string{"partition"}),
 		BadMessages: c("stream_bad_messages_total", "Cluster mode: stream messages skipped because their subject names no valid device."),
 		ReadErrors:  c("stream_read_errors_total", "Cluster mode: failures to open or read a partition's reader (each is retried)."),
 	}
-	for _, col := range []prometheus.Collector{m.Bytes, m.MaxBytes, m.Fullness, m.LastSeq, m.Up, m.Position, m.BadMessages, m.ReadErrors} {
+	for _, col := range []prometheus.Collector{m.Bytes, m.MaxBytes, m.Fullness, m.LastSeq, m.Up, m.Position, m.CatchUpLag, m.BadMessages, m.ReadErrors} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

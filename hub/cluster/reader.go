@@ -20,6 +20,9 @@ type Reader struct {
 	Report func(msg string, err error)
 	// Deliver takes a message; it may block to hold the reader back.
 	Deliver func(natslog.Message)
+	// Skipped, when set, learns of a skipped message's sequence seq and
+	// the sequence of the last message delivered before it (0: none).
+	Skipped func(seq, after uint64)
 }
 
 // ReadPartition hands partition p's messages from sequence from on to
@@ -55,6 +58,9 @@ func (r *Reader) readUntilError(ctx context.Context, pr *natslog.Reader, from ui
 		if errors.Is(err, natslog.ErrBadSubject) {
 			r.Metrics.BadMessages.Inc()
 			r.Report("cluster mode: skipped a stream message", err)
+			if r.Skipped != nil {
+				r.Skipped(m.Seq, from-1)
+			}
 			from = m.Seq + 1
 			continue
 		}

@@ -23,6 +23,9 @@ type Stream struct {
 	Timeout time.Duration // bounds each call to NATS
 	Logger  *slog.Logger
 	Metrics *Metrics
+	// CatchUp keeps the hub not ready until it has applied what the
+	// stream held when it started (catchup.go).
+	CatchUp CatchUp
 
 	bus atomic.Pointer[natsbus.Bus]
 	log atomic.Pointer[natslog.Log] // set once Ensure succeeded
@@ -134,7 +137,7 @@ func (st *Stream) NotReady() string {
 	if e := st.err.Load(); e != nil {
 		return "NATS stream " + st.Name + " unavailable: " + *e
 	}
-	return ""
+	return st.CatchUp.NotReady()
 }
 
 // CheckPositions logs and counts (Metrics.Snap.Gaps) the partitions
