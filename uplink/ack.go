@@ -76,6 +76,7 @@ func (u *Uplink) handleAck(payload []byte, now time.Time) (uint64, bool) {
 			u.m.AckLatency.Observe(now.Sub(f.sent).Seconds())
 		}
 	}
+	u.fastResend(fs, now)
 	before := u.win.len()
 	upTo, ok := u.win.popDone()
 	u.m.InFlight.Sub(float64(before - u.win.len()))

@@ -119,7 +119,7 @@ func (u *Uplink) connect(ctx context.Context) error {
 	// client). The hub deduplicates what it already has.
 	for _, f := range u.win.q {
 		if !f.done {
-			f.queued = true
+			f.queued, f.fast = true, false
 		}
 	}
 	return nil

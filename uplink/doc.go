@@ -13,7 +13,13 @@
 // so a bad batch never blocks the stream (recording it is the hub's job).
 // A batch not answered within AckTimeout (doubling per resend up to
 // MaxAckTimeout) is published again, and so is the whole unanswered window
-// after every reconnect. Resends publish the same frame bytes, so the hub
+// after every reconnect. An answer to a batch first published after an
+// unanswered one's last publish shows that one was lost on the way (the
+// hub reads a device's batches in publish order): it is published again a
+// moment later (a tenth of AckTimeout, at most 1 s) instead of after its
+// timeout, at most once per AckTimeout per batch, and never against a
+// RETRY_LATER answer (fastresend.go; counted in fast_resends_total).
+// Resends publish the same frame bytes, so the hub
 // sees the same range and send time. After a restart the Uplink starts at
 // the buffer's acked position, so what was in flight is read and sent again.
 //

@@ -23,6 +23,7 @@ type Metrics struct {
 	BatchesAsStored  prometheus.Counter
 	BytesSent        prometheus.Counter
 	BatchesResent    prometheus.Counter
+	FastResends      prometheus.Counter
 	BatchesAcked     *prometheus.CounterVec // by status: ok, duplicate, rejected, retry_later
 	EventsAcked      prometheus.Counter
 	Rejected         *prometheus.CounterVec // by reason
@@ -52,6 +53,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		BatchesAsStored:  c("batches_as_stored_total", "Batches read as a block the buffer stores in the wire's columns and sent without encoding their events again (first sends)."),
 		BytesSent:        c("bytes_sent_total", "Frame bytes published, resends included."),
 		BatchesResent:    c("batches_resent_total", "Batches published again after an ack timeout, a reconnect or a retry_later answer."),
+		FastResends:      c("fast_resends_total", "Batches published again before their ack timeout because the hub answered a batch first published after them: lost between the broker and the hub (or answered late). Also counted in batches_resent_total."),
 		BatchesAcked: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "uplink", Name: "batches_acked_total",
 			Help: "Batches answered by the hub, by status (ok, duplicate, rejected, retry_later)."}, []string{"status"}),
 		EventsAcked: c("events_acked_total", "Events whose batch the hub answered (any status)."),
@@ -74,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.BatchesPublished, m.EventsPublished, m.BatchesAsStored, m.BytesSent, m.BatchesResent, m.BatchesAcked,
+	for _, col := range []prometheus.Collector{m.BatchesPublished, m.EventsPublished, m.BatchesAsStored, m.BytesSent, m.BatchesResent, m.FastResends, m.BatchesAcked,
 		m.EventsAcked, m.Rejected, m.GapEvents, m.AcksIgnored, m.RetimeErrors, m.CodecFallbacks, m.InFlight, m.Connected, m.Reconnects, m.ConnectFailures, m.AckLatency} {
 		if err := reg.Register(col); err != nil {
 			var are prometheus.AlreadyRegisteredError

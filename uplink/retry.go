@@ -15,7 +15,7 @@ import (
 func (u *Uplink) retryLater(f *flight, hint time.Duration, now time.Time) {
 	u.m.BatchesAcked.WithLabelValues("retry_later").Inc()
 	d := retryDelay(max(f.sends-1, 0), hint, u.opts.BackoffMin, u.opts.BackoffMax, u.rnd)
-	f.queued = false
+	f.queued, f.later, f.fast = false, true, false
 	f.deadline = now.Add(d)
 	u.warn(&u.rejLog, "uplink: hub asked to resend a batch later", "first", f.first, "last", f.last, "after", d)
 }

@@ -326,15 +326,24 @@ func (u *Uplink) publish(f *flight, now time.Time) bool {
 		}
 	default:
 	}
-	f.queued = false
+	f.queued, f.later = false, false
 	f.sends++
 	f.sent = now
+	u.pubs++
+	f.lastPub = u.pubs
+	if f.firstPub == 0 {
+		f.firstPub = u.pubs
+	}
 	f.deadline = now.Add(u.ackTimeout(f.sends))
 	if f.sends == 1 {
 		u.m.BatchesPublished.Inc()
 		u.m.EventsPublished.Add(float64(f.events()))
 	} else {
 		u.m.BatchesResent.Inc()
+	}
+	if f.fast {
+		u.m.FastResends.Inc()
+		f.fast = false
 	}
 	u.m.BytesSent.Add(float64(len(f.payload)))
 	return true

@@ -73,6 +73,9 @@ type Uplink struct {
 	// yet, ascending (gaps.go).
 	answeredTo, bufAcked uint64
 	unreported           []buffer.Gap
+	// pubs counts batch publishes, resends included: the order
+	// fastResend compares.
+	pubs uint64
 
 	mu   sync.Mutex
 	snap Status

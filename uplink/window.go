@@ -18,6 +18,14 @@ type flight struct {
 	// reports is the last rejected range the batch's header reports
 	// (0: none); its answer means the hub has heard of them (gaps.go).
 	reports uint64
+	// firstPub and lastPub number the batch's first and last publish in
+	// the Uplink's order of publishes (0: never published); later says
+	// the hub answered its last publish RETRY_LATER; fastAt is when its
+	// resend was last moved up and fast whether the next publish is that
+	// resend (fastresend.go).
+	firstPub, lastPub uint64
+	later, fast       bool
+	fastAt            time.Time
 }
 
 func (f *flight) events() int { return int(f.last - f.first + 1) }
