@@ -22,17 +22,6 @@ func (g *gatedConsumer) Apply(b *AppliedBatch) {
 	g.countingConsumer.Apply(b)
 }
 
-// appliedTotal is every event the consumer was given.
-func appliedTotal(cc *countingConsumer) uint64 {
-	cc.mu.Lock()
-	defer cc.mu.Unlock()
-	var n uint64
-	for _, s := range cc.Streams {
-		n += s.Events
-	}
-	return n
-}
-
 // TestClusterReadyzCatchingUp: a hub restored on an empty data directory
 // from a snapshot taken before the stream's last batches answers /readyz
 // 503 "catching up with the stream: N partitions behind" while its
@@ -78,12 +67,12 @@ func TestClusterReadyzCatchingUp(t *testing.T) {
 		return code == 503 && strings.Contains(body, "catching up with the stream") && strings.Contains(body, "partitions behind")
 	})
 	t.Logf("/readyz while held: %s", strings.TrimSpace(body))
-	if got := appliedTotal(cc2); got >= want {
+	if got := appliedEvents(cc2); got >= want {
 		t.Fatalf("the restored hub applied %d of %d events before its applier was released", got, want)
 	}
 	openGate()
 	waitUntil(t, "/readyz 200 once caught up", func() bool { code, _ := getJSON(t, s2.Handler(), "/readyz", nil); return code == 200 })
-	if got := appliedTotal(cc2); got != want {
+	if got := appliedEvents(cc2); got != want {
 		t.Fatalf("/readyz 200 with %d of %d events applied", got, want)
 	}
 	if _, target, done := s2.cl.CatchUp.Status(); !done || len(target) != o2.NATS.Log.Partitions {

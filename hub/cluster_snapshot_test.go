@@ -117,17 +117,7 @@ func testClusterRestore(t *testing.T, corruptLatest bool) {
 		}
 	}
 
-	// Retention stand-in: drop every message up to the snapshot's lowest
-	// position, which the snapshot's state holds.
-	low := uint64(0)
-	for _, seq := range snapPos {
-		if low == 0 || seq < low {
-			low = seq
-		}
-	}
-	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(low+1)); err != nil {
-		t.Fatal(err)
-	}
+	low := purgeBelowSnapshot(ctx, t, stream, snapPos)
 	info, err := stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -258,15 +248,7 @@ func TestClusterRestoreUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	low := uint64(0)
-	for _, seq := range snapPos {
-		if low == 0 || seq < low {
-			low = seq
-		}
-	}
-	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(low+1)); err != nil {
-		t.Fatal(err)
-	}
+	low := purgeBelowSnapshot(ctx, t, stream, snapPos)
 	o2, cc2 := clusterOptions(t, t.TempDir(), c, 1)
 	s2, _ := startClusterHub(t, o2)
 	if !maps.Equal(s2.cl.from, snapPos) {
@@ -420,4 +402,21 @@ func TestClusterSnapshotConflict(t *testing.T) {
 	if err != nil || latest.Generation != 3 || latest.Hub == "other" {
 		t.Fatalf("latest after the hub's retry: generation %d by %q, %v", latest.Generation, latest.Hub, err)
 	}
+}
+
+// purgeBelowSnapshot stands in for retention: it drops every message of
+// the stream up to the snapshot's lowest position, which the snapshot's
+// state holds, and returns that position.
+func purgeBelowSnapshot(ctx context.Context, t *testing.T, stream jetstream.Stream, snapPos map[int]uint64) uint64 {
+	t.Helper()
+	low := uint64(0)
+	for _, seq := range snapPos {
+		if low == 0 || seq < low {
+			low = seq
+		}
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(low+1)); err != nil {
+		t.Fatal(err)
+	}
+	return low
 }

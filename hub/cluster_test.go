@@ -378,31 +378,8 @@ func TestClusterReadyzFollowsNATS(t *testing.T) {
 	o, cc := clusterOptions(t, t.TempDir(), c, 1)
 	s, _ := startClusterHub(t, o)
 	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2"}, 40)
-	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
-	for _, a := range agents {
-		a.appendEvents(t, base, 100)
-	}
-	waitAcked(t, agents, "before the kill")
-	waitUntil(t, "/readyz 200 with NATS up", func() bool { code, _ := getJSON(t, s.Handler(), "/readyz", nil); return code == 200 })
-	c.Kill(0)
-	var body []byte
-	waitUntil(t, "/readyz 503 naming NATS while its server is down", func() bool {
-		var code int
-		code, body = getJSON(t, s.Handler(), "/readyz", nil)
-		return code == 503 && strings.Contains(string(body), "NATS")
-	})
-	t.Logf("/readyz with NATS down: %s", strings.TrimSpace(string(body)))
-	if code, b := getJSON(t, s.Handler(), "/v1/devices", nil); code != 200 {
-		t.Fatalf("/v1/devices with NATS down: %d %s", code, b)
-	}
-	for _, a := range agents {
-		a.appendEvents(t, base, 100)
-	}
-	c.Restart(0)
-	waitUntil(t, "/readyz 200 after the server's restart", func() bool { code, _ := getJSON(t, s.Handler(), "/readyz", nil); return code == 200 })
-	waitAcked(t, agents, "after the restart")
-	waitAllApplied(t, cc, agents, "after the restart")
-	checkExactlyOnce(t, cc, agents, "after the restart")
+	checkReadyzThroughOutage(t, s, cc, agents, "NATS", "NATS down",
+		func() { c.Kill(0) }, func() { c.Restart(0) })
 }
 
 // TestClusterReadyzStreamQuorumLost: with two of three servers down the
@@ -417,35 +394,44 @@ func TestClusterReadyzStreamQuorumLost(t *testing.T) {
 	o.PublishTimeout = 2 * time.Second
 	s, _ := startClusterHub(t, o)
 	agents := startClusterAgents(t, c, []string{"dev-1", "dev-2"}, 40)
+	checkReadyzThroughOutage(t, s, cc, agents, "stream", "the quorum lost",
+		func() { c.Kill(1); c.Kill(2) }, func() { c.Restart(1); c.Restart(2) })
+}
+
+// checkReadyzThroughOutage sends events, causes an outage with down, and
+// checks that /readyz answers 503 naming want while queries are still
+// served; it sends more events, ends the outage with up, and checks that
+// /readyz is 200 again and every event the agents sent is acknowledged
+// and applied exactly once. /readyz's answers are logged as they change.
+func checkReadyzThroughOutage(t *testing.T, s *Server, cc *countingConsumer, agents []*clusterAgent, want, what string, down, up func()) {
+	t.Helper()
 	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
 	for _, a := range agents {
 		a.appendEvents(t, base, 100)
 	}
-	waitAcked(t, agents, "before the kill")
-	c.Kill(1)
-	c.Kill(2)
+	waitAcked(t, agents, "before the outage")
+	waitUntil(t, "/readyz 200 before the outage", func() bool { code, _ := getJSON(t, s.Handler(), "/readyz", nil); return code == 200 })
+	down()
 	var body []byte
-	waitUntil(t, "/readyz 503 naming the stream with its quorum lost (its answers are logged)", func() bool {
+	waitUntil(t, "/readyz 503 naming "+want+" with "+what, func() bool {
 		code, b := getJSON(t, s.Handler(), "/readyz", nil)
 		if string(b) != string(body) {
 			t.Logf("/readyz: %d %s", code, strings.TrimSpace(string(b)))
 		}
 		body = b
-		return code == 503 && strings.Contains(string(body), "stream")
+		return code == 503 && strings.Contains(string(body), want)
 	})
-	t.Logf("/readyz with the quorum lost: %s", strings.TrimSpace(string(body)))
 	if code, b := getJSON(t, s.Handler(), "/v1/devices", nil); code != 200 {
-		t.Fatalf("/v1/devices with the quorum lost: %d %s", code, b)
+		t.Fatalf("/v1/devices with %s: %d %s", what, code, b)
 	}
 	for _, a := range agents {
 		a.appendEvents(t, base, 100)
 	}
-	c.Restart(1)
-	c.Restart(2)
-	waitUntil(t, "/readyz 200 after the servers' restart", func() bool { code, _ := getJSON(t, s.Handler(), "/readyz", nil); return code == 200 })
-	waitAcked(t, agents, "after the restart")
-	waitAllApplied(t, cc, agents, "after the restart")
-	checkExactlyOnce(t, cc, agents, "after the restart")
+	up()
+	waitUntil(t, "/readyz 200 after the outage", func() bool { code, _ := getJSON(t, s.Handler(), "/readyz", nil); return code == 200 })
+	waitAcked(t, agents, "after the outage")
+	waitAllApplied(t, cc, agents, "after the outage")
+	checkExactlyOnce(t, cc, agents, "after the outage")
 }
 
 // TestClusterStatusAndTimeRequest: in cluster mode a device's status and
