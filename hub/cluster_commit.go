@@ -3,6 +3,8 @@ package hub
 import (
 	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"edgeflow/hub/hublog"
 )
 
@@ -38,8 +40,17 @@ func (c *committer) showPositions(group []*pending) {
 		return
 	}
 	for _, p := range group {
-		if p.logSeq != 0 {
-			c.posGauge.WithLabelValues(strconv.Itoa(p.logPart)).Set(float64(p.logSeq))
+		if p.logSeq == 0 {
+			continue
 		}
+		if p.logPart >= len(c.posGauges) {
+			c.posGauges = append(c.posGauges, make([]prometheus.Gauge, p.logPart+1-len(c.posGauges))...)
+		}
+		g := c.posGauges[p.logPart]
+		if g == nil {
+			g = c.posGauge.WithLabelValues(strconv.Itoa(p.logPart))
+			c.posGauges[p.logPart] = g
+		}
+		g.Set(float64(p.logSeq))
 	}
 }

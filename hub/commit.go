@@ -68,8 +68,11 @@ type committer struct {
 	lastEnd   time.Time
 	waitTimer *time.Timer
 	cap       streamCap // streams per device and their expiry (streamcap.go)
-	// posGauge, in cluster mode, shows each partition's committed position.
-	posGauge *prometheus.GaugeVec
+	// posGauge, in cluster mode, shows each partition's committed position;
+	// posGauges holds its children by partition, made on first use so the
+	// commit path does not format and look up a label per batch.
+	posGauge  *prometheus.GaugeVec
+	posGauges []prometheus.Gauge
 }
 
 // applyLagBytes bounds the payload bytes committed (and acknowledged) but
