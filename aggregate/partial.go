@@ -147,6 +147,17 @@ func (s *sketches) decode(b []byte) (*ddsketch.DDSketch, error) {
 
 // encodePartial appends p (sketch included) to e.
 func encodePartial(e *encoder, p *partial) {
+	encodePartialFields(e, p)
+	var sk []byte
+	if p.sk != nil {
+		p.sk.Encode(&sk, true)
+	}
+	e.bytes(sk)
+}
+
+// encodePartialFields appends what encodePartial writes before the
+// sketch's bytes.
+func encodePartialFields(e *encoder, p *partial) {
 	e.varint(p.bucket)
 	e.uvarint(p.count)
 	e.f64(p.sum)
@@ -166,11 +177,6 @@ func encodePartial(e *encoder, p *partial) {
 		e.uvarint(m.apply)
 		e.uvarint(uint64(m.n))
 	}
-	var sk []byte
-	if p.sk != nil {
-		p.sk.Encode(&sk, true)
-	}
-	e.bytes(sk)
 }
 
 // encodeStored appends p as the engine evicts it into the PartialStore:

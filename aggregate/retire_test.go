@@ -83,7 +83,7 @@ func TestRestoreVersion2Snapshot(t *testing.T) {
 		enc.varint(st.lastArrival)
 		enc.bool(st.backlog)
 	}
-	e.encodeSeries(enc)
+	e.encodeSeriesVersion(enc, 2)
 	e.encodeMerged(enc)
 	e.encodeLateLog(enc)
 	e.encodeQuarantine(enc)

@@ -19,6 +19,10 @@ type series struct {
 	// tells whether there is one.
 	storedMax int64
 	stored    bool
+	// dead: the series' device was dropped (DropDevices). The slot keeps
+	// its identity for the released events of the merged stream that name
+	// it, holds no partial, and is out of the index and its metric's list.
+	dead bool
 }
 
 // metricInfo lists the series of one metric, in creation order.
@@ -43,6 +47,8 @@ type seriesTable struct {
 	// perDevice counts each device's series, for maxPerDevice.
 	perDevice    map[string]int
 	maxPerDevice int
+	// dead counts the dead series in list (they count against no cap).
+	dead int
 }
 
 func newSeriesTable(tagKeys []string, maxSeries, maxPerDevice, maxTags int) *seriesTable {
@@ -60,7 +66,7 @@ func newSeriesTable(tagKeys []string, maxSeries, maxPerDevice, maxTags int) *ser
 // cap refuses them (max_series or max_series_per_device).
 func (t *seriesTable) full(device string) (string, bool) {
 	switch {
-	case len(t.list) >= t.maxSeries:
+	case len(t.list)-t.dead >= t.maxSeries:
 		return "max_series", true
 	case t.perDevice[device] >= t.maxPerDevice:
 		return "max_series_per_device", true
@@ -170,8 +176,11 @@ func (t *seriesTable) rehash() {
 	clear(t.index)
 	for id := range t.list {
 		s := &t.list[id]
-		s.hash = t.hash(t.deviceHash(s.device), s.name, s.tags)
 		s.next = 0
+		if s.dead {
+			continue
+		}
+		s.hash = t.hash(t.deviceHash(s.device), s.name, s.tags)
 		if first, found := t.index[s.hash]; found {
 			s.next = first + 1
 		}

@@ -8,10 +8,12 @@ import (
 
 // Snapshot versions: 2 added the quarantine (after the late log); a
 // version 1 snapshot restores with an empty one. 3 added each stream's
-// retired flag (RetireStream); older snapshots have none retired.
+// retired flag (RetireStream); older snapshots have none retired. 4
+// added each series' dead flag (DropDevices); older snapshots have none
+// dead.
 const (
 	snapshotMagic   = "EFAGG"
-	snapshotVersion = 3
+	snapshotVersion = 4
 )
 
 // Snapshot encodes the engine's whole state (and a Snapshotter store's
@@ -100,7 +102,7 @@ func (e *Engine) decode(b []byte) ([]storedEntry, error) {
 	}
 	e.decodeClock(d)
 	e.decodeStreams(d, v)
-	e.decodeSeries(d)
+	e.decodeSeries(d, v)
 	e.decodeMerged(d)
 	e.decodeLateLog(d)
 	if v >= 2 {
@@ -195,7 +197,11 @@ func (e *Engine) decodeStreams(d *decoder, version uint64) {
 	}
 }
 
-func (e *Engine) encodeSeries(enc *encoder) {
+func (e *Engine) encodeSeries(enc *encoder) { e.encodeSeriesVersion(enc, snapshotVersion) }
+
+// encodeSeriesVersion writes the series as snapshot version wrote them
+// (versions before 4 have no dead flag; tests write old snapshots with it).
+func (e *Engine) encodeSeriesVersion(enc *encoder, version uint64) {
 	enc.uvarint(uint64(len(e.series.list)))
 	for i := range e.series.list {
 		s := &e.series.list[i]
@@ -204,6 +210,9 @@ func (e *Engine) encodeSeries(enc *encoder) {
 		enc.tags(s.tags)
 		enc.varint(s.storedMax)
 		enc.bool(s.stored)
+		if version >= 4 {
+			enc.bool(s.dead)
+		}
 		enc.uvarint(uint64(len(s.parts)))
 		for j := range s.parts {
 			encodePartial(enc, &s.parts[j])
@@ -211,16 +220,25 @@ func (e *Engine) encodeSeries(enc *encoder) {
 	}
 }
 
-func (e *Engine) decodeSeries(d *decoder) {
+func (e *Engine) decodeSeries(d *decoder, version uint64) {
 	t := e.series
 	for n := d.count(5); n > 0 && d.err == nil; n-- {
-		device, metric := d.str(), d.str()
-		id := t.add(0, device, metric, d.tags())
+		device, metric, tags := d.str(), d.str(), d.tags()
+		storedMax, stored := d.varint(), d.bool()
+		var id uint32
+		if version >= 4 && d.bool() {
+			id = t.addDead(device, metric, tags)
+		} else {
+			id = t.add(0, device, metric, tags)
+		}
 		s := &t.list[id]
-		s.storedMax, s.stored = d.varint(), d.bool()
+		s.storedMax, s.stored = storedMax, stored
 		s.parts = make([]partial, d.count(20))
 		for i := range s.parts {
 			decodePartial(d, e.sks, &s.parts[i], true)
+		}
+		if s.dead && len(s.parts) > 0 {
+			d.fail("dead series with partials")
 		}
 	}
 	if d.err == nil {

@@ -82,7 +82,7 @@ func (e *Engine) statsLocked() Stats {
 		FutureStamped: c.future, SeriesDropped: c.seriesDropped, ReplaySkipped: c.replaySkipped,
 		ForcedReleases: c.forced, StoreErrors: c.storeErrors + e.queryStoreErrors.Load(), Evicted: c.evicted, Reloaded: c.reloaded,
 		Downsampled: c.downsampled, RetentionDeleted: c.retentionDeleted, PressureEvicted: c.pressureEvicted,
-		Series: len(e.series.list), Streams: e.liveStreams(), Pending: e.merged.count,
+		Series: len(e.series.list) - e.series.dead, Streams: e.liveStreams(), Pending: e.merged.count,
 		StreamNext: e.merged.out.next, LateLogNext: e.lateLog.next,
 		Quarantined: c.quarantined, HeldForPartials: c.heldPartials, QuarantineReleased: c.quarantineReleased,
 		QuarantineDropped: c.quarantineDropped, QuarantineHeld: e.quarantine.len(), DeviceSeriesDropped: c.deviceSeriesDropped,
