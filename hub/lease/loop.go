@@ -55,20 +55,21 @@ func (m *Manager) ownedCount() int {
 	return len(m.owned)
 }
 
-// tick is one round: check the clock and deadlines, heartbeat, renew,
+// tick is one round: check the clock and deadlines, renew, heartbeat,
 // then balance if the bucket answered. healthy is false when any bucket
 // call failed.
 func (m *Manager) tick(ctx context.Context) (healthy bool, err error) {
 	tctx, cancel := context.WithTimeout(ctx, m.opts.Renew)
 	defer cancel()
 	m.expire()
+	renewed := m.renew(tctx)
 	if err := m.heartbeat(tctx); err != nil {
 		if errors.Is(err, ErrDuplicateHub) {
 			return false, err
 		}
 		return false, nil
 	}
-	if !m.renew(tctx) {
+	if !renewed {
 		return false, nil
 	}
 	return m.balance(tctx), nil
