@@ -272,3 +272,17 @@ func (iv *invariant) run() {
 
 // startNATS runs one nats-server.
 func startNATS(t testing.TB) *testnats.Cluster { return testnats.Start(t, 1) }
+
+// dial connects without a testing.TB, for the hub processes.
+func dial(url string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
