@@ -168,6 +168,9 @@ func (m *Manager) renew(ctx context.Context) bool {
 			}
 			m.mu.Unlock()
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound):
+			if m.adopt(ctx, p, h) {
+				continue
+			}
 			m.met.renewFailures.Inc()
 			m.lose(p, ReasonTaken)
 		default:
@@ -177,6 +180,35 @@ func (m *Manager) renew(ctx context.Context) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// adopt handles a renewal whose previous write's reply was lost: if the
+// lease still holds this run's own record of h's epoch, nobody else wrote
+// it since, so the next renewal continues from its revision (the
+// deadline is not extended). It reports whether it adopted.
+func (m *Manager) adopt(ctx context.Context, p int, h *held) bool {
+	e, err := m.kv.Get(ctx, leaseKey(p))
+	if err != nil {
+		return false
+	}
+	r, err := decodeRecord(e.Value())
+	if err != nil || r.Instance != m.instance {
+		return false
+	}
+	epoch := r.Epoch
+	if epoch == 0 {
+		epoch = e.Revision()
+	}
+	if epoch != h.epoch {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.owned[p] != h {
+		return false
+	}
+	h.revision = e.Revision()
 	return true
 }
 

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 // Keys of the lease bucket.
@@ -48,17 +47,4 @@ func decodeRecord(v []byte) (record, error) {
 		return record{}, fmt.Errorf("hub %q is not a valid hub id", r.Hub)
 	}
 	return r, nil
-}
-
-// parseLeaseKey returns the partition of a lease key.
-func parseLeaseKey(k string) (int, bool) {
-	s, ok := strings.CutPrefix(k, leasePrefix)
-	if !ok {
-		return 0, false
-	}
-	p, err := strconv.Atoi(s)
-	if err != nil || p < 0 || p >= maxPartitions {
-		return 0, false
-	}
-	return p, true
 }
