@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,11 +23,15 @@ import (
 // within bounds every wait; a failure says what it waited for.
 const within = 60 * time.Second
 
-// Short leases keep the tests quick; the ratios are the defaults'.
-const (
-	testTTL   = 2 * time.Second
-	testRenew = 300 * time.Millisecond
-)
+// Short leases keep the tests quick: TTL 2s and Renew 300 ms unless
+// LEASE_TEST_TTL (a duration) sets the TTL, with Renew at 3/20 of it.
+var testTTL, testRenew = func() (time.Duration, time.Duration) {
+	ttl := 2 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("LEASE_TEST_TTL")); err == nil && d >= time.Second {
+		ttl = d
+	}
+	return ttl, ttl * 3 / 20
+}()
 
 func connect(t testing.TB, urls string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()

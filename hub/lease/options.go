@@ -73,7 +73,8 @@ type Options struct {
 	Partitions int
 	// TTL is how long the server keeps a lease or heartbeat nobody
 	// renews (the bucket's MaxAge). A hub believes it owns a partition
-	// for TTL/2 after its last successful renewal. Default 6s; at least
+	// for TTL/2 after its last successful renewal; a dead hub's
+	// partitions are taken over about TTL after it died. Default 4s; at least
 	// 1s (the server's delete-marker minimum).
 	TTL time.Duration
 	// Renew is the interval of renewals and balancing. Default TTL/6; at
@@ -101,7 +102,7 @@ type Options struct {
 const DefaultBucket = "EDGEFLOW_LEASES"
 
 // DefaultTTL is Options.TTL's default.
-const DefaultTTL = 6 * time.Second
+const DefaultTTL = 4 * time.Second
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
