@@ -64,7 +64,7 @@ func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Manager, 
 	_, _ = rand.Read(nonce[:])
 	m := &Manager{
 		opts: opts, kv: kv, instance: hex.EncodeToString(nonce[:]),
-		view: newView(opts.Clock, opts.Logger), met: met, validity: opts.TTL / 2,
+		view: newView(opts.Clock, opts.Logger, met.kvErrors.Inc), met: met, validity: opts.TTL / 2,
 		owned: map[int]*held{}, freeSince: map[int]time.Time{}, stop: make(chan struct{}),
 		lastNow: opts.Clock.Now(),
 	}

@@ -60,7 +60,9 @@ type Callbacks struct {
 	// Handoff: p is about to be released cleanly (rebalance or Stop):
 	// stop applying it and write its final checkpoint under epoch. When
 	// it returns the lease is deleted and ownership has ended; Lost is
-	// not called for a clean release.
+	// not called for a clean release. No renewal runs while it does, so
+	// it must finish well within TTL/2; past that every ownership has
+	// ended (Owns is false) and Lost follows.
 	Handoff func(p int, epoch uint64)
 }
 

@@ -33,14 +33,15 @@ func (e seenEntry) epoch() uint64 {
 type view struct {
 	clock Clock
 	log   *slog.Logger
+	bad   func() // counts a value that does not decode
 
 	mu      sync.Mutex
 	keys    map[string]seenEntry
 	readyAt time.Time // zero until the watcher delivered the initial values
 }
 
-func newView(clock Clock, log *slog.Logger) *view {
-	return &view{clock: clock, log: log, keys: map[string]seenEntry{}}
+func newView(clock Clock, log *slog.Logger, bad func()) *view {
+	return &view{clock: clock, log: log, bad: bad, keys: map[string]seenEntry{}}
 }
 
 // run watches kv until ctx ends, starting a new watcher when one ends.
@@ -91,7 +92,8 @@ func (v *view) apply(e jetstream.KeyValueEntry) {
 	if e.Operation() == jetstream.KeyValuePut {
 		r, err := decodeRecord(e.Value())
 		if err != nil {
-			v.log.Warn("lease: ignoring an undecodable value", "key", e.Key(), "revision", e.Revision(), "err", err)
+			v.bad()
+			v.log.Warn("lease: ignoring an undecodable value (it expires after the TTL)", "key", e.Key(), "revision", e.Revision(), "err", err)
 			return
 		}
 		s.live, s.rec = true, r
