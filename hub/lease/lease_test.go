@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -241,5 +242,36 @@ func TestNATSDownSafePause(t *testing.T) {
 	t.Logf("recovered %v after the server restarted", time.Since(up).Round(time.Millisecond))
 	if a.metric(t, "edgeflow_hub_lease_kv_errors_total")+b.metric(t, "edgeflow_hub_lease_kv_errors_total") == 0 {
 		t.Error("lease_kv_errors_total stayed 0 while the server was down")
+	}
+}
+
+// TestGarbageInBucket: a value that does not decode is counted and
+// ignored; the partition it blocks is taken once the server expires it.
+func TestGarbageInBucket(t *testing.T) {
+	const parts = 4
+	c := startNATS(t)
+	a := startHub(t, c.URLs(), "a", parts, nil)
+	waitFor(t, "a to own every partition", func() bool { return len(a.owned(parts)) == parts })
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	_, js := connect(t, c.URLs())
+	kv, err := js.KeyValue(ctx, lease.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "lease.2", []byte("\xff not json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "hub.bogus", make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a to count the bad values", func() bool { return a.metric(t, "edgeflow_hub_lease_kv_errors_total") >= 2 })
+	waitFor(t, "a to lose partition 2 (its lease was overwritten)", func() bool { return len(a.eventsOf("lost")) == 1 })
+	if e := a.eventsOf("lost")[0]; e.p != 2 || e.reason != lease.ReasonTaken {
+		t.Fatalf("lost %+v, want partition 2 %q", e, lease.ReasonTaken)
+	}
+	waitFor(t, "a to own partition 2 again after the bad value expired", func() bool { return len(a.owned(parts)) == parts })
+	if got := a.m.Status().Members; !slices.Equal(got, []string{"a"}) {
+		t.Errorf("members %v, want [a]", got)
 	}
 }
