@@ -294,10 +294,11 @@ func TestThreeNodeNodeKilled(t *testing.T) {
 	time.Sleep(2 * testTTL)
 	waitFor(t, "every partition owned after the node died", func() bool { return settled([]*hub{a, b}, parts, nil) })
 	var lastLost, lastAcquired time.Time
+	var lastReason lease.Reason
 	for _, h := range []*hub{a, b} {
 		for _, e := range h.eventsOf("lost") {
 			if e.at.After(lastLost) {
-				lastLost = e.at
+				lastLost, lastReason = e.at, e.reason
 			}
 		}
 		for _, e := range h.eventsOf("acquired") {
@@ -307,8 +308,8 @@ func TestThreeNodeNodeKilled(t *testing.T) {
 		}
 	}
 	if n := len(a.eventsOf("lost")) + len(b.eventsOf("lost")) - lostBefore; n > 0 {
-		t.Logf("node killed: %d partitions lost (the last %v after the kill), all owned again %v after the kill",
-			n, lastLost.Sub(killed).Round(time.Millisecond), lastAcquired.Sub(killed).Round(time.Millisecond))
+		t.Logf("node killed: %d partitions lost (the last %v after the kill, reason %q), all owned again %v after the kill",
+			n, lastLost.Sub(killed).Round(time.Millisecond), lastReason, lastAcquired.Sub(killed).Round(time.Millisecond))
 	} else {
 		t.Log("node killed: no partition lost")
 	}

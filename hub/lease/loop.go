@@ -94,9 +94,7 @@ func (m *Manager) expire() {
 		reason = ReasonClock
 		m.opts.Logger.Error("lease: the clock moved backwards; giving up every partition", "hub", m.opts.HubID)
 	}
-	for _, p := range gone {
-		m.lose(p, reason)
-	}
+	m.loseSome(gone, reason)
 }
 
 // heartbeat renews this hub's heartbeat key, recreating it if it expired
@@ -212,29 +210,48 @@ func (m *Manager) adopt(ctx context.Context, p int, h *held) bool {
 	return true
 }
 
-// lose ends the ownership of p (if held), tells the owner, and deletes
-// the lease if it is still this epoch's, so it frees before its TTL.
-func (m *Manager) lose(p int, reason Reason) {
+// lose ends the ownership of p (if held) and tells the owner; it returns
+// what was held so the caller can free the lease (freeLeases).
+func (m *Manager) lose(p int, reason Reason) *held {
 	m.mu.Lock()
 	h := m.owned[p]
 	delete(m.owned, p)
 	m.met.owned.Set(float64(len(m.owned)))
 	m.mu.Unlock()
 	if h == nil {
-		return
+		return nil
 	}
 	m.opts.Logger.Warn("lease: lost partition", "hub", m.opts.HubID, "partition", p, "epoch", h.epoch, "reason", string(reason))
 	if cb := m.opts.Callbacks.Lost; cb != nil {
 		cb(p, h.epoch, reason)
 	}
-	if reason != ReasonTaken {
-		ctx, cancel := context.WithTimeout(context.Background(), m.opts.Renew)
-		defer cancel()
-		_ = m.kv.Delete(ctx, leaseKey(p), jetstream.LastRevision(h.revision))
+	return h
+}
+
+// freeLeases deletes leases this hub gave up if they are still the
+// revision it wrote, so they free before their TTL. It runs after every
+// Lost callback, within one Renew, and stops at the first failure (the
+// bucket is likely unavailable; the leases expire on their own).
+func (m *Manager) freeLeases(lost map[int]*held) {
+	if len(lost) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.Renew)
+	defer cancel()
+	ps := make([]int, 0, len(lost))
+	for p := range lost {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	for _, p := range ps {
+		err := m.kv.Delete(ctx, leaseKey(p), jetstream.LastRevision(lost[p].revision))
+		if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return
+		}
 	}
 }
 
-// loseAll ends every ownership with reason.
+// loseAll ends every ownership with reason, then frees the leases.
 func (m *Manager) loseAll(reason Reason) {
 	m.mu.Lock()
 	ps := make([]int, 0, len(m.owned))
@@ -242,10 +259,19 @@ func (m *Manager) loseAll(reason Reason) {
 		ps = append(ps, p)
 	}
 	m.mu.Unlock()
+	m.loseSome(ps, reason)
+}
+
+// loseSome ends the ownership of ps with reason, then frees the leases.
+func (m *Manager) loseSome(ps []int, reason Reason) {
 	slices.Sort(ps)
+	lost := map[int]*held{}
 	for _, p := range ps {
-		m.lose(p, reason)
+		if h := m.lose(p, reason); h != nil {
+			lost[p] = h
+		}
 	}
+	m.freeLeases(lost)
 }
 
 // balance moves ownership toward the assignment over the live hubs:
@@ -380,7 +406,7 @@ func (m *Manager) Stop(ctx context.Context) error {
 	var errs []error
 	for _, p := range ps {
 		if _, ok := m.Owns(p); !ok {
-			m.lose(p, ReasonExpired)
+			m.loseSome([]int{p}, ReasonExpired)
 			continue
 		}
 		if !m.release(ctx, p) {
