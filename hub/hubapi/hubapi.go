@@ -20,17 +20,18 @@ import (
 
 // AggregatesResponse is the body of GET /v1/aggregates.
 type AggregatesResponse struct {
-	Metric  string       `json:"metric"`
-	Window  string       `json:"window"`
-	From    string       `json:"from"`
-	To      string       `json:"to"`
-	Aggs    []string     `json:"aggs"`
-	Windows []WindowJSON `json:"windows"`
+	Metric string   `json:"metric"`
+	Window string   `json:"window"`
+	From   string   `json:"from"`
+	To     string   `json:"to"`
+	Aggs   []string `json:"aggs"`
 	// Partial is true when a hub of a cluster answered without some
 	// partitions (no owner, or only a stale one, within http-cluster-wait):
 	// MissingPartitions lists them, and no window is final.
 	Partial           bool  `json:"partial,omitempty"`
 	MissingPartitions []int `json:"missing_partitions,omitempty"`
+	// Windows stays the last field: the API streams it after the rest.
+	Windows []WindowJSON `json:"windows"`
 }
 
 // WindowJSON is one window of one group. Aggregates that were not asked
