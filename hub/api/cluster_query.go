@@ -54,10 +54,9 @@ func (s *API) serveClusterAggregates(w http.ResponseWriter, r *http.Request) {
 	}
 	from, to := hubapi.PartialsRange(q)
 	pq := aggregate.Query{Metric: q.Metric, GroupBy: q.GroupBy, Device: q.Device, From: from, To: to}
+	// Every partition, even for one device's windows: Final and Behind
+	// are about the whole fleet's watermarks and streams, as on one hub.
 	need := allPartitions(s.cfg.Cluster.Partitions())
-	if q.Device != "" {
-		need = []int{s.cfg.Cluster.PartitionOf(q.Device)}
-	}
 	answers, missing := s.gather(r.Context(), need, func(ctx context.Context, v *view, m int) (map[int]uint64, any, error) {
 		if m == v.self {
 			ps, err := s.eng.ExportPartialsContext(ctx, pq)
