@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -99,6 +100,7 @@ type testHub struct {
 	url   string
 	view  *testView
 	asked atomic.Int64 // requests its HTTP server received
+	down  atomic.Bool  // when set, its HTTP server answers 503 to all
 }
 
 const (
@@ -136,6 +138,10 @@ func startTestHub(t *testing.T, id string, view *testView, wait time.Duration) *
 	h := a.Handler()
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		th.asked.Add(1)
+		if th.down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(hs.Close)
@@ -189,7 +195,9 @@ func newTestCluster(t *testing.T, wait time.Duration) *testCluster {
 }
 
 // owner is the index of the hub owning dev's partition.
-func (c *testCluster) owner(dev string) int { return natslog.PartitionOf(dev, testPartitions) % testHubs }
+func (c *testCluster) owner(dev string) int {
+	return natslog.PartitionOf(dev, testPartitions) % testHubs
+}
 
 // round sends every device one batch of 5 events in minute r (to its
 // owner and to the reference) and waits until all are applied. Round -1
@@ -385,4 +393,241 @@ func TestClusterOneAnswer(t *testing.T) {
 	if err := json.Unmarshal(body, &er); err != nil || code != 200 || len(er.Events) != c.sent[c.devices[1]] {
 		t.Fatalf("events of %s: %d %s", c.devices[1], code, body)
 	}
+}
+
+// devicesOf counts the events sent by the devices hub h owns.
+func (c *testCluster) eventsOf(h int) (n uint64) {
+	for _, dev := range c.devices {
+		if c.owner(dev) == h {
+			n += uint64(c.sent[dev])
+		}
+	}
+	return n
+}
+
+// setAll sets what hub id owns in every hub's view.
+func (c *testCluster) setAll(id string, owned map[int]uint64) {
+	for _, h := range c.hubs {
+		h.view.setOwned(id, owned)
+	}
+}
+
+func partitionsOf(h int) []int { return slices.Sorted(maps.Keys(ownedBy(h))) }
+
+// TestClusterFaults: a hub that cannot answer or a partition without an
+// owner gives a partial answer naming the partitions after the wait; an
+// owner that appears within the wait gives the whole answer; an answer for
+// an epoch older than the view's is discarded; a local=1 request never
+// fans out; the merged stream carries every hub's updates; GET
+// /v1/cluster; bad parameters are 400s naming the parameter.
+func TestClusterFaults(t *testing.T) {
+	c := newTestCluster(t, 300*time.Millisecond)
+	for r := -1; r < 3; r++ {
+		c.round(t, r)
+	}
+	from, to := c.base.Add(-5*time.Minute), c.base.Add(10*time.Minute)
+	_, _, whole := get(t, aggURL(c.ref.url, "1m", from, to, ""))
+	total := totalCount(decodeAgg(t, whole))
+	if total != c.eventsOf(0)+c.eventsOf(1)+c.eventsOf(2) || c.eventsOf(2) == 0 {
+		t.Fatalf("reference counts %d events; hubs own %d, %d, %d", total, c.eventsOf(0), c.eventsOf(1), c.eventsOf(2))
+	}
+	partial := func(t *testing.T, h *testHub, wantMissing []int, wantCount uint64) {
+		t.Helper()
+		code, _, body := get(t, aggURL(h.url, "1m", from, to, ""))
+		a := decodeAgg(t, body)
+		if code != 200 || !a.Partial || !slices.Equal(a.MissingPartitions, wantMissing) || totalCount(a) != wantCount {
+			t.Fatalf("%s: %d partial=%v missing=%v count=%d; want partial, missing %v, count %d", h.id, code, a.Partial,
+				a.MissingPartitions, totalCount(a), wantMissing, wantCount)
+		}
+		for _, w := range a.Windows {
+			if w.Final {
+				t.Fatalf("a partial answer has a final window: %+v", w)
+			}
+		}
+	}
+
+	t.Run("owner down", func(t *testing.T) {
+		c.hubs[2].down.Store(true)
+		defer c.hubs[2].down.Store(false)
+		partial(t, c.hubs[0], partitionsOf(2), c.eventsOf(0)+c.eventsOf(1))
+	})
+	t.Run("no owner", func(t *testing.T) {
+		c.setAll("hub2", nil)
+		defer c.setAll("hub2", ownedBy(2))
+		partial(t, c.hubs[1], partitionsOf(2), c.eventsOf(0)+c.eventsOf(1))
+		// The device listing says the same.
+		code, _, body := get(t, c.hubs[1].url+"/v1/devices")
+		var dr hubapi.DevicesResponse
+		if err := json.Unmarshal(body, &dr); err != nil || code != 200 || !dr.Partial || !slices.Equal(dr.MissingPartitions, partitionsOf(2)) {
+			t.Fatalf("devices without hub2's partitions: %d %s", code, body)
+		}
+		// A device of a partition without owner: 503 naming it.
+		for _, dev := range c.devices {
+			if c.owner(dev) == 2 {
+				code, _, body := get(t, c.hubs[0].url+"/v1/devices/"+dev)
+				if code != 503 || !strings.Contains(string(body), fmt.Sprint("partition ", natslog.PartitionOf(dev, testPartitions))) {
+					t.Fatalf("device %s without owner: %d %s", dev, code, body)
+				}
+				break
+			}
+		}
+	})
+	t.Run("owner within the wait", func(t *testing.T) {
+		v := c.hubs[0].view
+		v.setOwned("hub2", nil)
+		v.mu.Lock()
+		v.calls, v.onMembers = 0, func(call int) {
+			if call == 2 { // the fan-out's second try finds the new owner
+				v.setOwned("hub2", ownedBy(2))
+			}
+		}
+		v.mu.Unlock()
+		defer func() {
+			v.mu.Lock()
+			v.onMembers = nil
+			v.mu.Unlock()
+			v.setOwned("hub2", ownedBy(2))
+		}()
+		code, _, body := get(t, aggURL(c.hubs[0].url, "1m", from, to, ""))
+		if code != 200 || string(body) != string(whole) {
+			t.Fatalf("owner found within the wait: %d %s", code, aggDiff(t, body, whole))
+		}
+	})
+	t.Run("stale epoch", func(t *testing.T) {
+		// hub0 sees hub1's leases at newer epochs than hub1 answers for:
+		// hub1's answer is discarded.
+		newer := ownedBy(1)
+		for p := range newer {
+			newer[p] += 10
+		}
+		c.hubs[0].view.setOwned("hub1", newer)
+		defer c.hubs[0].view.setOwned("hub1", ownedBy(1))
+		partial(t, c.hubs[0], partitionsOf(1), c.eventsOf(0)+c.eventsOf(2))
+	})
+	t.Run("loop guard", func(t *testing.T) {
+		before1, before2 := c.hubs[1].asked.Load(), c.hubs[2].asked.Load()
+		code, h, body := get(t, aggURL(c.hubs[0].url, "1m", from, to, "&local=1"))
+		a := decodeAgg(t, body)
+		if code != 200 || a.Partial || totalCount(a) != c.eventsOf(0) || h.Get(hubapi.PartitionsHeader) != hubapi.FormatPartitions(ownedBy(0)) {
+			t.Fatalf("local=1: %d, %d events (own %d), %s %q", code, totalCount(a), c.eventsOf(0), hubapi.PartitionsHeader, h.Get(hubapi.PartitionsHeader))
+		}
+		if c.hubs[1].asked.Load() != before1 || c.hubs[2].asked.Load() != before2 {
+			t.Fatal("a local=1 request was fanned out to peers")
+		}
+		get(t, aggURL(c.hubs[0].url, "1m", from, to, ""))
+		if c.hubs[1].asked.Load() == before1 || c.hubs[2].asked.Load() == before2 {
+			t.Fatal("a fleet-wide request did not ask the peers")
+		}
+	})
+	t.Run("cluster status", func(t *testing.T) {
+		code, _, body := get(t, c.hubs[1].url+"/v1/cluster")
+		var st hubapi.ClusterStatus
+		if err := json.Unmarshal(body, &st); err != nil || code != 200 || st.Self != "hub1" || st.Partitions != testPartitions ||
+			len(st.Hubs) != testHubs || len(st.PartitionStates) != testPartitions {
+			t.Fatalf("/v1/cluster: %d %s", code, body)
+		}
+		for i, h := range st.Hubs {
+			if h.ID != fmt.Sprint("hub", i) || h.BaseURL != c.hubs[i].url || !slices.Equal(h.Owned, partitionsOf(i)) {
+				t.Fatalf("hub %d: %+v", i, h)
+			}
+		}
+		for p, ps := range st.PartitionStates {
+			if ps.Partition != p || ps.Owner != fmt.Sprint("hub", p%testHubs) || ps.Epoch != uint64(p+1) || ps.LeaseExpiry.IsZero() {
+				t.Fatalf("partition %d: %+v", p, ps)
+			}
+		}
+		code, _, body = get(t, c.ref.url+"/v1/cluster")
+		var e hubapi.APIError
+		if err := json.Unmarshal(body, &e); err != nil || code != 404 || !strings.Contains(e.Error, "not part of a cluster") {
+			t.Fatalf("/v1/cluster on a single hub: %d %s", code, body)
+		}
+	})
+	t.Run("bad params", func(t *testing.T) {
+		rng := fmt.Sprintf("&from=%d&to=%d", from.UnixMilli(), to.UnixMilli())
+		for _, tc := range []struct {
+			hub         *testHub
+			path, param string
+		}{
+			{c.hubs[0], "/v1/aggregates?window=1m" + rng, "metric"},
+			{c.hubs[0], "/v1/aggregates?metric=temp&window=nope" + rng, "window"},
+			{c.hubs[0], "/v1/aggregates?metric=temp&window=1m&device=bad%2Bid" + rng, "device"},
+			{c.hubs[0], "/v1/aggregates?metric=temp&window=1m&local=maybe" + rng, "local"},
+			{c.hubs[0], "/v1/aggregates?metric=temp&window=1m&local=1&local=1" + rng, "local"},
+			{c.hubs[0], "/v1/aggregates?metric=temp&window=1m&to=1", "from"},
+			{c.ref, "/v1/aggregates?metric=temp&window=1m&local=1" + rng, "local"},
+			{c.hubs[1], "/v1/devices?limit=0", "limit"},
+			{c.hubs[1], "/v1/devices?after=bad%2Bid", "after"},
+			{c.hubs[1], "/v1/devices/bad%2Bid", "id"},
+			{c.hubs[1], "/v1/events?metric=temp" + rng, "device"},
+			{c.hubs[1], "/v1/stream?from=3", "from"},
+			{c.hubs[1], "/v1/stream?window=nope", "window"},
+			{c.hubs[1], "/v1/cluster?x=1", "x"},
+		} {
+			code, _, body := get(t, tc.hub.url+tc.path)
+			var e hubapi.APIError
+			if err := json.Unmarshal(body, &e); err != nil || code != 400 || e.Param != tc.param {
+				t.Errorf("%s %s: %d %s; want 400 naming %s", tc.hub.id, tc.path, code, body, tc.param)
+			}
+		}
+	})
+	t.Run("merged stream", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.hubs[2].url+"/v1/stream?window=1m&metric=temp", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("stream: %s", resp.Status)
+		}
+		type sse struct{ name, data string }
+		events := make(chan sse, 1024)
+		go func() {
+			defer close(events)
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 1<<20)
+			var name string
+			for sc.Scan() {
+				line := sc.Text()
+				switch {
+				case strings.HasPrefix(line, "event: "):
+					name = strings.TrimPrefix(line, "event: ")
+				case strings.HasPrefix(line, "data: "):
+					events <- sse{name, strings.TrimPrefix(line, "data: ")}
+				}
+			}
+		}()
+		// Every hub's watermark moves with each round; the merged stream
+		// carries each hub's, named. Peers connect in the background, so
+		// rounds go on until all three are seen.
+		seen := map[string]bool{}
+		for r := 3; len(seen) < testHubs; r++ {
+			if r > 40 {
+				t.Fatalf("after %d rounds the merged stream carried watermarks of %v only", r-3, seen)
+			}
+			c.round(t, r)
+			for drained := false; !drained; {
+				select {
+				case e, ok := <-events:
+					if !ok {
+						t.Fatal("merged stream ended")
+					}
+					var d struct {
+						Hub         string `json:"hub"`
+						WatermarkMs int64  `json:"watermark_ms"`
+					}
+					if err := json.Unmarshal([]byte(e.data), &d); err != nil || d.Hub == "" {
+						t.Fatalf("event %s without hub: %s", e.name, e.data)
+					}
+					if e.name == "watermark" && d.WatermarkMs > 0 {
+						seen[d.Hub] = true
+					}
+				case <-time.After(200 * time.Millisecond):
+					drained = true
+				}
+			}
+		}
+	})
 }
