@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -152,6 +153,32 @@ func stripLocal(r *http.Request) (bool, *http.Request, error) {
 	r2 := r.Clone(r.Context())
 	r2.URL.RawQuery = v.Encode()
 	return b, r2, nil
+}
+
+// budgeted bounds a fan-out by the query budget (http-query-timeout)
+// without taking a query slot: a hub waiting for its peers holds none, so
+// two hubs asking each other cannot hold each other's slots. The work a
+// fan-out does here (this hub's own partials, the merge) takes one with
+// inSlot.
+func (s *API) budgeted(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.gate.budget)
+		defer cancel()
+		h(w, r.WithContext(ctx))
+	}
+}
+
+// errBusy is a fan-out's own work finding every query slot taken.
+var errBusy = errors.New("busy: every query slot (http-max-queries) stayed taken for http-query-wait")
+
+// inSlot runs fn in a query slot, or returns errBusy.
+func (s *API) inSlot(ctx context.Context, fn func() error) error {
+	if !s.gate.acquire(ctx) {
+		return errBusy
+	}
+	s.gate.running.Inc()
+	defer func() { s.gate.running.Dec(); s.gate.release() }()
+	return fn()
 }
 
 // answer is one member's answer to a fan-out: the partitions it covers

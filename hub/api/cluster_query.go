@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,7 +60,11 @@ func (s *API) serveClusterAggregates(w http.ResponseWriter, r *http.Request) {
 	need := allPartitions(s.cfg.Cluster.Partitions())
 	answers, missing := s.gather(r.Context(), need, func(ctx context.Context, v *view, m int) (map[int]uint64, any, error) {
 		if m == v.self {
-			ps, err := s.eng.ExportPartialsContext(ctx, pq)
+			var ps *aggregate.PartialSet
+			err := s.inSlot(ctx, func() (err error) {
+				ps, err = s.eng.ExportPartialsContext(ctx, pq)
+				return err
+			})
 			return v.members[m].Owned, ps, err
 		}
 		pp, err := hubapi.FetchPeerPartials(ctx, s.peerClient(), v.members[m].ID, v.members[m].BaseURL, s.cfg.PeerToken, pq, from, to)
@@ -72,7 +77,17 @@ func (s *API) serveClusterAggregates(w http.ResponseWriter, r *http.Request) {
 	for i, a := range answers {
 		sets[i] = a.val.(*aggregate.PartialSet)
 	}
-	res, err := hubapi.MergePartials(sets, q, len(missing) > 0)
+	var res []aggregate.WindowResult
+	err = s.inSlot(r.Context(), func() (err error) {
+		res, err = hubapi.MergePartials(sets, q, len(missing) > 0)
+		return err
+	})
+	if errors.Is(err, errBusy) {
+		s.gate.busy.WithLabelValues(r.URL.Path).Inc()
+		w.Header().Set("Retry-After", s.gate.retryAfter())
+		writeJSON(w, http.StatusTooManyRequests, hubapi.APIError{Error: err.Error(), Limit: "http-max-queries", Max: cap(s.gate.slots)})
+		return
+	}
 	if err != nil {
 		s.writeQueryError(w, r, err, nil)
 		return
@@ -222,14 +237,9 @@ func (s *API) serveClusterDevice(w http.ResponseWriter, r *http.Request) {
 
 // serveClusterEvents answers GET /v1/events from the device's owner.
 func (s *API) serveClusterEvents(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "device", "metric", "from", "to", "limit", "arrived_within")
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	dev, err := p.required("device")
+	q, err := s.parseEvents(r)
 	if err == nil {
-		if verr := wire.ValidateDeviceID(dev); verr != nil {
+		if verr := wire.ValidateDeviceID(q.Device); verr != nil {
 			err = hubapi.BadParam("device", "is not a device id: %v", verr)
 		}
 	}
@@ -237,7 +247,7 @@ func (s *API) serveClusterEvents(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	s.proxyToOwner(w, r, dev, s.serveEvents)
+	s.proxyToOwner(w, r, q.Device, s.gated(s.serveEvents))
 }
 
 // proxied is an owner's answer, held until it is known to be current.
