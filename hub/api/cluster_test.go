@@ -559,6 +559,7 @@ func TestClusterFaults(t *testing.T) {
 			{c.hubs[1], "/v1/devices?after=bad%2Bid", "after"},
 			{c.hubs[1], "/v1/devices/bad%2Bid", "id"},
 			{c.hubs[1], "/v1/events?metric=temp" + rng, "device"},
+			{c.hubs[1], "/v1/events?device=dev-0&from=x&to=1", "from"},
 			{c.hubs[1], "/v1/stream?from=3", "from"},
 			{c.hubs[1], "/v1/stream?window=nope", "window"},
 			{c.hubs[1], "/v1/cluster?x=1", "x"},
