@@ -168,7 +168,8 @@ func (s *API) serveClusterDevices(w http.ResponseWriter, r *http.Request) {
 	out.Devices = slices.CompactFunc(out.Devices, func(a, b hubapi.DeviceInfo) bool { return a.ID == b.ID })
 	cut := len(out.Devices)
 	if bound != "" {
-		cut, _ = slices.BinarySearchFunc(out.Devices, bound, func(d hubapi.DeviceInfo, id string) int {
+		var found bool
+		cut, found = slices.BinarySearchFunc(out.Devices, bound, func(d hubapi.DeviceInfo, id string) int {
 			switch {
 			case d.ID < id:
 				return -1
@@ -177,7 +178,7 @@ func (s *API) serveClusterDevices(w http.ResponseWriter, r *http.Request) {
 			}
 			return 0
 		})
-		if cut < len(out.Devices) {
+		if found {
 			cut++ // bound itself was on its page
 		}
 	}
