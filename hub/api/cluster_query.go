@@ -188,7 +188,9 @@ func (s *API) serveClusterDevices(w http.ResponseWriter, r *http.Request) {
 		if cut > 0 {
 			out.Next = out.Devices[cut-1].ID
 		} else {
-			out.Next = after
+			// No device up to bound is listed (a peer's whole page was of
+			// partitions it does not cover): go on past it.
+			out.Next = bound
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
