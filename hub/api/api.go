@@ -63,6 +63,7 @@ type API struct {
 	cfg  Config
 	eng  *aggregate.Engine
 	gate *queryGate
+	cm   *clusterMetrics // with a Cluster only
 }
 
 // New returns the API over b and registers its metrics.
@@ -74,5 +75,11 @@ func New(b Backend, cfg Config) (*API, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &API{b: b, cfg: cfg, eng: cfg.Engine, gate: g}, nil
+	a := &API{b: b, cfg: cfg, eng: cfg.Engine, gate: g}
+	if cfg.Cluster != nil {
+		if a.cm, err = newClusterMetrics(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }

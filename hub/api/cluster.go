@@ -196,8 +196,9 @@ type askFunc func(ctx context.Context, v *view, m int) (claimed map[int]uint64, 
 // at once, and again every clusterRetry for those still missing (no owner,
 // an owner that failed, or one whose answer the view does not accept)
 // until Config.ClusterWait has passed. It returns the accepted answers and
-// the partitions still missing, ascending.
-func (s *API) gather(ctx context.Context, need []int, ask askFunc) ([]answer, []int) {
+// the partitions still missing, ascending; endpoint labels the count of
+// partial answers.
+func (s *API) gather(ctx context.Context, endpoint string, need []int, ask askFunc) ([]answer, []int) {
 	deadline := time.Now().Add(s.cfg.ClusterWait)
 	covered := make([]bool, s.cfg.Cluster.Partitions())
 	var got []answer
@@ -213,7 +214,11 @@ func (s *API) gather(ctx context.Context, need []int, ask askFunc) ([]answer, []
 				}
 			}
 		}
-		if len(missing) == 0 || len(byOwner) == 0 && !time.Now().Before(deadline) {
+		if len(missing) == 0 {
+			return got, missing
+		}
+		if len(byOwner) == 0 && !time.Now().Before(deadline) {
+			s.cm.partial.WithLabelValues(endpoint).Inc()
 			return got, missing
 		}
 		res := make([]answer, 0, len(byOwner))
@@ -225,6 +230,7 @@ func (s *API) gather(ctx context.Context, need []int, ask askFunc) ([]answer, []
 				defer wg.Done()
 				claimed, val, err := ask(ctx, v, m)
 				if err != nil {
+					s.cm.peerAnswers.WithLabelValues(peerFailed).Inc()
 					s.cfg.Logger.Warn("cluster fan-out: a peer failed", "hub", v.members[m].ID, "err", err)
 					return
 				}
@@ -236,10 +242,12 @@ func (s *API) gather(ctx context.Context, need []int, ask askFunc) ([]answer, []
 		wg.Wait()
 		for _, a := range res {
 			if !v.accepts(a.member, a.claimed, covered) {
+				s.cm.peerAnswers.WithLabelValues(peerDiscarded).Inc()
 				s.cfg.Logger.Info("cluster fan-out: answer discarded (stale epoch or partitions not its own in this hub's view)",
 					"hub", v.members[a.member].ID, "partitions", hubapi.FormatPartitions(a.claimed))
 				continue
 			}
+			s.cm.peerAnswers.WithLabelValues(peerAccepted).Inc()
 			for p := range a.claimed {
 				covered[p] = true
 			}
@@ -252,13 +260,18 @@ func (s *API) gather(ctx context.Context, need []int, ask askFunc) ([]answer, []
 			}
 		}
 		wait := min(clusterRetry, time.Until(deadline))
-		if len(missing) == 0 || wait <= 0 {
+		if len(missing) == 0 {
+			return got, missing
+		}
+		if wait <= 0 {
+			s.cm.partial.WithLabelValues(endpoint).Inc()
 			return got, missing
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			s.cm.partial.WithLabelValues(endpoint).Inc()
 			return got, missing
 		case <-t.C:
 		}

@@ -58,7 +58,7 @@ func (s *API) serveClusterAggregates(w http.ResponseWriter, r *http.Request) {
 	// Every partition, even for one device's windows: Final and Behind
 	// are about the whole fleet's watermarks and streams, as on one hub.
 	need := allPartitions(s.cfg.Cluster.Partitions())
-	answers, missing := s.gather(r.Context(), need, func(ctx context.Context, v *view, m int) (map[int]uint64, any, error) {
+	answers, missing := s.gather(r.Context(), "/v1/aggregates", need, func(ctx context.Context, v *view, m int) (map[int]uint64, any, error) {
 		if m == v.self {
 			var ps *aggregate.PartialSet
 			err := s.inSlot(ctx, func() (err error) {
@@ -134,7 +134,7 @@ func (s *API) serveClusterDevices(w http.ResponseWriter, r *http.Request) {
 	if after != "" {
 		query.Set("after", after)
 	}
-	answers, missing := s.gather(r.Context(), allPartitions(c.Partitions()), func(ctx context.Context, v *view, m int) (map[int]uint64, any, error) {
+	answers, missing := s.gather(r.Context(), "/v1/devices", allPartitions(c.Partitions()), func(ctx context.Context, v *view, m int) (map[int]uint64, any, error) {
 		if m == v.self {
 			devs, next := s.b.DevicesPage(after, limit)
 			return v.members[m].Owned, hubapi.DevicesResponse{Devices: devs, Next: next}, nil
@@ -235,7 +235,7 @@ func (s *API) serveClusterDevice(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, hubapi.BadParam("id", "is not a device id: %v", err))
 		return
 	}
-	s.proxyToOwner(w, r, id, s.serveDevice)
+	s.proxyToOwner(w, r, "/v1/devices/{id}", id, s.serveDevice)
 }
 
 // serveClusterEvents answers GET /v1/events from the device's owner.
@@ -250,7 +250,7 @@ func (s *API) serveClusterEvents(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	s.proxyToOwner(w, r, q.Device, s.gated(s.serveEvents))
+	s.proxyToOwner(w, r, "/v1/events", q.Device, s.gated(s.serveEvents))
 }
 
 // proxied is an owner's answer, held until it is known to be current.
@@ -265,10 +265,10 @@ type proxied struct {
 // (status, type and body as they are) once its Edgeflow-Partitions names
 // the partition at the view's epoch. Without a current owner within
 // ClusterWait the answer is 503 naming the partition.
-func (s *API) proxyToOwner(w http.ResponseWriter, r *http.Request, device string, local http.HandlerFunc) {
+func (s *API) proxyToOwner(w http.ResponseWriter, r *http.Request, endpoint, device string, local http.HandlerFunc) {
 	part := s.cfg.Cluster.PartitionOf(device)
 	var self bool
-	answers, missing := s.gather(r.Context(), []int{part}, func(ctx context.Context, v *view, m int) (map[int]uint64, any, error) {
+	answers, missing := s.gather(r.Context(), endpoint, []int{part}, func(ctx context.Context, v *view, m int) (map[int]uint64, any, error) {
 		if m == v.self {
 			self = true
 			return map[int]uint64{part: v.epoch[part]}, nil, nil

@@ -101,6 +101,29 @@ type testHub struct {
 	view  *testView
 	asked atomic.Int64 // requests its HTTP server received
 	down  atomic.Bool  // when set, its HTTP server answers 503 to all
+	reg   *prometheus.Registry
+}
+
+// counter is the value of a counter of h's API with the given label.
+func (h *testHub) counter(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 const (
@@ -124,7 +147,8 @@ func startTestHub(t *testing.T, id string, view *testView, wait time.Duration) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	cfg := api.Config{Engine: s.Engine(), Gatherer: prometheus.NewRegistry(), Registerer: prometheus.NewRegistry(),
+	reg := prometheus.NewRegistry()
+	cfg := api.Config{Engine: s.Engine(), Gatherer: reg, Registerer: reg,
 		Logger: hubtest.QuietLogger(t), StreamHeartbeat: time.Second, MaxQueries: 8, QueryWait: time.Second,
 		QueryTimeout: 30 * time.Second, ClusterWait: wait}
 	if view != nil {
@@ -134,7 +158,7 @@ func startTestHub(t *testing.T, id string, view *testView, wait time.Duration) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	th := &testHub{id: id, srv: s, view: view}
+	th := &testHub{id: id, srv: s, view: view, reg: reg}
 	h := a.Handler()
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		th.asked.Add(1)
@@ -502,7 +526,14 @@ func TestClusterFaults(t *testing.T) {
 		}
 		c.hubs[0].view.setOwned("hub1", newer)
 		defer c.hubs[0].view.setOwned("hub1", ownedBy(1))
+		const answers, partials = "edgeflow_hub_cluster_peer_answers_total", "edgeflow_hub_cluster_partial_answers_total"
+		discarded := c.hubs[0].counter(t, answers, "result", "discarded")
+		partialAnswers := c.hubs[0].counter(t, partials, "endpoint", "/v1/aggregates")
 		partial(t, c.hubs[0], partitionsOf(1), c.eventsOf(0)+c.eventsOf(2))
+		if c.hubs[0].counter(t, answers, "result", "discarded") <= discarded ||
+			c.hubs[0].counter(t, partials, "endpoint", "/v1/aggregates") != partialAnswers+1 {
+			t.Fatal("the discarded answers and the partial answer are not counted")
+		}
 	})
 	t.Run("loop guard", func(t *testing.T) {
 		before1, before2 := c.hubs[1].asked.Load(), c.hubs[2].asked.Load()
