@@ -13,7 +13,8 @@ import (
 func (o *Options) httpSettings() *api.Settings {
 	return &api.Settings{TLSCertFile: o.HTTPTLSCertFile, TLSKeyFile: o.HTTPTLSKeyFile, ReadToken: o.HTTPReadToken,
 		ReadTimeout: o.HTTPReadTimeout, WriteTimeout: o.HTTPWriteTimeout, MaxRequestBytes: o.HTTPMaxRequestBytes,
-		MaxQueries: o.HTTPMaxQueries, QueryWait: o.HTTPQueryWait, QueryTimeout: o.HTTPQueryTimeout}
+		MaxQueries: o.HTTPMaxQueries, QueryWait: o.HTTPQueryWait, QueryTimeout: o.HTTPQueryTimeout,
+		ClusterWait: o.HTTPClusterWait}
 }
 
 // newHTTPServer wraps h with the token check and the request limits and

@@ -130,6 +130,11 @@ type Options struct {
 	// it, and when its client goes away. A query holds the engine's read
 	// lock, which ingest waits for. Default 30s, at most HTTPWriteTimeout.
 	HTTPQueryTimeout time.Duration
+	// HTTPClusterWait bounds how long an answer of a hub in a cluster
+	// waits for a partition that has no current owner before it answers
+	// without it ("partial": true). Default 2s; at most 1m and
+	// HTTPQueryTimeout. Unused by a single hub.
+	HTTPClusterWait time.Duration
 
 	// Limits bound what a batch may hold; zero fields take wire.DefaultLimits.
 	Limits wire.Limits
@@ -328,6 +333,7 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.HTTPMaxQueries, max(1, runtime.GOMAXPROCS(0)/2))
 	setDefault(&o.HTTPQueryWait, time.Second)
 	setDefault(&o.HTTPQueryTimeout, min(30*time.Second, o.HTTPWriteTimeout))
+	setDefault(&o.HTTPClusterWait, min(2*time.Second, o.HTTPQueryTimeout))
 	setDefault(&o.EventsBurst, o.MaxEventsPerSecond)
 	o.NATS.EnsureDefaults()
 	if o.Now == nil {

@@ -50,6 +50,7 @@ func newFlags() *pflag.FlagSet {
 	fs.Int("http-max-queries", 0, "expensive queries (/v1/aggregates, /v1/events, /v1/partials) that run at once; more wait up to http-query-wait, then get 429 (0: GOMAXPROCS/2, at least 1)")
 	fs.String("http-query-wait", "1s", "how long a query waits for one of http-max-queries before a 429 with Retry-After (at most 1m)")
 	fs.String("http-query-timeout", "30s", "how long one query may run before it is stopped with a 503 (at most 2m); ingest waits for a running query")
+	fs.String("http-cluster-wait", "2s", "in a cluster of hubs: how long an answer waits for a partition without a current owner before it answers partial (at most 1m and http-query-timeout)")
 	fs.String("mqtt-listen", ":1883", "embedded MQTT broker address (when --mqtt-url is empty)")
 	fs.String("mqtt-url", "", "external MQTT broker, e.g. tcp://host:1883 (empty: embedded broker)")
 	fs.String("client-id", "edgeflow-hubd", "MQTT client id on an external broker (keep it stable)")
@@ -124,6 +125,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 	o.TickInterval = k.Duration("tick-interval", false)
 	o.HTTPQueryWait = k.Duration("http-query-wait", false)
 	o.HTTPQueryTimeout = k.Duration("http-query-timeout", false)
+	o.HTTPClusterWait = k.Duration("http-cluster-wait", false)
 	o.HTTPMaxQueries = k.Int("http-max-queries", 0)
 	if o.GroupCommitWait = k.Duration("group-commit-wait", true); o.GroupCommitWait == 0 {
 		o.GroupCommitWait = hub.NoGroupCommitWait
@@ -182,6 +184,7 @@ var optionKeys = map[string]string{
 	"HTTPTLSCertFile": "http-tls-cert", "HTTPReadToken": "http-read-token",
 	"MQTTCAFile": "mqtt-ca-file", "MQTTCertFile": "mqtt-cert-file",
 	"HTTPMaxQueries": "http-max-queries", "HTTPQueryWait": "http-query-wait", "HTTPQueryTimeout": "http-query-timeout",
+	"HTTPClusterWait":      "http-cluster-wait",
 	"MQTTMaxRetainedBytes": "mqtt-max-retained-bytes", "MQTTAuthThrottle.ClientFailures": "mqtt-auth-client-failures",
 	"MQTTAuthThrottle.SourceFailures": "mqtt-auth-source-failures",
 	"NATS.URLs":                       "nats-url", "NATS.Stream": "nats-stream", "NATS.Partitions": "nats-partitions",

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,18 @@ type Config struct {
 	MaxQueries      int           // expensive queries running at once
 	QueryWait       time.Duration // how long a query waits for a slot before a 429
 	QueryTimeout    time.Duration // one query's deadline
+	// Cluster, when set, makes this hub one of several sharing the fleet's
+	// partitions: the query endpoints fan out to the owners and merge
+	// (cluster.go). Nil: a single hub answering from its own state.
+	Cluster Cluster
+	// ClusterWait bounds how long a fanned-out answer waits for a
+	// partition without a (current) owner before it answers partial.
+	ClusterWait time.Duration
+	// PeerToken is the bearer token sent to peers (the read token: every
+	// hub of a cluster shares it); PeerClient asks them (nil: a default
+	// client, each request bounded by its query's context).
+	PeerToken  string
+	PeerClient *http.Client
 }
 
 // API serves the hub's HTTP endpoints over a Backend.
@@ -50,6 +63,7 @@ type API struct {
 	cfg  Config
 	eng  *aggregate.Engine
 	gate *queryGate
+	cm   *clusterMetrics // with a Cluster only
 }
 
 // New returns the API over b and registers its metrics.
@@ -58,5 +72,14 @@ func New(b Backend, cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{b: b, cfg: cfg, eng: cfg.Engine, gate: g}, nil
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &API{b: b, cfg: cfg, eng: cfg.Engine, gate: g}
+	if cfg.Cluster != nil {
+		if a.cm, err = newClusterMetrics(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }

@@ -20,22 +20,7 @@ type EventsQuery struct {
 }
 
 func (s *API) serveEvents(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "device", "metric", "from", "to", "limit", "arrived_within")
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	var q EventsQuery
-	if q.Device, err = p.required("device"); err == nil {
-		q.Metric = p.str("metric")
-		q.From, q.To, err = p.timeRange()
-	}
-	if err == nil {
-		q.Limit, err = p.intIn("limit", defaultEventLimit, 1, maxEventsLimit)
-	}
-	if err == nil {
-		q.Arrival, err = p.duration("arrived_within", 0, s.eng.Options().LateHorizon)
-	}
+	q, err := s.parseEvents(r)
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -46,4 +31,23 @@ func (s *API) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeData(w, out)
+}
+
+// parseEvents reads the parameters of /v1/events.
+func (s *API) parseEvents(r *http.Request) (q EventsQuery, err error) {
+	p, err := newParams(r, "device", "metric", "from", "to", "limit", "arrived_within")
+	if err != nil {
+		return q, err
+	}
+	if q.Device, err = p.required("device"); err == nil {
+		q.Metric = p.str("metric")
+		q.From, q.To, err = p.timeRange()
+	}
+	if err == nil {
+		q.Limit, err = p.intIn("limit", defaultEventLimit, 1, maxEventsLimit)
+	}
+	if err == nil {
+		q.Arrival, err = p.duration("arrived_within", 0, s.eng.Options().LateHorizon)
+	}
+	return q, err
 }

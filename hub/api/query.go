@@ -15,12 +15,14 @@ func (s *API) registerQueryAPI(mux *http.ServeMux) {
 	if s.eng == nil {
 		return
 	}
-	mux.HandleFunc("GET /v1/aggregates", s.whenRecovered(s.gated(s.serveAggregates)))
+	mux.HandleFunc("GET /v1/aggregates", s.whenRecovered(s.clustered(s.gated(s.serveAggregates), s.budgeted(s.serveClusterAggregates))))
 	mux.HandleFunc("GET /v1/late", s.whenRecovered(s.serveLate))
 	mux.HandleFunc("GET /v1/quarantine", s.whenRecovered(s.serveQuarantine))
-	mux.HandleFunc("GET /v1/stream", s.whenRecovered(s.serveStream))
-	mux.HandleFunc("GET /v1/events", s.whenRecovered(s.gated(s.serveEvents)))
-	mux.HandleFunc("GET /v1/partials", s.whenRecovered(s.gated(s.servePartials)))
+	mux.HandleFunc("GET /v1/stream", s.whenRecovered(s.clustered(s.serveStream, s.serveClusterStream)))
+	mux.HandleFunc("GET /v1/events", s.whenRecovered(s.clustered(s.gated(s.serveEvents), s.budgeted(s.serveClusterEvents))))
+	// Partials are always this hub's own (hubd query and the fan-outs
+	// merge them), with Edgeflow-Partitions in a cluster.
+	mux.HandleFunc("GET /v1/partials", s.whenRecovered(s.clustered(s.gated(s.servePartials), nil)))
 }
 
 // whenRecovered answers 503 until recovery (checkpoint and replay) is

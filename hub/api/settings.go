@@ -26,6 +26,9 @@ type Settings struct {
 	// (HTTPMaxQueries, HTTPQueryWait, HTTPQueryTimeout).
 	MaxQueries              int
 	QueryWait, QueryTimeout time.Duration
+	// ClusterWait bounds a fanned-out answer's wait for an unowned
+	// partition (HTTPClusterWait).
+	ClusterWait time.Duration
 }
 
 // Check checks the HTTP API's TLS, token and limits and names the first
@@ -50,6 +53,8 @@ func (s *Settings) Check() error {
 		return bad("HTTPQueryWait", "%v: want a duration in (0, 1m]", s.QueryWait)
 	case s.QueryTimeout <= 0 || s.QueryTimeout > s.WriteTimeout:
 		return bad("HTTPQueryTimeout", "%v: want a duration in (0, %v] (the HTTP write timeout)", s.QueryTimeout, s.WriteTimeout)
+	case s.ClusterWait < 0 || s.ClusterWait > min(clusterWaitMax, s.QueryTimeout):
+		return bad("HTTPClusterWait", "%v: want a duration in [0, %v] (at most a minute and the query timeout)", s.ClusterWait, min(clusterWaitMax, s.QueryTimeout))
 	}
 	return nil
 }

@@ -20,11 +20,17 @@ import (
 
 // AggregatesResponse is the body of GET /v1/aggregates.
 type AggregatesResponse struct {
-	Metric  string       `json:"metric"`
-	Window  string       `json:"window"`
-	From    string       `json:"from"`
-	To      string       `json:"to"`
-	Aggs    []string     `json:"aggs"`
+	Metric string   `json:"metric"`
+	Window string   `json:"window"`
+	From   string   `json:"from"`
+	To     string   `json:"to"`
+	Aggs   []string `json:"aggs"`
+	// Partial is true when a hub of a cluster answered without some
+	// partitions (no owner, or only a stale one, within http-cluster-wait):
+	// MissingPartitions lists them, and no window is final.
+	Partial           bool  `json:"partial,omitempty"`
+	MissingPartitions []int `json:"missing_partitions,omitempty"`
+	// Windows stays the last field: the API streams it after the rest.
 	Windows []WindowJSON `json:"windows"`
 }
 
@@ -150,6 +156,13 @@ const PartialsContentType = "application/vnd.edgeflow.partials.v1"
 // sent as a bearer token. A hub busy with other queries (429) is asked
 // again after its Retry-After, up to fetchBusyTries times within ctx.
 func FetchPartials(ctx context.Context, client *http.Client, baseURL, token string, q aggregate.Query, from, to time.Time) (*aggregate.PartialSet, error) {
+	ps, _, err := fetchPartialsWith(ctx, client, baseURL, token, q, from, to, nil)
+	return ps, err
+}
+
+// fetchPartialsWith is FetchPartials with extra query parameters; it also
+// returns the answer's header.
+func fetchPartialsWith(ctx context.Context, client *http.Client, baseURL, token string, q aggregate.Query, from, to time.Time, extra url.Values) (*aggregate.PartialSet, http.Header, error) {
 	v := url.Values{"metric": {q.Metric}, "from": {strconv.FormatInt(from.UnixMilli(), 10)},
 		"to": {strconv.FormatInt(to.UnixMilli(), 10)}}
 	if len(q.GroupBy) > 0 {
@@ -158,17 +171,20 @@ func FetchPartials(ctx context.Context, client *http.Client, baseURL, token stri
 	if q.Device != "" {
 		v.Set("device", q.Device)
 	}
+	for k, vs := range extra {
+		v[k] = vs
+	}
 	u := strings.TrimSuffix(baseURL, "/") + "/v1/partials?" + v.Encode()
 	for try := 1; ; try++ {
-		ps, wait, err := fetchPartialsOnce(ctx, client, baseURL, u, token)
+		ps, h, wait, err := fetchPartialsOnce(ctx, client, baseURL, u, token)
 		if wait == 0 || try == fetchBusyTries {
-			return ps, err
+			return ps, h, err
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("%w (then %w)", err, ctx.Err())
+			return nil, nil, fmt.Errorf("%w (then %w)", err, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -179,39 +195,39 @@ const fetchBusyTries = 4
 
 // fetchPartialsOnce asks once; wait is the Retry-After of a 429 (bounded
 // to 1s..30s), zero otherwise.
-func fetchPartialsOnce(ctx context.Context, client *http.Client, baseURL, u, token string) (*aggregate.PartialSet, time.Duration, error) {
+func fetchPartialsOnce(ctx context.Context, client *http.Client, baseURL, u, token string) (*aggregate.PartialSet, http.Header, time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPartialsBody+1))
 	if err != nil {
-		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		err := fmt.Errorf("partials from %s: %s: %s", baseURL, resp.Status, strings.TrimSpace(string(body)))
 		if resp.StatusCode == http.StatusTooManyRequests {
 			secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-			return nil, time.Duration(min(max(secs, 1), 30)) * time.Second, err
+			return nil, nil, time.Duration(min(max(secs, 1), 30)) * time.Second, err
 		}
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if len(body) > maxPartialsBody {
-		return nil, 0, fmt.Errorf("partials from %s: answer larger than %d bytes: narrow from/to or group_by", baseURL, maxPartialsBody)
+		return nil, nil, 0, fmt.Errorf("partials from %s: answer larger than %d bytes: narrow from/to or group_by", baseURL, maxPartialsBody)
 	}
 	ps, err := aggregate.DecodePartialSet(body)
 	if err != nil {
-		return nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
+		return nil, nil, 0, fmt.Errorf("partials from %s: %w", baseURL, err)
 	}
-	return ps, 0, nil
+	return ps, resp.Header, 0, nil
 }
 
 // maxSessionReach is how far past to QueryHubs fetches partials for
@@ -231,10 +247,7 @@ func QueryHubs(ctx context.Context, client *http.Client, hubs []string, token st
 	if q.WindowName != "" {
 		return nil, BadParam("window", "give the window as kind:size (e.g. tumbling:1m) when merging hubs, not a configured name")
 	}
-	from, to := q.From, q.To.Add(q.Window.Size)
-	if q.Window.Kind == aggregate.Session {
-		from, to = q.From.Add(-q.Window.Gap), q.To.Add(maxSessionReach)
-	}
+	from, to := PartialsRange(q)
 	sets := make([]*aggregate.PartialSet, len(hubs))
 	for i, h := range hubs {
 		ps, err := FetchPartials(ctx, client, h, token, q, from, to)
@@ -342,6 +355,10 @@ type StreamEventJSON struct {
 type DevicesResponse struct {
 	Devices []DeviceInfo `json:"devices"`
 	Next    string       `json:"next,omitempty"`
+	// Partial and MissingPartitions: as in AggregatesResponse; the
+	// devices of the missing partitions are not listed.
+	Partial           bool  `json:"partial,omitempty"`
+	MissingPartitions []int `json:"missing_partitions,omitempty"`
 }
 
 // DeviceInfo is what GET /v1/devices/{id} returns about a device.
