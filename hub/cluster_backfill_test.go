@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"edgeflow/hub/natslog"
 	"edgeflow/internal/testnats"
 )
 
@@ -106,6 +110,13 @@ func waitListing(t *testing.T, s *Server, agents []*clusterAgent, base time.Time
 // snapshot, and stops the hub as if it crashed; it returns the agents,
 // the events' base time and the NATS servers.
 func restorePhase(t *testing.T) ([]*clusterAgent, time.Time, *testnats.Cluster) {
+	agents, base, c, _ := restorePhaseAt(t)
+	return agents, base, c
+}
+
+// restorePhaseAt is restorePhase that also returns the snapshot's
+// positions.
+func restorePhaseAt(t *testing.T) ([]*clusterAgent, time.Time, *testnats.Cluster, map[int]uint64) {
 	c := testnats.Start(t, 1)
 	o, cc := clusterOptions(t, t.TempDir(), c, 1)
 	s, stop := startClusterHub(t, o)
@@ -123,10 +134,11 @@ func restorePhase(t *testing.T) ([]*clusterAgent, time.Time, *testnats.Cluster) 
 	if err := s.snapshotNow(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	snapPos := s.cl.snap.lastPosSeen()
 	send(100, "after the snapshot")
 	waitListing(t, s, agents, base, "the first hub")
 	stop(true)
-	return agents, base, c
+	return agents, base, c, snapPos
 }
 
 // TestClusterEventsAfterRestore: a hub restored from a state snapshot on
@@ -194,4 +206,75 @@ func TestClusterBackfillResumes(t *testing.T) {
 	if gaugeValue(t, s3.cl.bf.m.running) != 0 || gaugeValue(t, s3.cl.bf.m.remaining) != 0 {
 		t.Fatal("the backfill gauges stay up after it finished")
 	}
+}
+
+// TestClusterBackfillAfterRetention: the stream has dropped its oldest
+// messages (a purge stands in for retention) before the restored hub
+// backfills: it lists what the stream still holds, each event once, every
+// event after the snapshot, and says from when on its answer is whole
+// (incomplete_before: the time of the oldest message left).
+func TestClusterBackfillAfterRetention(t *testing.T) {
+	agents, base, c, snapPos := restorePhaseAt(t)
+	low := uint64(0)
+	for _, seq := range snapPos {
+		if low == 0 || seq < low {
+			low = seq
+		}
+	}
+	cut := low/2 + 1 // drops about half of what the snapshot covers
+	ctx := context.Background()
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, natslog.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(cut)); err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil || info.State.FirstSeq != cut {
+		t.Fatalf("after the purge: %+v, %v; want the first sequence %d", info, err, cut)
+	}
+
+	o2, cc2 := clusterOptions(t, t.TempDir(), c, 1)
+	s2, _ := startClusterHub(t, o2)
+	waitAllApplied(t, cc2, agents, "after the restore")
+	var r listedEvents
+	waitUntil(t, "the backfill done", func() bool {
+		r = listAll(t, s2, agents[0].id, base)
+		return !r.Backfilling
+	})
+	if want := info.State.FirstTime.UTC().Format(time.RFC3339Nano); r.IncompleteBefore != want {
+		t.Fatalf("incomplete_before %q, want the oldest message's time %q", r.IncompleteBefore, want)
+	}
+	listed, sent := 0, 0
+	for _, a := range agents {
+		r := listAll(t, s2, a.id, base)
+		seen := map[uint64]bool{}
+		for _, e := range r.Events {
+			if seen[e.Seq] || e.Seq == 0 || e.Seq > uint64(a.next) {
+				t.Fatalf("%s: seq %d listed twice or never sent", a.id, e.Seq)
+			}
+			seen[e.Seq] = true
+		}
+		for seq := 301; seq <= a.next; seq++ {
+			if !seen[uint64(seq)] {
+				t.Fatalf("%s: seq %d, sent after the snapshot, not listed", a.id, seq)
+			}
+		}
+		listed += len(r.Events)
+		sent += a.next
+	}
+	if listed >= sent {
+		t.Fatalf("%d of %d events listed: the purge dropped nothing", listed, sent)
+	}
+	t.Logf("%d of %d events listed after the stream dropped sequences below %d", listed, sent, cut)
 }
