@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -365,4 +366,56 @@ func (s *Server) backfillState() (running bool, incompleteBeforeNs int64) {
 		return false, 0
 	}
 	return s.cl.bf.running.Load(), s.cl.bf.incompleteBefore.Load()
+}
+
+// retainBackfilled deletes the backfilled entries stored before cutoff
+// (the log's RetentionMaxAge applies to them as to the log) with their
+// event-time index keys, the index keys first as Retain does. None of
+// them is needed for recovery. It returns how many it deleted.
+func (s *Server) retainBackfilled(cutoff int64) (int, error) {
+	deleted := 0
+	for {
+		var keys, idx [][]byte
+		err := s.st.DB.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{hublog.PrefixBackfill}, PrefetchValues: true, PrefetchSize: 16})
+			defer it.Close()
+			for it.Rewind(); it.Valid() && len(keys) < hublog.RetainBatch; it.Next() {
+				k := it.Item().Key()
+				if len(k) != 17 {
+					return fmt.Errorf("%w: backfilled entry key %x", hublog.ErrCorrupt, k)
+				}
+				seq, t := binary.BigEndian.Uint64(k[1:]), int64(binary.BigEndian.Uint64(k[9:]))
+				if t >= cutoff {
+					continue // stream order is nearly, not strictly, stored-time order
+				}
+				keys = append(keys, it.Item().KeyCopy(nil))
+				v, err := it.Item().ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				e, err := hublog.DecodeEntry(hublog.BackfillSeq(seq), v)
+				if err != nil {
+					continue // no index keys it can name; readers skip stale ones
+				}
+				view := new(batchview.View)
+				if batchview.ParseBatchFrame(view, e.Payload, s.opts.Limits) != nil {
+					continue
+				}
+				for _, x := range eventtime.AppendKVs(nil, e, view, nil) {
+					idx = append(idx, x.Key)
+				}
+			}
+			return nil
+		})
+		if err == nil && len(keys) > 0 {
+			err = hublog.DeleteKeys(s.st.DB, idx)
+		}
+		if err == nil && len(keys) > 0 {
+			err = hublog.DeleteKeys(s.st.DB, keys)
+		}
+		if err != nil || len(keys) < hublog.RetainBatch {
+			return deleted + len(keys), err
+		}
+		deleted += len(keys)
+	}
 }

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	badger "github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"edgeflow/hub/hublog"
 	"edgeflow/hub/natslog"
 	"edgeflow/internal/testnats"
 )
@@ -151,6 +153,33 @@ func TestClusterEventsAfterRestore(t *testing.T) {
 	s2, _ := startClusterHub(t, o2)
 	waitAllApplied(t, cc2, agents, "after the restore")
 	waitListing(t, s2, agents, base, "after the restore")
+
+	// The log's retention deletes backfilled entries by age, with their
+	// index keys: here all of them; what was logged after the restore
+	// stays listed.
+	n, err := s2.retainBackfilled(time.Now().Add(time.Hour).UnixNano())
+	if err != nil || n == 0 {
+		t.Fatalf("retention of backfilled entries: %d deleted, %v", n, err)
+	}
+	for _, a := range agents {
+		r := listAll(t, s2, a.id, base)
+		if len(r.Events) != 100 || r.Events[0].Seq != 301 {
+			t.Fatalf("%s after the backfilled entries' retention: %d events listed, want the 100 logged after the restore", a.id, len(r.Events))
+		}
+	}
+	err = s2.st.DB.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{hublog.PrefixEventIndex}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			if k, err := hublog.ParseEventIndexKey(it.Item().Key()); err != nil || hublog.IsBackfilled(k.Seq) {
+				return fmt.Errorf("index key %x left (%v)", it.Item().Key(), err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestClusterBackfillResumes: a backfill stopped after two of its
