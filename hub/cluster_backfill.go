@@ -21,8 +21,13 @@ import (
 )
 
 // backfillChunk is how many stream messages one backfill transaction
-// covers: its entries, the ranges they list and the plan's progress.
-const backfillChunk = 512
+// covers at most (its entries, the ranges they list and the plan's
+// progress), and backfillChunkBytes how many payload bytes: what the
+// backfill holds in memory besides the reader's buffer.
+const (
+	backfillChunk      = 512
+	backfillChunkBytes = 4 << 20
+)
 
 // clusterBackfill fills, after a state snapshot restore, the local log's
 // backfill key space (hublog.PrefixBackfill) with the batches the
@@ -185,7 +190,7 @@ func (s *Server) backfillPass(ctx context.Context, l *natslog.Log, plan *hublog.
 		default:
 			w.add(m)
 		}
-		if n++; n < chunk && !eof {
+		if n++; n < chunk && w.bytes < backfillChunkBytes && !eof {
 			continue
 		}
 		if err := w.commit(eof); err != nil {
@@ -213,6 +218,7 @@ type backfillWriter struct {
 	done    map[hublog.StreamKey]*ranges.RangeSet
 	dirty   map[hublog.StreamKey]bool
 	kvs     []kv
+	bytes   int // payload bytes queued in kvs
 	entries uint64
 	through uint64
 }
@@ -291,6 +297,7 @@ func (w *backfillWriter) add(m natslog.Message) {
 		}
 	}
 	w.kvs = append(w.kvs, kv{k: hublog.BackfillKey(m.Seq, serverNs), v: e.Encode()})
+	w.bytes += len(m.Data)
 	for _, x := range eventtime.AppendKVs(nil, &e, v, nil) {
 		w.kvs = append(w.kvs, kv{k: x.Key, v: x.Value})
 	}
@@ -354,7 +361,7 @@ func (w *backfillWriter) commit(last bool) error {
 	}
 	w.s.cl.bf.m.entries.Add(float64(w.entries))
 	*w.plan = next
-	w.kvs, w.entries = w.kvs[:0], 0
+	w.kvs, w.bytes, w.entries = w.kvs[:0], 0, 0
 	clear(w.dirty)
 	return nil
 }
