@@ -100,7 +100,7 @@ func (s *Server) startBackfill(ctx context.Context, l *natslog.Log) error {
 	}
 	bf.incompleteBefore.Store(plan.IncompleteBeforeNs)
 	if plan.Finished {
-		return nil
+		return s.dropBackfillRanges() // left by a stop right after the last transaction
 	}
 	bf.running.Store(true)
 	bf.m.running.Set(1)
@@ -139,6 +139,9 @@ func (s *Server) runBackfill(ctx context.Context, l *natslog.Log, plan *hublog.B
 	bf.running.Store(false)
 	bf.m.running.Set(0)
 	bf.m.remaining.Set(0)
+	if err := s.dropBackfillRanges(); err != nil {
+		s.log.Error("cluster mode: deleting the backfill's per-stream ranges; the next start tries again", "err", err)
+	}
 	attrs := []any{"entries", plan.Entries, "through", plan.Through, "took", time.Since(start).Round(time.Millisecond)}
 	if plan.IncompleteBeforeNs != 0 {
 		attrs = append(attrs, "incomplete_before", time.Unix(0, plan.IncompleteBeforeNs).UTC().Format(time.RFC3339Nano))
@@ -425,4 +428,33 @@ func (s *Server) retainBackfilled(cutoff int64) (int, error) {
 		}
 		deleted += len(keys)
 	}
+}
+
+// dropBackfillRanges deletes the per-stream ranges of a finished
+// backfill (the snapshot's and those listed), which only a running
+// one reads.
+func (s *Server) dropBackfillRanges() error {
+	for _, prefix := range hublog.BackfillRangesPrefixes() {
+		for {
+			var keys [][]byte
+			err := s.st.DB.View(func(txn *badger.Txn) error {
+				it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+				defer it.Close()
+				for it.Rewind(); it.Valid() && len(keys) < hublog.RetainBatch; it.Next() {
+					keys = append(keys, it.Item().KeyCopy(nil))
+				}
+				return nil
+			})
+			if err == nil {
+				err = hublog.DeleteKeys(s.st.DB, keys)
+			}
+			if err != nil {
+				return err
+			}
+			if len(keys) < hublog.RetainBatch {
+				break
+			}
+		}
+	}
+	return nil
 }

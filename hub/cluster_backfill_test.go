@@ -235,6 +235,21 @@ func TestClusterBackfillResumes(t *testing.T) {
 	if gaugeValue(t, s3.cl.bf.m.running) != 0 || gaugeValue(t, s3.cl.bf.m.remaining) != 0 {
 		t.Fatal("the backfill gauges stay up after it finished")
 	}
+	// The per-stream ranges go once the backfill is finished.
+	waitUntil(t, "the backfill's ranges deleted", func() bool {
+		left := 0
+		_ = s3.st.DB.View(func(txn *badger.Txn) error {
+			for _, p := range hublog.BackfillRangesPrefixes() {
+				it := txn.NewIterator(badger.IteratorOptions{Prefix: p})
+				for it.Rewind(); it.Valid(); it.Next() {
+					left++
+				}
+				it.Close()
+			}
+			return nil
+		})
+		return left == 0
+	})
 }
 
 // TestClusterBackfillAfterRetention: the stream has dropped its oldest

@@ -60,6 +60,13 @@ func BackfillDoneKey(device string, stream wire.StreamID) []byte {
 	return append([]byte{prefixBackfillMeta, 'D'}, RangesKey(device, stream)[1:]...)
 }
 
+// BackfillRangesPrefixes are the key prefixes of the backfill's
+// per-stream ranges (BackfillLimitKey, BackfillDoneKey), deleted once it
+// is finished.
+func BackfillRangesPrefixes() [][]byte {
+	return [][]byte{{prefixBackfillMeta, 'L'}, {prefixBackfillMeta, 'D'}}
+}
+
 // BackfillPlan is the backfill's plan and progress, written with the
 // restored snapshot and updated in each transaction of backfilled
 // entries.

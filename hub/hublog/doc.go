@@ -35,7 +35,8 @@
 //	                                    index keys name it by BackfillSeq(streamSeq)
 //	fP                               -> the backfill's plan and progress (BackfillPlan, JSON)
 //	fL<device>\x00<streamID:16>      -> the applied ranges the restored snapshot held of the stream
-//	fD<device>\x00<streamID:16>      -> the ranges of the stream backfilled so far
+//	fD<device>\x00<streamID:16>      -> the ranges of the stream backfilled so far (fL and fD are
+//	                                    deleted once the backfill is finished)
 //
 // The applied ranges are written in the same transaction as the log entries
 // that produced them, so the dedup state is never ahead of or behind the log;
