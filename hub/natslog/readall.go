@@ -13,8 +13,10 @@ import (
 
 // readAllBufferBytes bounds the bytes an AllReader's consumer buffers
 // in the client: reading a retained stream of any size holds about this
-// much at a time.
-const readAllBufferBytes = 8 << 20
+// much at a time. A refill pull may ask for only half of it, so it must be twice
+// the largest message (NATS' max_payload is 1 MB by default, a hub's
+// largest frame 8 MiB) or the reader stalls.
+const readAllBufferBytes = 32 << 20
 
 // Retained is what the stream holds now: the sequences FirstSeq..LastSeq
 // (Messages of them; none when Messages is 0) and when its first message
@@ -39,7 +41,7 @@ func (l *Log) Retained(ctx context.Context) (Retained, error) {
 // a start sequence up to a bound per partition, then io.EOF. It is what a
 // hub restored from a state snapshot reads to fill its local log with the
 // batches the snapshot's state already holds. Its consumer buffers at
-// most about 8 MiB in the client. An AllReader is used by one goroutine.
+// most about 32 MiB in the client. An AllReader is used by one goroutine.
 type AllReader struct {
 	upTo map[int]uint64
 	end  uint64 // the highest bound: no message after it is returned
