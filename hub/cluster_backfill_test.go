@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/natslog"
+	"edgeflow/hub/ranges"
 	"edgeflow/internal/testnats"
 )
 
@@ -321,4 +323,33 @@ func TestClusterBackfillAfterRetention(t *testing.T) {
 		t.Fatalf("%d of %d events listed: the purge dropped nothing", listed, sent)
 	}
 	t.Logf("%d of %d events listed after the stream dropped sequences below %d", listed, sent, cut)
+}
+
+// TestBackfillIntersect: the events a backfilled batch lists are the
+// parts of its missing ranges that the snapshot's ranges hold.
+func TestBackfillIntersect(t *testing.T) {
+	r := func(pairs ...uint64) []ranges.SeqRange {
+		var out []ranges.SeqRange
+		for i := 0; i < len(pairs); i += 2 {
+			out = append(out, ranges.SeqRange{First: pairs[i], Last: pairs[i+1]})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name            string
+		want, have, out []ranges.SeqRange
+	}{
+		{"inside", r(1, 10), r(1, 100), r(1, 10)},
+		{"none held", r(1, 10), nil, nil},
+		{"disjoint", r(1, 10), r(11, 20), nil},
+		{"overlaps both ends", r(5, 15), r(1, 7, 12, 20), r(5, 7, 12, 15)},
+		{"several", r(1, 3, 8, 12), r(2, 9, 11, 11), r(2, 3, 8, 9, 11, 11)},
+		{"one point", r(4, 4), r(4, 4), r(4, 4)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := intersect(tc.want, tc.have); !slices.Equal(got, tc.out) {
+				t.Fatalf("intersect(%v, %v) = %v, want %v", tc.want, tc.have, got, tc.out)
+			}
+		})
+	}
 }
