@@ -22,7 +22,8 @@ type clusterMode struct {
 	from           map[int]uint64 // each partition's committed position, loaded at start
 	cancel         context.CancelFunc
 	wg             sync.WaitGroup
-	snap           clusterSnap // state snapshots (cluster_snapshot.go)
+	snap           clusterSnap     // state snapshots (cluster_snapshot.go)
+	bf             clusterBackfill // the local log's backfill after a restore (cluster_backfill.go)
 }
 
 // loadLogPositions reads each partition's committed position from the
@@ -78,6 +79,9 @@ func (s *Server) startCluster(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	s.cl.cancel = cancel
+	if err := s.startBackfill(rctx, l); err != nil {
+		return err
+	}
 	for p := range s.opts.NATS.Log.Partitions {
 		s.cl.wg.Add(1)
 		go func() { defer s.cl.wg.Done(); s.readPartition(rctx, l, p, s.cl.from[p]+1) }()

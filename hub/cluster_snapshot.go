@@ -301,6 +301,6 @@ func (s *Server) writeRestored(d *cluster.Snap, positions map[int]uint64) error 
 				return err
 			}
 		}
-		return nil
+		return s.setBackfillPlan(txn, positions)
 	})
 }

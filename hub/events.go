@@ -36,6 +36,13 @@ const (
 // It stops with ctx's error when ctx is done.
 func (s *Server) storedEvents(ctx context.Context, q api.EventsQuery) (*hubapi.EventsResponse, error) {
 	out := &hubapi.EventsResponse{Device: q.Device, From: hubapi.RFC3339(q.From), To: hubapi.RFC3339(q.To), Events: []hubapi.EventJSON{}}
+	// Read before the log: a backfill that ends during the read may have
+	// missed this answer, never the other way round.
+	running, incompleteNs := s.backfillState()
+	out.Backfilling = running
+	if incompleteNs != 0 {
+		out.IncompleteBefore = hubapi.RFC3339(time.Unix(0, incompleteNs))
+	}
 	arrivedBefore := int64(math.MaxInt64)
 	if q.Arrival > 0 {
 		arrivedBefore = q.To.Add(q.Arrival).UnixNano()
@@ -96,6 +103,9 @@ func eventJSON(e *hublog.Entry, ev *AppliedEvent) hubapi.EventJSON {
 		Method:     registry.MethodName(int32(ev.Method)),
 		DeviceTime: hubapi.RFC3339(time.Unix(0, ev.DeviceTimeNs)), ServerTime: hubapi.RFC3339(time.Unix(0, e.ServerTimeNs)),
 		LogPosition: e.Seq, EventNs: ev.EventTimeNs}
+	if hublog.IsBackfilled(e.Seq) {
+		out.LogPosition = 0 // read from the stream, not the local log
+	}
 	if len(ev.Tags) > 0 {
 		out.Tags = make(map[string]string, len(ev.Tags))
 		for _, t := range ev.Tags {

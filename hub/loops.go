@@ -174,10 +174,14 @@ func (s *Server) Retain() (int, error) {
 	cutoff := s.opts.Now().Add(-s.opts.RetentionMaxAge).UnixNano()
 	pos := s.ckptPos.Load()
 	deleted := 0
+	backfilled, err := s.retainBackfilled(cutoff) // cluster mode's backfilled entries (cluster_backfill.go)
+	if err != nil {
+		return 0, err
+	}
 	for {
 		keys, err := s.expiredKeys(cutoff, pos)
 		if err != nil || len(keys) == 0 {
-			s.collectGarbage(deleted)
+			s.collectGarbage(deleted + backfilled)
 			return deleted, err
 		}
 		// The index keys go first: after a crash between the two, the

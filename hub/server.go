@@ -107,6 +107,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.cl != nil {
 		s.cl.Name, s.cl.Timeout, s.cl.Logger, s.cl.Metrics = opts.NATS.Log.Stream, opts.PublishTimeout, opts.Logger, s.clm
+		if s.cl.bf.m, err = newBackfillMetrics(opts.Registerer); err != nil {
+			return nil, fmt.Errorf("register hub metrics: %w", err)
+		}
 	}
 	if s.dm, err = newDamageMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)

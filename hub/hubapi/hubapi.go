@@ -275,6 +275,14 @@ type EventsResponse struct {
 	NextFrom  string `json:"next_from,omitempty"`
 	// Scanned counts the log entries read.
 	Scanned int `json:"scanned"`
+	// Backfilling is true while a cluster-mode hub restored from a state
+	// snapshot fills its local log from the stream: events the snapshot
+	// covers may be missing from the answer until it is done.
+	Backfilling bool `json:"backfilling,omitempty"`
+	// IncompleteBefore (RFC 3339), when set, says that batches the stream
+	// stored before this time were gone (retention) when the hub
+	// backfilled its log: events they held may be missing.
+	IncompleteBefore string `json:"incomplete_before,omitempty"`
 }
 
 // EventJSON is one stored event as the hub applied it.
@@ -290,8 +298,10 @@ type EventJSON struct {
 	Method        string            `json:"method"`
 	DeviceTime    string            `json:"device_time"`
 	ServerTime    string            `json:"server_time"`
-	LogPosition   uint64            `json:"log_position"`
-	EventNs       int64             `json:"-"` // the sort key, not in the answer
+	// LogPosition is the entry's position in the hub's local log; 0 for
+	// an event backfilled from the stream (cluster mode), which has none.
+	LogPosition uint64 `json:"log_position"`
+	EventNs     int64  `json:"-"` // the sort key, not in the answer
 }
 
 // QuarantineResponse is the body of GET /v1/quarantine.

@@ -30,6 +30,13 @@
 //	d<gen:8><tier:1><series:4><bucket:8> -> downsampled aggregate partial (partials.go)
 //	p<stream>\x00<partition:4>       -> cluster mode: the last stream sequence of the partition
 //	                                    committed here (8 bytes; positions.go)
+//	b<streamSeq:8><serverTimeNs:8>   -> cluster mode: a log entry backfilled from the stream after a
+//	                                    snapshot restore, never replayed (backfill.go); its event-time
+//	                                    index keys name it by BackfillSeq(streamSeq)
+//	fP                               -> the backfill's plan and progress (BackfillPlan, JSON)
+//	fL<device>\x00<streamID:16>      -> the applied ranges the restored snapshot held of the stream
+//	fD<device>\x00<streamID:16>      -> the ranges of the stream backfilled so far (fL and fD are
+//	                                    deleted once the backfill is finished)
 //
 // The applied ranges are written in the same transaction as the log entries
 // that produced them, so the dedup state is never ahead of or behind the log;

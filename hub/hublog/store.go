@@ -191,9 +191,14 @@ func WALItemEntry(item *badger.Item, seq uint64) (*Entry, error) { return walIte
 // ReadEntry reads the log entry at position seq with server time
 // serverTimeNs in txn; ok is false if it is gone (retention deletes an
 // entry's event-time index keys with it; a crash between the two may
-// leave keys behind).
+// leave keys behind). A position with BackfillFlag is read from the
+// backfilled entries (backfill.go).
 func ReadEntry(txn *badger.Txn, seq uint64, serverTimeNs int64) (e *Entry, ok bool, err error) {
-	item, err := txn.Get(WALKey(seq, serverTimeNs))
+	key := WALKey(seq, serverTimeNs)
+	if IsBackfilled(seq) {
+		key = BackfillKey(seq, serverTimeNs)
+	}
+	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, false, nil
 	}
