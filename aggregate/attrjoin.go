@@ -213,8 +213,10 @@ func dimValueAttrs(s *series, d string, attrs map[string]string) string {
 // how many it skipped).
 const maxRevisedPartials = 1 << 16
 
-// ReviseDevice records that the attribute version of device changed over
-// event times [from, to) (a version written at log position walSeq):
+// ReviseDevice announces version v of device's attributes (an
+// UpdateAttributes) and records that the version in force changed over
+// event times [from, to) (empty when v changed nothing; v was written at
+// log position walSeq):
 // every final window of the device's series with data in that range is
 // revised, as a late event revises it (its revision counts one more
 // Apply, with no late events), and announced on the update stream. The
@@ -223,11 +225,13 @@ const maxRevisedPartials = 1 << 16
 // reloads from the store with walSeq already applied are skipped. It
 // returns how many partials it marked and how many it left unmarked over
 // its bound.
-func (e *Engine) ReviseDevice(device string, from, to int64, walSeq uint64) (marked, skipped int) {
+func (e *Engine) ReviseDevice(device string, v AttrVersion, from, to int64, walSeq uint64) (marked, skipped int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.applies++
 	e.notice = notice{device: device}
+	e.notes.out = append(e.notes.out, Update{Kind: UpdateAttributes, Device: device, Attrs: v.Attrs, Start: ts(v.From)})
+	defer e.flushNotes()
 	lim := e.limits()
 	if !e.clk.hasFinal || from >= to {
 		return 0, 0
@@ -261,7 +265,6 @@ func (e *Engine) ReviseDevice(device string, from, to int64, walSeq uint64) (mar
 			marked++
 		}
 	}
-	e.flushNotes()
 	return marked, skipped
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/attrs"
 	"edgeflow/hub/hubapi"
 )
 
@@ -42,6 +43,10 @@ type Config struct {
 	MaxQueries      int           // expensive queries running at once
 	QueryWait       time.Duration // how long a query waits for a slot before a 429
 	QueryTimeout    time.Duration // one query's deadline
+	// Attrs is the device attribute table (nil: no attribute endpoints);
+	// WriteToken authorizes writes to it (empty: writes are refused).
+	Attrs      *attrs.Table
+	WriteToken string
 }
 
 // API serves the hub's HTTP endpoints over a Backend.
@@ -50,6 +55,8 @@ type API struct {
 	cfg  Config
 	eng  *aggregate.Engine
 	gate *queryGate
+	// attrM counts attribute writes.
+	attrM *attrMetrics
 }
 
 // New returns the API over b and registers its metrics.
@@ -58,5 +65,9 @@ func New(b Backend, cfg Config) (*API, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &API{b: b, cfg: cfg, eng: cfg.Engine, gate: g}, nil
+	am, err := newAttrMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &API{b: b, cfg: cfg, eng: cfg.Engine, gate: g, attrM: am}, nil
 }
