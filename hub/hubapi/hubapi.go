@@ -278,7 +278,10 @@ type EventJSON struct {
 	DeviceTime    string            `json:"device_time"`
 	ServerTime    string            `json:"server_time"`
 	LogPosition   uint64            `json:"log_position"`
-	EventNs       int64             `json:"-"` // the sort key, not in the answer
+	// Attributes are the device's attributes in force at the event's
+	// event time (the attribute table's version then; absent: none).
+	Attributes map[string]string `json:"attributes,omitempty"`
+	EventNs    int64             `json:"-"` // the sort key, not in the answer
 }
 
 // QuarantineResponse is the body of GET /v1/quarantine.
@@ -334,6 +337,9 @@ type StreamEventJSON struct {
 	Time   string            `json:"time"`
 	TimeMs int64             `json:"time_ms"`
 	Late   bool              `json:"late"`
+	// Attributes are the device's attributes in force at the event's
+	// event time, as the table holds them when the event is sent.
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // DevicesResponse is the body of GET /v1/devices: one page of devices,
