@@ -101,35 +101,3 @@ func BenchmarkAttrIngest(b *testing.B) {
 		})
 	}
 }
-
-// BenchmarkAttrQuery measures a query over two hours of 1m windows of
-// the 1,000 devices grouped by device, and by attr.site (the join: each
-// series' partials split at its versions).
-func BenchmarkAttrQuery(b *testing.B) {
-	opt := benchOptions()
-	opt.DisableMergedStream = true
-	opt.MaxQueryResults = 1 << 20
-	e := newEngine(b, opt)
-	f := newAttrBenchFleet()
-	e.SetAttrSource(f.tab)
-	for round := 0; round < 120; round++ {
-		for d, bt := range f.batches {
-			f.version(e, d, bt)
-			mustApply(b, e, bt)
-			f.shift(bt)
-		}
-	}
-	for _, g := range []string{"device", "attr.site"} {
-		b.Run("group_by="+g, func(b *testing.B) {
-			q := Query{Metric: "temp", Window: WindowSpec{Kind: Tumbling, Size: time.Minute}, GroupBy: []string{g},
-				From: t0, To: t0.Add(2 * time.Hour), Aggs: AggCount | AggSum}
-			mustQuery(b, e, q)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				mustQuery(b, e, q)
-			}
-			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/query")
-		})
-	}
-}
