@@ -34,7 +34,7 @@ type Server struct {
 	m      *metrics
 	reg    *registry.Registry
 	app    *applier
-	agg    *aggregates // nil without Options.Aggregate
+	agg    *aggregates  // nil without Options.Aggregate
 	attrs  *attrs.Table // the device attribute table (attrtable.go)
 	st     *hublog.Store
 	com    *committer
