@@ -91,18 +91,6 @@ func resultsByKey(ws []WindowResult, groupBy []string) map[string][2]float64 {
 	return out
 }
 
-// sortedHistory sorts each device's versions, keeping the last written
-// of equal From (as the table's Put does).
-func sortedHistory(writes map[string][]AttrVersion) map[string][]AttrVersion {
-	m := &memAttrs{dev: map[string][]AttrVersion{}}
-	for d, vs := range writes {
-		for _, v := range vs {
-			m.put(d, v)
-		}
-	}
-	return m.dev
-}
-
 // TestAttrJoinProperty: random version histories, written at random
 // points among shuffled batches (so many are retroactive corrections),
 // give the brute-force join of every event with the version in force at
