@@ -49,7 +49,11 @@ func (e *Engine) QueryContext(ctx context.Context, q Query) ([]WindowResult, err
 	if err := r.precheck(ids); err != nil {
 		return nil, err
 	}
-	if err := r.collect(ids); err != nil {
+	collect := r.collect
+	if p.joinsAttrs() {
+		collect = r.collectAttrs
+	}
+	if err := collect(ids); err != nil {
 		return nil, err
 	}
 	return r.windows()

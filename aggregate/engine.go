@@ -47,6 +47,9 @@ type Engine struct {
 	// queryStoreErrors counts corrupt stored partials queries met (they
 	// run under the read lock, so it cannot live in stats).
 	queryStoreErrors atomic.Uint64
+	// attrs is the device attribute table queries join with (nil: none;
+	// see SetAttrSource).
+	attrs AttrSource
 }
 
 // counters are the engine's monotonic counts (see Stats).

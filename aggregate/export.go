@@ -92,6 +92,9 @@ func (e *Engine) ExportPartialsContext(ctx context.Context, q Query) (*PartialSe
 		return nil, err
 	}
 	p := &queryPlan{Query: q, sketches: true, limit: e.opt.MaxQueryResults}
+	if p.joinsAttrs() {
+		return nil, paramErr("group_by", "attribute dimensions and filters (attr.KEY) are not available for partial sets: a hub's partials hold device series, and the attribute join needs the table each hub keeps; query /v1/aggregates of the hub that holds the devices instead")
+	}
 	p.from, p.to = q.From.UnixNano(), q.To.UnixNano()
 	p.b0, p.b1 = floorDiv(p.from, e.res), -floorDiv(-p.to, e.res)
 	if t := e.deepestTier(p.b0); t > 0 {

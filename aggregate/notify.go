@@ -25,6 +25,9 @@ const (
 	UpdateRevised
 	// UpdateStream: the merged stream has events up to NextOffset-1.
 	UpdateStream
+	// UpdateAttributes: Device's attribute table got the version Attrs,
+	// in force from Start (the table's change stream; see ReviseDevice).
+	UpdateAttributes
 )
 
 // String names the kind as the SSE endpoint may use it.
@@ -38,6 +41,8 @@ func (k UpdateKind) String() string {
 		return "revised"
 	case UpdateStream:
 		return "stream"
+	case UpdateAttributes:
+		return "attributes"
 	}
 	return fmt.Sprintf("update(%d)", k)
 }
@@ -50,6 +55,10 @@ type Update struct {
 	Start, End time.Time
 	Watermark  time.Time
 	NextOffset uint64
+	// Device and Attrs: an UpdateAttributes' device and version (shared:
+	// do not modify).
+	Device string
+	Attrs  map[string]string
 }
 
 // maxRevisedPerApply bounds the revision updates one Apply announces.

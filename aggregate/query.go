@@ -22,13 +22,19 @@ type Query struct {
 	// Sessions: sessions starting in [From, To), scanned up to
 	// max_session_span past To.
 	From, To time.Time
-	// GroupBy lists the dimensions to group by: "device", "metric" or a
-	// tag key (one of Options.TagKeys when set). Empty: one group.
+	// GroupBy lists the dimensions to group by: "device", "metric", a
+	// tag key (one of Options.TagKeys when set) or "attr.KEY", a device
+	// attribute as of each event's event time (see SetAttrSource).
+	// Empty: one group.
 	GroupBy []string
 	// Device, if set, restricts the query to that device's series: a
 	// dashboard (or a load test's probe) following one device does not
 	// pay for the whole fleet.
 	Device string
+	// AttrFilter keeps only the events whose device's attribute version
+	// in force at their event time holds every key=value in it (the
+	// query parameter attr.KEY=VALUE; see SetAttrSource).
+	AttrFilter map[string]string
 	// Aggs selects aggregates; zero means all. Quantiles cost the most.
 	Aggs Aggs
 	// Limit caps the windows returned; 0 means max_query_results, more is
@@ -108,6 +114,9 @@ func (e *Engine) plan(q Query) (*queryPlan, error) {
 	if err := e.checkGroupBy(q.GroupBy); err != nil {
 		return nil, err
 	}
+	if err := e.checkAttrs(p); err != nil {
+		return nil, err
+	}
 	p.limit = e.opt.MaxQueryResults
 	if q.Limit < 0 || q.Limit > p.limit {
 		return nil, paramErr("limit", "must be between 1 and max_query_results=%d", p.limit)
@@ -144,6 +153,12 @@ func (e *Engine) checkGroupBy(dims []string) error {
 		}
 		if slices.Contains(dims[:i], d) {
 			return paramErr("group_by", "dimension %q repeated", d)
+		}
+		if k, ok := attrDim(d); ok {
+			if k == "" {
+				return paramErr("group_by", "dimension %q names no attribute key", d)
+			}
+			continue
 		}
 		if d != "device" && d != "metric" && len(e.series.tagKeys) > 0 && !slices.Contains(e.series.tagKeys, d) {
 			return paramErr("group_by", "%q is not device, metric or a configured tag key (%s)", d, strings.Join(e.series.tagKeys, ", "))

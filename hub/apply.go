@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"edgeflow/hub/attrs"
 	"edgeflow/hub/batchview"
 	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hubapi"
@@ -23,9 +24,13 @@ type applier struct {
 	batch     AppliedBatch
 	tags      []Tag
 	intern    map[string]string
-	lastSeq   uint64 // position of the last applied entry
-	events    uint64 // events applied since start
-	onPanic   func(consumer string, r any)
+	attrs     *attrs.Table // nil: attribute entries change nothing (a rebuild without the table)
+	// revise, when set, tells the engine about each attribute version
+	// applied and the event times whose version it changed.
+	revise  func(device string, v attrs.Version, ch attrs.Change, seq uint64)
+	lastSeq uint64 // position of the last applied entry
+	events  uint64 // events applied since start
+	onPanic func(consumer string, r any)
 }
 
 // maxInterned bounds the intern table; past it, names are allocated.
@@ -70,6 +75,10 @@ func (a *applier) applyEntry(e *hublog.Entry, v *batchview.View) error {
 		a.tickConsumers(time.Unix(0, e.ServerTimeNs), e.Seq)
 	case hublog.KindRetire:
 		a.retireStream(e)
+	case hublog.KindAttrs:
+		if err := a.applyAttrs(e); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("%w: log entry %d: unknown kind %d", hublog.ErrCorrupt, e.Seq, e.Kind)
 	}

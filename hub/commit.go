@@ -45,6 +45,9 @@ type pending struct {
 	// ack tells them (the committer fills it: the view may be released
 	// before the ack is sent).
 	refused []*wirepb.Gap
+	// applied, when set (an attribute write waiting for its answer),
+	// takes the applier's result once the entry is applied.
+	applied chan error
 }
 
 // committer owns the dedup state and the log's write position. It groups

@@ -3,6 +3,7 @@ package hub
 import (
 	"cmp"
 	"context"
+	"edgeflow/aggregate"
 	"errors"
 	"math"
 	"slices"
@@ -68,7 +69,9 @@ func (s *Server) storedEvents(ctx context.Context, q api.EventsQuery) (*hubapi.E
 			if len(matched) == maxEventsMatch {
 				return hubapi.BadParam("to", "more than %d events match: narrow from/to or add metric", maxEventsMatch)
 			}
-			matched = append(matched, eventJSON(e, &ev))
+			ej := eventJSON(e, &ev)
+			ej.Attributes = aggregate.AttrAt(s.attrs.AttrVersions(e.Device), ev.EventTimeNs)
+			matched = append(matched, ej)
 		}
 		return nil
 	}

@@ -40,10 +40,16 @@ func (s *Server) applyGroup(g []*pending) {
 	for _, p := range g {
 		if p.accepted {
 			before := s.app.events
-			if err := s.app.applyEntry(&p.entry, p.view); err != nil {
+			err := s.app.applyEntry(&p.entry, p.view)
+			if err != nil {
 				s.log.Error("apply log entry", "position", p.entry.Seq, "err", err)
 			}
+			if p.applied != nil {
+				p.applied <- err
+			}
 			s.m.events.Add(float64(s.app.events - before))
+		} else if p.applied != nil {
+			p.applied <- errNotLogged
 		}
 		if p.view != nil {
 			s.views.Put(p.view)

@@ -113,6 +113,12 @@ type Options struct {
 	// The API has no endpoint that changes state, so there is no admin
 	// token. Default "" (open).
 	HTTPReadToken string
+	// HTTPWriteToken, when set, is the bearer token that attribute writes
+	// (PUT /v1/devices/{id}/attributes, POST /v1/attributes/bulk) must
+	// carry; it is distinct from HTTPReadToken, and without it the hub
+	// refuses attribute writes (403). Flag http-write-token (or
+	// http-write-token-file); default empty.
+	HTTPWriteToken string
 	// HTTPReadTimeout bounds reading a request, HTTPWriteTimeout writing a
 	// response (GET /v1/stream is exempt: it streams). Defaults 30s, 2m.
 	HTTPReadTimeout, HTTPWriteTimeout time.Duration
@@ -392,6 +398,8 @@ func (o *Options) Validate() error {
 	switch {
 	case o.DataDir == "":
 		return bad("DataDir", "required")
+	case o.HTTPWriteToken != "" && o.HTTPWriteToken == o.HTTPReadToken:
+		return bad("HTTPWriteToken", "must differ from HTTPReadToken (http-write-token authorizes writes; a reader must not hold it)")
 	case o.HTTPAddr != HTTPOff && !confval.HostPort(o.HTTPAddr):
 		return bad("HTTPAddr", "%q is not host:port", o.HTTPAddr)
 	case brokerErr != nil:

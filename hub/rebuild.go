@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"edgeflow/hub/attrs"
 	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/registry"
@@ -156,6 +157,10 @@ func rebuildInto(ctx context.Context, st *hublog.Store, agg *aggregates, opts Op
 		if doc.Registry, err = reg.Snapshot(); err != nil {
 			return nil, err
 		}
+		if doc.Consumers == nil {
+			doc.Consumers = map[string][]byte{}
+		}
+		doc.Consumers[AttrsConsumerName] = app.attrs.Snapshot() // the attribute table, from the log too
 	}
 	snap, err := agg.Snapshot()
 	if err != nil {
@@ -190,6 +195,10 @@ func rebuildInto(ctx context.Context, st *hublog.Store, agg *aggregates, opts Op
 func replayInto(ctx context.Context, st *hublog.Store, agg *aggregates, reg *registry.Registry, full bool, pos uint64, records []hublog.DamageRecord, opts Options, res *RebuildResult) (*applier, error) {
 	known := hublog.LossesOf(records)
 	app := newApplier(reg, []Consumer{agg}, nil, opts.Limits)
+	// The attribute entries replay into a table of their own, so the
+	// engine gets the same revisions it got live; the checkpoint's table
+	// stays unless there is no checkpoint.
+	app.attrs, app.revise = attrs.New(attrs.Limits{}), engineReviser(agg.eng)
 	app.onPanic = func(name string, r any) {
 		opts.Logger.Error("recovered panic in consumer", "consumer", name, "panic", r)
 	}

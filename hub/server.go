@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"edgeflow/hub/api"
+	"edgeflow/hub/attrs"
 	"edgeflow/hub/batchview"
 	"edgeflow/hub/broker"
 	"edgeflow/hub/clockest"
@@ -33,7 +34,8 @@ type Server struct {
 	m      *metrics
 	reg    *registry.Registry
 	app    *applier
-	agg    *aggregates // nil without Options.Aggregate
+	agg    *aggregates  // nil without Options.Aggregate
+	attrs  *attrs.Table // the device attribute table (attrtable.go)
 	st     *hublog.Store
 	com    *committer
 	tr     broker.Transport
@@ -123,10 +125,17 @@ func New(opts Options) (*Server, error) {
 	if err := s.newEngine(); err != nil {
 		return nil, err
 	}
+	if err := s.setupAttrs(); err != nil {
+		return nil, err
+	}
 	if s.api, err = s.newAPI(); err != nil {
 		return nil, fmt.Errorf("register query metrics: %w", err)
 	}
 	s.app = newApplier(s.reg, s.opts.Consumers, s.opts.ClockEstimator, s.opts.Limits)
+	s.app.attrs = s.attrs
+	if s.agg != nil {
+		s.app.revise = engineReviser(s.agg.eng)
+	}
 	s.app.onPanic = func(name string, r any) {
 		m.consumerPanics.Inc()
 		s.log.Error("recovered panic in consumer", "consumer", name, "panic", r)

@@ -181,7 +181,7 @@ var optionKeys = map[string]string{
 	"MQTTDenyAnonymous": "mqtt-allow-anonymous", "MQTTMaxConnsPerDevice": "mqtt-max-conns-per-device", "MQTTClientQueue": "mqtt-client-queue",
 	"MaxEventsPerSecond": "max-events-per-second", "EventsBurst": "events-burst",
 	"MaxStreamsPerDevice": "max-streams-per-device", "StreamIdleExpiry": "stream-idle-expiry",
-	"HTTPTLSCertFile": "http-tls-cert", "HTTPReadToken": "http-read-token",
+	"HTTPTLSCertFile": "http-tls-cert", "HTTPReadToken": "http-read-token", "HTTPWriteToken": "http-write-token",
 	"MQTTCAFile": "mqtt-ca-file", "MQTTCertFile": "mqtt-cert-file",
 	"HTTPMaxQueries": "http-max-queries", "HTTPQueryWait": "http-query-wait", "HTTPQueryTimeout": "http-query-timeout",
 	"HTTPClusterWait":      "http-cluster-wait",

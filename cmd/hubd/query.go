@@ -244,6 +244,9 @@ func parseGroupBy(s string) ([]string, error) {
 		if slices.Contains(dims[:i], d) {
 			return nil, &flagError{"group-by", fmt.Sprintf("dimension %q repeated", d)}
 		}
+		if strings.HasPrefix(d, aggregate.AttrPrefix) {
+			return nil, &flagError{"group-by", fmt.Sprintf("attribute dimension %q is not available here: hubd query merges the hubs' partials of device series, and the attribute join needs the table each hub keeps; ask a hub's /v1/aggregates?group_by=%s instead", d, d)}
+		}
 	}
 	return dims, nil
 }

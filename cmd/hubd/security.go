@@ -46,6 +46,8 @@ func addSecurityFlags(fs *pflag.FlagSet) {
 	fs.String("http-tls-key", "", "HTTP API TLS private key (PEM)")
 	fs.String("http-read-token", "", "bearer token required by every HTTP endpoint but /healthz and /readyz (prefer http-read-token-file or HUBD_HTTP_READ_TOKEN)")
 	fs.String("http-read-token-file", "", "file holding the HTTP bearer token")
+	fs.String("http-write-token", "", "bearer token that device attribute writes (PUT /v1/devices/{id}/attributes, POST /v1/attributes/bulk) must carry, distinct from http-read-token; empty refuses writes (prefer http-write-token-file or HUBD_HTTP_WRITE_TOKEN)")
+	fs.String("http-write-token-file", "", "file holding the HTTP write token")
 }
 
 // securityFromViper reads the security keys into o.
@@ -71,6 +73,9 @@ func securityFromViper(v *viper.Viper, o *hub.Options) error {
 	o.StreamIdleExpiry = k.Duration("stream-idle-expiry", false)
 	var err error
 	if o.HTTPReadToken, err = secret(v, "http-read-token"); err != nil {
+		k.Add(err)
+	}
+	if o.HTTPWriteToken, err = secret(v, "http-write-token"); err != nil {
 		k.Add(err)
 	}
 	if pw, err := secret(v, "mqtt-password"); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/attrs"
 	"edgeflow/hub/hubapi"
 )
 
@@ -55,6 +56,10 @@ type Config struct {
 	// client, each request bounded by its query's context).
 	PeerToken  string
 	PeerClient *http.Client
+	// Attrs is the device attribute table (nil: no attribute endpoints);
+	// WriteToken authorizes writes to it (empty: writes are refused).
+	Attrs      *attrs.Table
+	WriteToken string
 }
 
 // API serves the hub's HTTP endpoints over a Backend.
@@ -64,6 +69,8 @@ type API struct {
 	eng  *aggregate.Engine
 	gate *queryGate
 	cm   *clusterMetrics // with a Cluster only
+	// attrM counts attribute writes.
+	attrM *attrMetrics
 }
 
 // New returns the API over b and registers its metrics.
@@ -75,7 +82,11 @@ func New(b Backend, cfg Config) (*API, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &API{b: b, cfg: cfg, eng: cfg.Engine, gate: g}
+	am, err := newAttrMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	a := &API{b: b, cfg: cfg, eng: cfg.Engine, gate: g, attrM: am}
 	if cfg.Cluster != nil {
 		if a.cm, err = newClusterMetrics(cfg.Registerer); err != nil {
 			return nil, err

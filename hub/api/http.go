@@ -27,6 +27,7 @@ func (s *API) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/devices/{id}", s.clustered(s.serveDevice, s.serveClusterDevice))
 	mux.HandleFunc("GET /v1/cluster", s.serveCluster)
 	s.registerQueryAPI(mux)
+	s.registerAttrsAPI(mux)
 	mux.Handle("GET /{$}", dashboard.Handler())
 	mux.Handle("GET "+dashboard.Prefix, dashboard.Handler())
 	return mux

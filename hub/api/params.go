@@ -51,7 +51,7 @@ func newParams(r *http.Request, known ...string) (params, error) {
 	}
 	slices.Sort(names)
 	for _, k := range names {
-		if !slices.Contains(known, k) {
+		if !slices.Contains(known, k) && !(slices.Contains(known, "attr.*") && strings.HasPrefix(k, aggregate.AttrPrefix)) {
 			return params{}, hubapi.BadParam(k, "is not a parameter of %s (known: %s)", r.URL.Path, strings.Join(known, ", "))
 		}
 		if len(v[k]) > 1 {

@@ -73,7 +73,7 @@ func (s *API) aggregateQuery(p params, needRange bool) (q aggregate.Query, name 
 }
 
 func (s *API) serveAggregates(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "metric", "window", "from", "to", "group_by", "aggs", "limit", "device")
+	p, err := newParams(r, "metric", "window", "from", "to", "group_by", "aggs", "limit", "device", "attr.*")
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -83,6 +83,7 @@ func (s *API) serveAggregates(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
+	q.AttrFilter = attrFilter(p)
 	maxResults := s.eng.Options().MaxQueryResults
 	if q.Limit, err = p.intIn("limit", 0, 1, maxResults); err != nil {
 		writeAPIError(w, err)

@@ -144,6 +144,8 @@ func (s *API) sendUpdate(out *sseWriter, q *streamReq, u aggregate.Update) {
 			su.Windows = s.updateWindows(q, u)
 		}
 		out.event(u.Kind.String(), "", su)
+	case aggregate.UpdateAttributes:
+		out.event("attributes", "", versionJSON(u.Device, aggregate.AttrVersion{From: u.Start.UnixNano(), Attrs: u.Attrs}))
 	case aggregate.UpdateStream:
 		if q.events {
 			s.sendStreamEvents(out, q)
@@ -179,7 +181,7 @@ func (s *API) sendStreamEvents(out *sseWriter, q *streamReq) {
 		for _, e := range evs {
 			out.event("event", strconv.FormatUint(e.Offset, 10), hubapi.StreamEventJSON{Offset: e.Offset, Device: e.Device,
 				Stream: hubapi.StreamHex(e.Stream), Seq: e.Seq, Metric: e.Metric, Tags: hubapi.TagMap(e.Tags), Value: e.Value,
-				Time: hubapi.RFC3339(e.Time), TimeMs: e.Time.UnixMilli(), Late: e.Late})
+				Time: hubapi.RFC3339(e.Time), TimeMs: e.Time.UnixMilli(), Late: e.Late, Attributes: s.attrsAt(e.Device, e.Time.UnixNano())})
 		}
 		q.cursor = next
 	}

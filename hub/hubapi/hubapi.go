@@ -301,7 +301,10 @@ type EventJSON struct {
 	// LogPosition is the entry's position in the hub's local log; 0 for
 	// an event backfilled from the stream (cluster mode), which has none.
 	LogPosition uint64 `json:"log_position"`
-	EventNs     int64  `json:"-"` // the sort key, not in the answer
+	// Attributes are the device's attributes in force at the event's
+	// event time (the attribute table's version then; absent: none).
+	Attributes map[string]string `json:"attributes,omitempty"`
+	EventNs    int64             `json:"-"` // the sort key, not in the answer
 }
 
 // QuarantineResponse is the body of GET /v1/quarantine.
@@ -357,6 +360,9 @@ type StreamEventJSON struct {
 	Time   string            `json:"time"`
 	TimeMs int64             `json:"time_ms"`
 	Late   bool              `json:"late"`
+	// Attributes are the device's attributes in force at the event's
+	// event time, as the table holds them when the event is sent.
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // DevicesResponse is the body of GET /v1/devices: one page of devices,

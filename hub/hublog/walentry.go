@@ -25,6 +25,11 @@ const (
 	// removes the stream from the registry and the StreamRetirers
 	// (streamcap.go).
 	KindRetire Kind = 4
+	// KindAttrs writes a version of the entry's device's attributes
+	// (payload: package hub/attrs' EncodeVersion; the version's write
+	// time is the entry's server time). The applier puts it in the
+	// attribute table in log order, so replay rebuilds the table.
+	KindAttrs Kind = 5
 )
 
 // entryVersion is the version byte that starts every log entry value.
