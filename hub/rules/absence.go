@@ -10,6 +10,15 @@ import (
 type absenceState struct {
 	rule   *Rule
 	groups map[string]*runs
+	// order is the groups' keys sorted, so a watermark fires silences in
+	// the same order on every run (alert Seq is deterministic).
+	order []string
+}
+
+func (a *absenceState) addGroup(g string, rs *runs) {
+	a.groups[g] = rs
+	i, _ := slices.BinarySearch(a.order, g)
+	a.order = slices.Insert(a.order, i, g)
 }
 
 // run is a stretch of event time [first, last] whose consecutive events
@@ -75,7 +84,7 @@ func (e *Evaluator) absenceEvent(a *absenceState, device string, ev *aggregate.E
 			return
 		}
 		rs = &runs{}
-		a.groups[g] = rs
+		a.addGroup(g, rs)
 	}
 	d := int64(r.After)
 	// The silences around the touched runs before and after the insert:
@@ -124,7 +133,8 @@ func (e *Evaluator) fireSilence(rule, g string, s silence) {
 
 func (e *Evaluator) absenceWatermark(a *absenceState) {
 	d := int64(a.rule.After)
-	for g, rs := range a.groups {
+	for _, g := range a.order {
+		rs := a.groups[g]
 		n := len(rs.R)
 		if n == 0 || e.wm-rs.R[n-1].Last <= d {
 			continue

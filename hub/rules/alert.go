@@ -197,19 +197,23 @@ func (e *Evaluator) resolve(rule, group string, start int64) {
 	}
 }
 
-// evict drops the oldest resolved alerts (then the oldest firing) beyond
-// MaxAlerts. The caller holds mu.
+// evict drops alerts beyond MaxAlerts: the oldest resolved first, then
+// the oldest firing. It drops a sixteenth more than needed at once, so its
+// sort is paid once per many new alerts. The caller holds mu.
 func (e *Evaluator) evict() {
 	if len(e.alerts) <= e.opt.MaxAlerts {
 		return
 	}
-	var victim *Alert
+	all := make([]*Alert, 0, len(e.alerts))
 	for _, a := range e.alerts {
-		if victim == nil || (a.State == Resolved) != (victim.State == Resolved) && a.State == Resolved ||
-			(a.State == Resolved) == (victim.State == Resolved) && a.Start.Before(victim.Start) {
-			victim = a
-		}
+		all = append(all, a)
 	}
-	delete(e.alerts, victim.ID)
-	e.stats.Evicted++
+	slices.SortFunc(all, func(a, b *Alert) int {
+		return cmp.Or(-cmp.Compare(a.State, b.State), a.Start.Compare(b.Start), cmp.Compare(a.ID, b.ID))
+	})
+	n := len(e.alerts) - e.opt.MaxAlerts + e.opt.MaxAlerts/16
+	for _, a := range all[:min(n, len(all)-1)] {
+		delete(e.alerts, a.ID)
+		e.stats.Evicted++
+	}
 }

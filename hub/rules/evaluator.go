@@ -3,6 +3,8 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -91,10 +93,15 @@ type Evaluator struct {
 	// wm is the hub watermark (Unix ns); logTime the latest server time of
 	// an observed batch; minEvent the earliest event time observed.
 	wm, logTime, minEvent int64
+	// pruned is the watermark of the last prune.
+	pruned int64
 
 	thresholds []*thresholdState
 	absences   []*absenceState
 	sequences  []*sequenceState
+	// seqByMetric indexes the sequence rules by the metrics of their
+	// conditions, so an event costs one lookup, not one test per rule.
+	seqByMetric map[string][]*sequenceState
 	offline    map[string]int64 // device -> offline since (0: online)
 	buffers    []map[string]int64
 }
@@ -114,7 +121,15 @@ func New(rules []Rule, opt Options) (*Evaluator, error) {
 		case Absence:
 			e.absences = append(e.absences, &absenceState{rule: r, groups: map[string]*runs{}})
 		case Sequence:
-			e.sequences = append(e.sequences, &sequenceState{rule: r, devices: map[string]*seqDevice{}})
+			s := &sequenceState{rule: r, devices: map[string]*seqDevice{}}
+			e.sequences = append(e.sequences, s)
+			if e.seqByMetric == nil {
+				e.seqByMetric = map[string][]*sequenceState{}
+			}
+			e.seqByMetric[r.First.Metric] = append(e.seqByMetric[r.First.Metric], s)
+			if r.Then.Metric != r.First.Metric {
+				e.seqByMetric[r.Then.Metric] = append(e.seqByMetric[r.Then.Metric], s)
+			}
 		case Buffer:
 			e.buffers = append(e.buffers, map[string]int64{})
 		case Offline:
@@ -188,7 +203,7 @@ func (e *Evaluator) ObserveBatch(b *aggregate.Batch) {
 		for _, a := range e.absences {
 			e.absenceEvent(a, b.Device, ev)
 		}
-		for _, s := range e.sequences {
+		for _, s := range e.seqByMetric[ev.Metric] {
 			e.sequenceEvent(s, b.Device, ev)
 		}
 	}
@@ -210,10 +225,14 @@ func (e *Evaluator) watermark(wm int64) {
 	for _, a := range e.absences {
 		e.absenceWatermark(a)
 	}
-	e.prune()
+	if wm-e.pruned >= int64(e.opt.Horizon)/16 {
+		e.pruned = wm
+		e.prune()
+	}
 }
 
-// Connection records a device's connection status at processing time at.
+// Connection records a device's connection status at processing time at;
+// the next Tick fires offline rules, and going online resolves them.
 func (e *Evaluator) Connection(device string, online bool, at time.Time) {
 	e.mu.Lock()
 	defer e.unlockAndPublish()
@@ -237,7 +256,6 @@ func (e *Evaluator) Connection(device string, online bool, at time.Time) {
 		}
 		e.offline[device] = at.UnixNano()
 	}
-	e.tick(e.opt.Clock())
 }
 
 // Tick evaluates the processing-time rules (offline) at the clock's now.
@@ -253,7 +271,8 @@ func (e *Evaluator) tick(now time.Time) {
 		if r.Kind != Offline {
 			continue
 		}
-		for dev, since := range e.offline {
+		for _, dev := range slices.Sorted(maps.Keys(e.offline)) {
+			since := e.offline[dev]
 			if since == 0 || now.UnixNano()-since < int64(r.After) {
 				continue
 			}

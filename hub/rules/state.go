@@ -108,9 +108,9 @@ func (e *Evaluator) RestoreState(data []byte) error {
 		}
 	}
 	for _, a := range e.absences {
-		a.groups = map[string]*runs{}
-		for g, r := range s.Absences[a.rule.Name] {
-			a.groups[g] = &runs{R: r}
+		a.groups, a.order = map[string]*runs{}, nil
+		for _, g := range slices.Sorted(maps.Keys(s.Absences[a.rule.Name])) {
+			a.addGroup(g, &runs{R: s.Absences[a.rule.Name][g]})
 		}
 	}
 	for _, q := range e.sequences {

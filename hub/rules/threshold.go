@@ -3,6 +3,8 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"edgeflow/aggregate"
@@ -29,9 +31,11 @@ type WindowUpdate struct {
 	Result aggregate.WindowResult
 }
 
-// RuleQuery is a window query a threshold rule needs answered.
+// RuleQuery is a window query threshold rules need answered: rules on the
+// same metric, window and grouping share one query asking for the union
+// of their aggregates.
 type RuleQuery struct {
-	Rule  string
+	Rules []string
 	Query aggregate.Query
 }
 
@@ -99,7 +103,7 @@ func (e *Evaluator) finalQueries(t *thresholdState, out []RuleQuery) []RuleQuery
 func (t *thresholdState) queries(from, to int64, out []RuleQuery) []RuleQuery {
 	step := maxWindowsPerQuery * int64(t.rule.Window.Slide)
 	for f := from; f < to; f += step {
-		out = append(out, RuleQuery{Rule: t.rule.Name, Query: aggregate.Query{
+		out = append(out, RuleQuery{Rules: []string{t.rule.Name}, Query: aggregate.Query{
 			Metric:  t.rule.Metric,
 			Window:  t.rule.Window,
 			From:    time.Unix(0, f).UTC(),
@@ -111,18 +115,29 @@ func (t *thresholdState) queries(from, to int64, out []RuleQuery) []RuleQuery {
 	return out
 }
 
+// dedupQueries merges the queries of rules that ask the engine the same
+// question (metric, window, grouping, span), keeping the first order.
 func dedupQueries(qs []RuleQuery) []RuleQuery {
+	type key struct {
+		metric, window, groupBy string
+		from, to              int64
+	}
+	idx := map[key]int{}
 	out := qs[:0]
 	for _, q := range qs {
-		dup := false
-		for _, o := range out {
-			if o.Rule == q.Rule && o.Query.From.Equal(q.Query.From) && o.Query.To.Equal(q.Query.To) {
-				dup = true
-				break
-			}
-		}
-		if !dup {
+		k := key{q.Query.Metric, q.Query.Window.String(), strings.Join(q.Query.GroupBy, "\x00"), q.Query.From.UnixNano(), q.Query.To.UnixNano()}
+		i, ok := idx[k]
+		if !ok {
+			idx[k] = len(out)
 			out = append(out, q)
+			continue
+		}
+		o := &out[i]
+		o.Query.Aggs |= q.Query.Aggs
+		for _, r := range q.Rules {
+			if !slices.Contains(o.Rules, r) {
+				o.Rules = append(o.Rules, r)
+			}
 		}
 	}
 	return out
@@ -149,14 +164,14 @@ func (e *Evaluator) Feed(src Source, ups []aggregate.Update) error {
 			e.mu.Lock()
 			e.stats.QueryErrors++
 			e.mu.Unlock()
-			errs = append(errs, fmt.Errorf("rule %q: %w", q.Rule, err))
+			errs = append(errs, fmt.Errorf("rules %q: %w", q.Rules, err))
 			continue
 		}
-		ws := make([]WindowUpdate, len(res))
-		for i := range res {
-			ws[i] = WindowUpdate{Rule: q.Rule, Result: res[i]}
+		e.mu.Lock()
+		for _, name := range q.Rules {
+			e.observeResults(name, res)
 		}
-		e.ObserveWindows(ws)
+		e.unlockAndPublish()
 	}
 	return errors.Join(errs...)
 }
@@ -168,15 +183,19 @@ func (e *Evaluator) ObserveWindows(ws []WindowUpdate) {
 	e.mu.Lock()
 	defer e.unlockAndPublish()
 	for i := range ws {
-		t := e.threshold(ws[i].Rule)
-		if t == nil {
-			continue
+		e.observeResults(ws[i].Rule, []aggregate.WindowResult{ws[i].Result})
+	}
+}
+
+func (e *Evaluator) observeResults(rule string, res []aggregate.WindowResult) {
+	t := e.threshold(rule)
+	if t == nil {
+		return
+	}
+	for i := range res {
+		if res[i].Final || t.rule.Provisional {
+			e.observeWindow(t, &res[i])
 		}
-		res := &ws[i].Result
-		if !res.Final && !t.rule.Provisional {
-			continue
-		}
-		e.observeWindow(t, res)
 	}
 }
 
