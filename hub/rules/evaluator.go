@@ -102,8 +102,8 @@ type Evaluator struct {
 	// seqByMetric indexes the sequence rules by the metrics of their
 	// conditions, so an event costs one lookup, not one test per rule.
 	seqByMetric map[string][]*sequenceState
-	offline    map[string]int64 // device -> offline since (0: online)
-	buffers    []map[string]int64
+	offline     map[string]int64 // device -> offline since (0: online)
+	buffers     []map[string]int64
 }
 
 // New returns an evaluator of rules (as Parse returns them).

@@ -120,7 +120,7 @@ func (t *thresholdState) queries(from, to int64, out []RuleQuery) []RuleQuery {
 func dedupQueries(qs []RuleQuery) []RuleQuery {
 	type key struct {
 		metric, window, groupBy string
-		from, to              int64
+		from, to                int64
 	}
 	idx := map[key]int{}
 	out := qs[:0]
