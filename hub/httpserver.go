@@ -31,9 +31,13 @@ func (s *Server) newAPI() (*api.API, error) {
 	if s.agg != nil {
 		eng = s.agg.eng
 	}
-	return api.New(s, api.Config{Engine: eng, Gatherer: s.opts.Gatherer, Registerer: s.opts.Registerer, Logger: s.log,
+	cfg := api.Config{Engine: eng, Gatherer: s.opts.Gatherer, Registerer: s.opts.Registerer, Logger: s.log,
 		StreamHeartbeat: s.opts.StreamHeartbeat, MaxQueries: s.opts.HTTPMaxQueries, QueryWait: s.opts.HTTPQueryWait,
-		QueryTimeout: s.opts.HTTPQueryTimeout})
+		QueryTimeout: s.opts.HTTPQueryTimeout}
+	if s.rules != nil {
+		cfg.Alerts = s
+	}
+	return api.New(s, cfg)
 }
 
 // The Backend of package api.

@@ -33,7 +33,8 @@ type Server struct {
 	m      *metrics
 	reg    *registry.Registry
 	app    *applier
-	agg    *aggregates // nil without Options.Aggregate
+	agg    *aggregates     // nil without Options.Aggregate
+	rules  *alertsConsumer // nil without Options.Rules
 	st     *hublog.Store
 	com    *committer
 	tr     broker.Transport
@@ -156,7 +157,7 @@ func (s *Server) defaultParts() error {
 // appends it to the consumers and registers its metrics.
 func (s *Server) newEngine() error {
 	if s.opts.Aggregate == nil {
-		return nil
+		return s.newRules() // an error when there are rules
 	}
 	agg, err := newAggregates(*s.opts.Aggregate, s.log, s.opts.Now)
 	if err != nil {
@@ -170,7 +171,7 @@ func (s *Server) newEngine() error {
 	if err := s.opts.Registerer.Register(agg.eng.Collector("edgeflow_aggregate")); err != nil {
 		return fmt.Errorf("register aggregate metrics: %w", err)
 	}
-	return nil
+	return s.newRules()
 }
 
 // checkConsumerNames rejects empty or repeated consumer names.

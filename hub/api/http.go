@@ -26,6 +26,7 @@ func (s *API) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/devices", s.serveDevices)
 	mux.HandleFunc("GET /v1/devices/{id}", s.serveDevice)
 	s.registerQueryAPI(mux)
+	s.registerAlertsAPI(mux)
 	mux.Handle("GET /{$}", dashboard.Handler())
 	mux.Handle("GET "+dashboard.Prefix, dashboard.Handler())
 	return mux
