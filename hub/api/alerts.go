@@ -20,9 +20,10 @@ type AlertsResponse struct {
 	Next string `json:"next,omitempty"`
 }
 
-// registerAlertsAPI adds GET /v1/alerts when the hub has rules.
+// registerAlertsAPI adds GET /v1/alerts with the engine's endpoints (rules
+// need the engine); a hub without rules lists no alerts.
 func (s *API) registerAlertsAPI(mux *http.ServeMux) {
-	if s.cfg.Alerts == nil {
+	if s.eng == nil {
 		return
 	}
 	mux.HandleFunc("GET /v1/alerts", s.whenRecovered(s.serveAlerts))
@@ -41,7 +42,11 @@ func (s *API) serveAlerts(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
-	as, next, err := s.cfg.Alerts.Alerts(f)
+	var as []rules.Alert
+	var next string
+	if s.cfg.Alerts != nil {
+		as, next, err = s.cfg.Alerts.Alerts(f)
+	}
 	switch {
 	case errors.Is(err, rules.ErrBadCursor):
 		writeAPIError(w, hubapi.BadParam("cursor", "is not a cursor this endpoint returned"))

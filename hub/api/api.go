@@ -42,7 +42,7 @@ type Config struct {
 	MaxQueries      int           // expensive queries running at once
 	QueryWait       time.Duration // how long a query waits for a slot before a 429
 	QueryTimeout    time.Duration // one query's deadline
-	Alerts          AlertSource   // nil: no /v1/alerts (the hub has no rules)
+	Alerts          AlertSource   // nil: /v1/alerts lists none (the hub has no rules)
 }
 
 // API serves the hub's HTTP endpoints over a Backend.
