@@ -22,6 +22,7 @@ const RulesConsumerName = "rules"
 // same inputs in the same order live, in replay and after a restore.
 type alertsConsumer struct {
 	ev   *rules.Evaluator
+	bc   rules.Broadcast // live alert revisions for /v1/stream
 	eng  *aggregate.Engine
 	sub  *aggregate.Subscription
 	log  *slog.Logger
@@ -47,6 +48,7 @@ func (s *Server) newRules() error {
 		Clock:           func() time.Time { return c.now },
 		AllowedLateness: s.opts.Aggregate.AllowedLateness,
 		Horizon:         s.opts.Aggregate.LateHorizon,
+		OnAlert:         c.bc.Publish,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: Rules: %w", ErrInvalidOptions, err)
@@ -113,6 +115,15 @@ func (s *Server) Alerts(f rules.Filter) ([]rules.Alert, string, error) {
 		return nil, "", nil
 	}
 	return s.rules.ev.Query(f)
+}
+
+// SubscribeAlerts returns a live feed of alert revisions (an "alert"
+// event on /v1/stream), or nil without rules.
+func (s *Server) SubscribeAlerts(buffer int) *rules.AlertSubscription {
+	if s.rules == nil {
+		return nil
+	}
+	return s.rules.bc.Subscribe(buffer)
 }
 
 // RulesEvaluator returns the evaluator, or nil without rules.

@@ -1,10 +1,14 @@
 package hub
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,4 +207,37 @@ func TestRulesNeedEngine(t *testing.T) {
 	if _, err := New(o); err == nil {
 		t.Fatal("rules without the engine accepted")
 	}
+}
+
+// TestAlertOnStream: a new alert reaches an open /v1/stream as an
+// "alert" event.
+func TestAlertOnStream(t *testing.T) {
+	o := aggTestOptions(t, t.TempDir())
+	rs, err := rules.ParseYAML([]byte(`rules: [{name: any, metric: temp, window: "tumbling:1m", agg: count, op: ">=", value: 1, group_by: [device]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Rules = rs
+	s := startHub(t, o)
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/stream", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	d := newDevice(t, "tcp://"+s.BrokerAddr(), "al1")
+	base := time.Now().Add(-30 * time.Minute).Truncate(time.Minute)
+	d.send(timedBatch("al1", d.stream, 1, []int64{base.UnixNano(), base.Add(time.Second).UnixNano()}, []float64{1, 2}))
+	want := fmt.Sprintf(`"id":"any/device=al1/%d"`, base.UnixNano())
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "event: alert") && sc.Scan() && strings.Contains(sc.Text(), want) {
+			return
+		}
+	}
+	t.Fatalf("stream ended before the alert: %v", sc.Err())
 }

@@ -8,9 +8,27 @@ import (
 	"edgeflow/hub/rules"
 )
 
-// AlertSource lists the rules' alerts; *hub.Server is one.
+// AlertSource lists the rules' alerts and streams their revisions;
+// *hub.Server is one.
 type AlertSource interface {
 	Alerts(f rules.Filter) ([]rules.Alert, string, error)
+	SubscribeAlerts(buffer int) *rules.AlertSubscription
+}
+
+// alertSubBuffer bounds the alert revisions buffered per /v1/stream client.
+const alertSubBuffer = 1024
+
+// subscribeAlerts returns the live alert feed for /v1/stream: a nil
+// channel (never ready) without rules.
+func (s *API) subscribeAlerts() (<-chan rules.Alert, func()) {
+	if s.cfg.Alerts == nil {
+		return nil, func() {}
+	}
+	sub := s.cfg.Alerts.SubscribeAlerts(alertSubBuffer)
+	if sub == nil {
+		return nil, func() {}
+	}
+	return sub.Alerts(), sub.Close
 }
 
 // AlertsResponse is the answer of GET /v1/alerts.

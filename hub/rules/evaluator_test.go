@@ -268,3 +268,24 @@ func TestMaxAlertsEvictsResolvedFirst(t *testing.T) {
 		t.Fatal("newest alert evicted")
 	}
 }
+
+func TestBroadcastDropsSlowSubscriber(t *testing.T) {
+	var b Broadcast
+	fast, slow := b.Subscribe(10), b.Subscribe(1)
+	b.Publish([]Alert{{ID: "a"}, {ID: "b"}})
+	if !slow.Dropped() || fast.Dropped() {
+		t.Fatalf("dropped: slow %v fast %v", slow.Dropped(), fast.Dropped())
+	}
+	if _, ok := <-slow.Alerts(); !ok {
+		t.Fatal("the buffered alert is lost")
+	}
+	if _, ok := <-slow.Alerts(); ok {
+		t.Fatal("dropped channel still open")
+	}
+	if a := <-fast.Alerts(); a.ID != "a" {
+		t.Fatalf("got %v", a)
+	}
+	fast.Close()
+	fast.Close()
+	b.Publish([]Alert{{ID: "c"}})
+}
