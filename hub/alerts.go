@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/hublog"
 	"edgeflow/hub/rules"
 	"edgeflow/internal/lograte"
 	"edgeflow/wire/wirepb"
@@ -132,4 +133,26 @@ func (s *Server) RulesEvaluator() *rules.Evaluator {
 		return nil
 	}
 	return s.rules.ev
+}
+
+// statusObserver is a Consumer that also follows devices' connection
+// status, as the registry holds it after each logged status message.
+type statusObserver interface {
+	ObserveStatus(device string, online bool, at time.Time)
+}
+
+// statusConsumers hands a logged status to the consumers that follow
+// connection status (the rules' offline rules), in log order.
+func (a *applier) statusConsumers(e *hublog.Entry) {
+	for _, c := range a.consumers {
+		if so, ok := c.(statusObserver); ok {
+			info, _ := a.reg.Get(e.Device)
+			a.safeCall(c.Name(), func() { so.ObserveStatus(e.Device, info.Online, time.Unix(0, e.ServerTimeNs)) })
+		}
+	}
+}
+
+// ObserveStatus implements statusObserver.
+func (c *alertsConsumer) ObserveStatus(device string, online bool, at time.Time) {
+	c.ev.Connection(device, online, at)
 }

@@ -15,6 +15,7 @@ import (
 	"edgeflow/hub/api"
 	"edgeflow/hub/hubapi"
 	"edgeflow/hub/rules"
+	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
@@ -240,4 +241,34 @@ func TestAlertOnStream(t *testing.T) {
 		}
 	}
 	t.Fatalf("stream ended before the alert: %v", sc.Err())
+}
+
+// TestOfflineRuleThroughHub: a device's offline status (from the log)
+// fires an offline rule on a later logged tick and its return resolves it.
+func TestOfflineRuleThroughHub(t *testing.T) {
+	o := aggTestOptions(t, t.TempDir())
+	rs, err := rules.ParseYAML([]byte(`rules: [{name: gone, kind: offline, after: 100ms}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Rules = rs
+	s := startHub(t, o)
+	d := newDevice(t, "tcp://"+s.BrokerAddr(), "off1")
+	status := func(online bool) {
+		st, _ := wire.EncodeStatus(&wirepb.Status{DeviceId: "off1", Online: online})
+		if tok := d.c.Publish(wire.StatusTopic("off1"), 1, true, st); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+	}
+	alertIn := func(state rules.State) func() bool {
+		return func() bool {
+			as, _, _ := s.Alerts(rules.Filter{Rule: "gone", State: state})
+			return len(as) == 1 && as[0].Group == "device=off1"
+		}
+	}
+	status(true)
+	status(false)
+	waitFor(t, alertIn(rules.Firing))
+	status(true)
+	waitFor(t, alertIn(rules.Resolved))
 }
