@@ -31,12 +31,16 @@ func (s *Server) newAPI() (*api.API, error) {
 	if s.agg != nil {
 		eng = s.agg.eng
 	}
-	return api.New(s, api.Config{Engine: eng, Gatherer: s.opts.Gatherer, Registerer: s.opts.Registerer, Logger: s.log,
+	cfg := api.Config{Engine: eng, Gatherer: s.opts.Gatherer, Registerer: s.opts.Registerer, Logger: s.log,
 		StreamHeartbeat: s.opts.StreamHeartbeat, MaxQueries: s.opts.HTTPMaxQueries, QueryWait: s.opts.HTTPQueryWait,
 		QueryTimeout: s.opts.HTTPQueryTimeout, Attrs: s.attrs, WriteToken: s.opts.HTTPWriteToken,
 		// Cluster stays nil until the partition leases are wired: a hub
 		// answers from its own state alone.
-		ClusterWait: s.opts.HTTPClusterWait, PeerToken: s.opts.HTTPReadToken})
+		ClusterWait: s.opts.HTTPClusterWait, PeerToken: s.opts.HTTPReadToken}
+	if s.rules != nil {
+		cfg.Alerts = s
+	}
+	return api.New(s, cfg)
 }
 
 // The Backend of package api.

@@ -14,6 +14,7 @@ import (
 	"edgeflow/hub/broker"
 	"edgeflow/hub/cluster"
 	"edgeflow/hub/membudget"
+	"edgeflow/hub/rules"
 	"edgeflow/internal/confval"
 	"edgeflow/wire"
 )
@@ -244,6 +245,10 @@ type Options struct {
 	// /v1/stream and /v1/late; its evicted partials live in the hub's
 	// Badger directory. Nil runs the hub without one. Default nil.
 	Aggregate *aggregate.Options
+	// Rules are the standing rules the hub evaluates after the engine
+	// (docs/RULES.md); their state is the checkpoint's "rules" consumer.
+	// They need Aggregate. Default none.
+	Rules []rules.Rule
 	// TickInterval is the time between logged ticks that move the engine's
 	// processing time while no batch arrives (idle streams are released,
 	// windows become final). Only used with Aggregate. Default 1s; at

@@ -34,8 +34,9 @@ type Server struct {
 	m      *metrics
 	reg    *registry.Registry
 	app    *applier
-	agg    *aggregates  // nil without Options.Aggregate
-	attrs  *attrs.Table // the device attribute table (attrtable.go)
+	agg    *aggregates     // nil without Options.Aggregate
+	attrs  *attrs.Table    // the device attribute table (attrtable.go)
+	rules  *alertsConsumer // nil without Options.Rules
 	st     *hublog.Store
 	com    *committer
 	tr     broker.Transport
@@ -168,7 +169,7 @@ func (s *Server) defaultParts() error {
 // appends it to the consumers and registers its metrics.
 func (s *Server) newEngine() error {
 	if s.opts.Aggregate == nil {
-		return nil
+		return s.newRules() // an error when there are rules
 	}
 	agg, err := newAggregates(*s.opts.Aggregate, s.log, s.opts.Now)
 	if err != nil {
@@ -182,7 +183,7 @@ func (s *Server) newEngine() error {
 	if err := s.opts.Registerer.Register(agg.eng.Collector("edgeflow_aggregate")); err != nil {
 		return fmt.Errorf("register aggregate metrics: %w", err)
 	}
-	return nil
+	return s.newRules()
 }
 
 // checkConsumerNames rejects empty or repeated consumer names.

@@ -15,7 +15,7 @@ func TestConfigDoc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var extra []string
+	extra := []string{"rules"}
 	for _, k := range slices.Concat(aggDurationKeys, aggIntKeys, aggOtherKeys) {
 		extra = append(extra, "aggregate."+k)
 	}

@@ -60,6 +60,9 @@ type Config struct {
 	// WriteToken authorizes writes to it (empty: writes are refused).
 	Attrs      *attrs.Table
 	WriteToken string
+	// Alerts lists the alerts of the hub's rules (nil: /v1/alerts lists
+	// none, the hub has no rules).
+	Alerts AlertSource
 }
 
 // API serves the hub's HTTP endpoints over a Backend.

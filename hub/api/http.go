@@ -28,6 +28,7 @@ func (s *API) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/cluster", s.serveCluster)
 	s.registerQueryAPI(mux)
 	s.registerAttrsAPI(mux)
+	s.registerAlertsAPI(mux)
 	mux.Handle("GET /{$}", dashboard.Handler())
 	mux.Handle("GET "+dashboard.Prefix, dashboard.Handler())
 	return mux

@@ -77,7 +77,8 @@ func (s *API) configuredWindow(name string) bool {
 // "revised" updates of configured windows (with the metric's results when
 // metric is given), merged-stream events ("event", id = offset) when
 // events=true or from/Last-Event-ID is given, "gap" when the resume offset
-// has left the buffer, a ": ping" comment every StreamHeartbeat, and a
+// has left the buffer, "alert" for each new alert revision of the hub's
+// rules, a ": ping" comment every StreamHeartbeat, and a
 // last "dropped" event when the client fell too far behind.
 func (s *API) serveStream(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseStream(r)
@@ -87,6 +88,8 @@ func (s *API) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	sub := s.eng.Subscribe(streamSubBuffer)
 	defer sub.Close()
+	alerts, closeAlerts := s.subscribeAlerts()
+	defer closeAlerts()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -110,6 +113,13 @@ func (s *API) serveStream(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-ping.C:
 			out.comment("ping")
+		case a, ok := <-alerts:
+			if !ok {
+				out.event("dropped", "", map[string]any{"error": "alert feed: client too slow", "resume_from": q.cursor})
+				_ = out.flush()
+				return
+			}
+			out.event("alert", "", a)
 		case u, ok := <-sub.Updates():
 			if !ok {
 				reason := "stream closed"
