@@ -14,6 +14,7 @@ import (
 	"edgeflow/hub/broker"
 	"edgeflow/hub/cluster"
 	"edgeflow/hub/membudget"
+	"edgeflow/hub/sinks"
 	"edgeflow/internal/confval"
 	"edgeflow/wire"
 )
@@ -233,6 +234,11 @@ type Options struct {
 	// /v1/stream and /v1/late; its evicted partials live in the hub's
 	// Badger directory. Nil runs the hub without one. Default nil.
 	Aggregate *aggregate.Options
+	// Sinks are the downstream targets (package sinks) the hub keeps in
+	// sync with its log, each from its own position stored in the
+	// target. They start once the state is recovered; a table that does
+	// not match stops Start. Default none.
+	Sinks []sinks.Config
 	// TickInterval is the time between logged ticks that move the engine's
 	// processing time while no batch arrives (idle streams are released,
 	// windows become final). Only used with Aggregate. Default 1s; at
