@@ -84,7 +84,7 @@ func newWindowsProducer(cfg Config, src Source) (*windowsProducer, error) {
 	for _, w := range p.windows {
 		for m := range p.metrics {
 			now := time.Now()
-			if _, err := eng.Query(p.query(m, w, now, now)); err != nil {
+			if _, err := eng.Query(p.query(m, w, now, now.Add(time.Nanosecond))); err != nil {
 				return nil, fmt.Errorf("%w: sink %q: the engine refuses its windows or group_by: %v", ErrInvalidConfig, cfg.Name, err)
 			}
 			break
