@@ -17,6 +17,7 @@ import (
 	"edgeflow/aggregate"
 	"edgeflow/hub"
 	"edgeflow/hub/membudget"
+	"edgeflow/hub/sinks"
 	"edgeflow/internal/confval"
 )
 
@@ -101,7 +102,7 @@ func loadConfig(args []string) (*config, error) {
 		if err := v.ReadInConfig(); err != nil {
 			return nil, fmt.Errorf("config file %s: %w", path, err)
 		}
-		if err := confval.CheckFileKeys(fs, v.AllKeys(), v.Get, isAggregateKey); err != nil {
+		if err := confval.CheckFileKeys(fs, v.AllKeys(), v.Get, func(k string) bool { return isAggregateKey(k) || k == "sinks" }); err != nil {
 			return nil, err
 		}
 	}
@@ -163,6 +164,8 @@ func fromViper(v *viper.Viper) (*config, error) {
 	agg, err := aggregateFromViper(v)
 	k.Add(err)
 	o.Aggregate = agg
+	o.Sinks, err = sinks.Parse(v.Get("sinks"))
+	k.Add(err)
 	c.memory, c.memoryChosen = memoryBudget(v, k, o)
 	c.gcPercent, c.gcPercentSet = budgetGCPercent(c.gcPercent, c.gcPercentSet, c.memory, os.Getenv)
 	return c, k.Err()
