@@ -144,15 +144,34 @@ func cut(t *testing.T, conn *pgx.Conn, app string) int {
 	return n
 }
 
-// waitCaughtUp waits until every sink has committed everything the hub
-// applied, with no error.
-func waitCaughtUp(t *testing.T, srv *hub.Server) {
+// waitCaughtUp waits until the engine holds every accepted event (the hub
+// acknowledges before it applies), then until every sink, in a step begun
+// after that, has committed everything the hub applied.
+func waitCaughtUp(t *testing.T, srv *hub.Server, base time.Time, accepted int) {
 	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		res, err := srv.Engine().Query(aggregate.Query{Metric: "temp", Window: aggregate.WindowSpec{Kind: aggregate.Tumbling, Size: time.Hour},
+			From: base.Add(-time.Hour), To: base.Add(time.Hour), Aggs: aggregate.AggCount})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range res {
+			n += int(r.Count)
+		}
+		if n == accepted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the engine holds %d events, %d were accepted", n, accepted)
+		}
+	}
+	applied := time.Now()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		done := true
 		for _, st := range srv.SinkStatuses() {
-			done = done && st.Connected && st.Lag == 0 && st.Position > 0 && st.Applied > 0
+			done = done && st.Connected && st.Lag == 0 && st.Position > 0 && st.CheckedAt.After(applied)
 		}
 		if done {
 			return
@@ -215,7 +234,7 @@ func TestHubSinksExactlyOnceAcrossRestartsAndCuts(t *testing.T) {
 		}
 	}
 	accepted += devs[1].send([]time.Time{at(100)}) // one more revision, after the cut
-	waitCaughtUp(t, h.srv)
+	waitCaughtUp(t, h.srv, base, accepted)
 
 	table := readTable(t, conn, schema)
 	api := readAPI(t, h.srv.HTTPAddr(), base.Add(-time.Hour), base.Add(time.Hour))

@@ -50,6 +50,9 @@ type Status struct {
 	// Applied - Position, in log entries.
 	Applied uint64 `json:"applied"`
 	Lag     uint64 `json:"lag_entries"`
+	// CheckedAt is when the last successful step read Applied: the target
+	// holds everything the hub had applied then, unless Lag > 0.
+	CheckedAt time.Time `json:"checked_at,omitzero"`
 	// Connected is true while the sink holds a connection to its target.
 	Connected bool `json:"connected"`
 	// RowsWritten counts rows the target accepted since the hub started
@@ -255,13 +258,14 @@ func (s *Sink) Step(ctx context.Context) (int, error) {
 // step writes the rows of the entries after the position, with the new
 // position, in one transaction; it returns how many entries that covered.
 func (s *Sink) step(ctx context.Context) (int, error) {
+	checked := time.Now()
 	applied, err := s.src.Applied(ctx)
 	if err != nil {
 		return 0, err
 	}
 	s.m.lagSet(s.cfg.Name, applied, s.st.pos)
 	if applied <= s.st.pos {
-		s.setStatus(func(st *Status) { st.Applied, st.Lag, st.LastError = applied, 0, "" })
+		s.setStatus(func(st *Status) { st.Applied, st.Lag, st.LastError, st.CheckedAt = applied, 0, "", checked })
 		return 0, nil
 	}
 	rows, next, err := s.prod.next(ctx, s.st, applied)
@@ -277,7 +281,7 @@ func (s *Sink) step(ctx context.Context) (int, error) {
 	s.m.written(s.cfg.Name, written)
 	s.m.lagSet(s.cfg.Name, applied, next.pos)
 	s.setStatus(func(st *Status) {
-		st.Position, st.Applied, st.Lag, st.LastError = next.pos, applied, applied-next.pos, ""
+		st.Position, st.Applied, st.Lag, st.LastError, st.CheckedAt = next.pos, applied, applied-next.pos, "", checked
 		st.RowsWritten += uint64(written)
 	})
 	return covered, nil
