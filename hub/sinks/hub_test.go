@@ -25,7 +25,7 @@ import (
 // testDevice publishes batches to a hub's embedded broker and waits for
 // their acks.
 type testDevice struct {
-	t      *testing.T
+	t      testing.TB
 	id     string
 	stream wire.StreamID
 	c      paho.Client
@@ -34,7 +34,7 @@ type testDevice struct {
 	next   uint64 // next sequence number
 }
 
-func newTestDevice(t *testing.T, broker, id string, stream wire.StreamID, next uint64) *testDevice {
+func newTestDevice(t testing.TB, broker, id string, stream wire.StreamID, next uint64) *testDevice {
 	t.Helper()
 	d := &testDevice{t: t, id: id, stream: stream, acks: map[uint64]wirepb.AckStatus{}, next: next}
 	o := paho.NewClientOptions().AddBroker("tcp://" + broker).SetClientID(fmt.Sprintf("dev-%s-%d", id, time.Now().UnixNano())).
