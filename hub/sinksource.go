@@ -103,15 +103,23 @@ func (s *Server) startSinks() error {
 		return fmt.Errorf("register sink metrics: %w", err)
 	}
 	hs := &hubSinks{}
+	closeAll := func() {
+		for _, sk := range hs.list {
+			sk.Close()
+		}
+	}
 	for _, c := range s.opts.Sinks {
 		sk, err := sinks.New(c, sinkSource{s}, m, s.log)
 		if err != nil {
+			closeAll()
 			return fmt.Errorf("%w: Sinks: %w", ErrInvalidOptions, err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), sinkOpenTimeout)
 		err = sk.Open(ctx)
 		cancel()
 		if errors.Is(err, sinks.ErrSchemaMismatch) || errors.Is(err, sinks.ErrPositionAhead) {
+			sk.Close()
+			closeAll()
 			return err
 		}
 		if err != nil {

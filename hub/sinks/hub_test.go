@@ -3,9 +3,11 @@ package sinks_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -340,4 +342,21 @@ func readAPI(t *testing.T, addr string, from, to time.Time) map[string]windowRow
 			Max: f(w.Max), Avg: f(w.Avg), P50: f(w.P50), Final: w.Final, Revision: int64(w.Revision), Late: int64(w.Late)}
 	}
 	return out
+}
+
+func TestHubRefusesToStartOnTableMismatch(t *testing.T) {
+	conn, schema := pgSchema(t)
+	if _, err := conn.Exec(context.Background(), fmt.Sprintf(`CREATE TABLE %s.edgeflow_events (device text, stream text, seq text, PRIMARY KEY (device, stream, seq))`, schema)); err != nil {
+		t.Fatal(err)
+	}
+	h := &sinkHub{dir: t.TempDir(), schema: schema, app: "edgeflow_sinktest_" + schema}
+	srv, err := hub.New(h.options(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = srv.Start(context.Background())
+	_ = srv.Shutdown(context.Background())
+	if !errors.Is(err, sinks.ErrSchemaMismatch) || !strings.Contains(err.Error(), "has no column metric") {
+		t.Fatalf("Start: %v, want a mismatch naming column metric", err)
+	}
 }

@@ -234,6 +234,10 @@ func (s *Sink) Run(ctx context.Context) {
 	}
 }
 
+// Close drops the connection of a sink that Open connected and that will
+// not Run (Run closes its own when it returns).
+func (s *Sink) Close() { s.closeConn() }
+
 func (s *Sink) ensureOpen(ctx context.Context) error {
 	if s.conn != nil && !s.conn.IsClosed() {
 		return nil
