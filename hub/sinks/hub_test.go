@@ -356,7 +356,7 @@ func TestHubRefusesToStartOnTableMismatch(t *testing.T) {
 	}
 	err = srv.Start(context.Background())
 	_ = srv.Shutdown(context.Background())
-	if !errors.Is(err, sinks.ErrSchemaMismatch) || !strings.Contains(err.Error(), "has no column metric") {
-		t.Fatalf("Start: %v, want a mismatch naming column metric", err)
+	if !errors.Is(err, sinks.ErrSchemaMismatch) || !strings.Contains(err.Error(), "column seq is text, want bigint") {
+		t.Fatalf("Start: %v, want a mismatch naming column seq", err)
 	}
 }
