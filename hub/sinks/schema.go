@@ -107,6 +107,14 @@ func (t tableName) sql() string {
 	return pgx.Identifier{t.schema, t.name}.Sanitize()
 }
 
+// identifier is the name for CopyFrom.
+func (t tableName) identifier() pgx.Identifier {
+	if t.schema == "" {
+		return pgx.Identifier{t.name}
+	}
+	return pgx.Identifier{t.schema, t.name}
+}
+
 func (t tableName) String() string {
 	if t.schema == "" {
 		return t.name

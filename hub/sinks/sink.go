@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrPositionAhead is returned when a sink's stored position is past the
@@ -299,17 +300,9 @@ func (s *Sink) commit(ctx context.Context, rows [][]any, next state) (int64, err
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
-	var written int64
-	if len(rows) > 0 {
-		cols := s.prod.schema().names()
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.stage.name}, cols, pgx.CopyFromRows(rows)); err != nil {
-			return 0, fmt.Errorf("copy %d rows into the staging table: %w", len(rows), err)
-		}
-		tag, err := tx.Exec(ctx, s.prod.mergeSQL(s.table, s.stage))
-		if err != nil {
-			return 0, fmt.Errorf("merge into %s: %w", s.table, err)
-		}
-		written = tag.RowsAffected()
+	written, err := s.writeRows(ctx, tx, rows)
+	if err != nil {
+		return 0, err
 	}
 	var wm *time.Time
 	if !next.wm.IsZero() {
@@ -328,6 +321,44 @@ func (s *Sink) commit(ctx context.Context, rows [][]any, next state) (int64, err
 		return 0, fmt.Errorf("commit: %w", err)
 	}
 	return written, nil
+}
+
+// writeRows writes rows in tx. Rows that only insert (events) are first
+// copied straight into the table under a savepoint: the position commits
+// with the rows, so they are normally new. A unique violation (rows
+// already there: a positions row restored from an older backup, or a
+// second writer) rolls back to the savepoint and takes the merge path,
+// which skips them. Rows that upsert (windows) always take the merge path:
+// COPY into the staging table, then INSERT ... ON CONFLICT.
+func (s *Sink) writeRows(ctx context.Context, tx pgx.Tx, rows [][]any) (int64, error) {
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	cols := s.prod.schema().names()
+	if s.cfg.Kind == KindPostgresEvents {
+		if _, err := tx.Exec(ctx, "SAVEPOINT edgeflow_direct"); err != nil {
+			return 0, fmt.Errorf("savepoint: %w", err)
+		}
+		n, err := tx.CopyFrom(ctx, s.table.identifier(), cols, pgx.CopyFromRows(rows))
+		if err == nil {
+			_, err = tx.Exec(ctx, "RELEASE SAVEPOINT edgeflow_direct")
+			return n, err
+		}
+		if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != uniqueViolation {
+			return 0, fmt.Errorf("copy %d rows into %s: %w", len(rows), s.table, err)
+		}
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT edgeflow_direct"); err != nil {
+			return 0, fmt.Errorf("rollback to savepoint: %w", err)
+		}
+	}
+	if _, err := tx.CopyFrom(ctx, s.stage.identifier(), cols, pgx.CopyFromRows(rows)); err != nil {
+		return 0, fmt.Errorf("copy %d rows into the staging table: %w", len(rows), err)
+	}
+	tag, err := tx.Exec(ctx, s.prod.mergeSQL(s.table, s.stage))
+	if err != nil {
+		return 0, fmt.Errorf("merge into %s: %w", s.table, err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // fail records err and drops the connection, so the next step reconnects
@@ -365,3 +396,6 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// uniqueViolation is PostgreSQL's SQLSTATE for a duplicate key.
+const uniqueViolation = "23505"
