@@ -139,11 +139,11 @@ func (s *Server) startSinks() error {
 	return nil
 }
 
-// SinkStatuses returns each sink's status (nil without sinks).
+// SinkStatuses returns each sink's status (empty without sinks).
 func (s *Server) SinkStatuses() []sinks.Status {
 	hs := s.sinks.Load()
 	if hs == nil {
-		return nil
+		return []sinks.Status{}
 	}
 	out := make([]sinks.Status, 0, len(hs.list))
 	for _, sk := range hs.list {
@@ -152,17 +152,19 @@ func (s *Server) SinkStatuses() []sinks.Status {
 	return out
 }
 
-// withSinks adds GET /v1/sinks to the API's handler.
+// withSinks adds GET /v1/sinks (an empty list without sinks) to the API's
+// handler.
 func (s *Server) withSinks(h http.Handler) http.Handler {
-	if len(s.opts.Sinks) == 0 {
-		return h
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/sinks", func(w http.ResponseWriter, _ *http.Request) {
+	serve := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"sinks": s.SinkStatuses()})
-	})
-	mux.Handle("/", h)
+	}
+	mux, ok := h.(*http.ServeMux)
+	if !ok {
+		mux = http.NewServeMux()
+		mux.Handle("/", h)
+	}
+	mux.HandleFunc("GET /v1/sinks", serve)
 	return mux
 }
 
