@@ -21,6 +21,9 @@ const (
 	KindPostgresWindows = "postgres_windows"
 	// KindPostgresEvents writes corrected events to a PostgreSQL table.
 	KindPostgresEvents = "postgres_events"
+	// KindNATS publishes window updates (final and revised) to a NATS
+	// JetStream stream, each with a message id for deduplication.
+	KindNATS = "nats"
 )
 
 // ErrInvalidConfig marks a sink configuration the hub refuses; the message
@@ -62,6 +65,14 @@ type Config struct {
 	// MaxBackoff bounds the wait between retries while the target is
 	// down (the wait doubles from 100ms). Default 10s.
 	MaxBackoff time.Duration
+	// URL is the NATS server list (kind nats), comma-separated.
+	URL string
+	// Stream is the JetStream stream the nats sink publishes to, created
+	// (subjects Subject.>) when absent. Default EDGEFLOW_SINKS.
+	Stream string
+	// Subject prefixes the nats sink's subjects: Subject.<metric>.
+	// Default edgeflow.sink.<name>.
+	Subject string
 }
 
 // configKeys are the keys a sink entry may set, by kind ("" is every kind).
@@ -69,6 +80,7 @@ var configKeys = map[string][]string{
 	"":                  {"name", "kind", "dsn", "table", "positions_table", "batch_entries", "poll_interval", "max_backoff"},
 	KindPostgresWindows: {"metrics", "windows", "group_by", "quantiles", "provisional"},
 	KindPostgresEvents:  {},
+	KindNATS:            {"url", "stream", "subject", "metrics", "windows", "group_by", "quantiles", "provisional"},
 }
 
 // quantileNames are the quantile columns a windows table may have.
@@ -121,7 +133,7 @@ func parseOne(i int, item any) (Config, error) {
 	}
 	allowed, ok := configKeys[c.Kind]
 	if !ok {
-		return c, bad("kind", "%q is not a sink kind (kinds: %s, %s)", c.Kind, KindPostgresWindows, KindPostgresEvents)
+		return c, bad("kind", "%q is not a sink kind (kinds: %s, %s, %s)", c.Kind, KindPostgresWindows, KindPostgresEvents, KindNATS)
 	}
 	allowed = slices.Concat(configKeys[""], allowed)
 	keys := make([]string, 0, len(m))
@@ -137,7 +149,7 @@ func parseOne(i int, item any) (Config, error) {
 	for _, f := range []struct {
 		key string
 		dst *string
-	}{{"dsn", &c.DSN}, {"table", &c.Table}, {"positions_table", &c.PositionsTable}} {
+	}{{"dsn", &c.DSN}, {"table", &c.Table}, {"positions_table", &c.PositionsTable}, {"url", &c.URL}, {"stream", &c.Stream}, {"subject", &c.Subject}} {
 		if v, ok := m[f.key]; ok {
 			s, err := cast.ToStringE(v)
 			if err != nil {
@@ -189,6 +201,14 @@ func (c *Config) EnsureDefaults() {
 	if c.PositionsTable == "" {
 		c.PositionsTable = "edgeflow_sink_positions"
 	}
+	if c.Kind == KindNATS {
+		if c.Stream == "" {
+			c.Stream = "EDGEFLOW_SINKS"
+		}
+		if c.Subject == "" {
+			c.Subject = "edgeflow.sink." + c.Name
+		}
+	}
 	if c.BatchEntries == 0 {
 		c.BatchEntries = 512
 	}
@@ -209,8 +229,11 @@ func (c *Config) Validate() error {
 	if c.Name == "" {
 		return bad("name", "is required")
 	}
-	if c.Kind != KindPostgresWindows && c.Kind != KindPostgresEvents {
-		return bad("kind", "%q is not a sink kind (kinds: %s, %s)", c.Kind, KindPostgresWindows, KindPostgresEvents)
+	if c.Kind != KindPostgresWindows && c.Kind != KindPostgresEvents && c.Kind != KindNATS {
+		return bad("kind", "%q is not a sink kind (kinds: %s, %s, %s)", c.Kind, KindPostgresWindows, KindPostgresEvents, KindNATS)
+	}
+	if c.Kind == KindNATS {
+		return c.validateNATS(bad)
 	}
 	if c.DSN == "" {
 		return bad("dsn", "is required (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
@@ -233,6 +256,31 @@ func (c *Config) Validate() error {
 	}
 	if c.Kind == KindPostgresEvents {
 		return nil
+	}
+	return c.validateWindows(bad)
+}
+
+// validateNATS checks the keys of a nats sink.
+func (c *Config) validateNATS(bad func(key, format string, a ...any) error) error {
+	if c.URL == "" {
+		return bad("url", "is required (e.g. nats://127.0.0.1:4222)")
+	}
+	if strings.ContainsAny(c.Stream, " .*>") || c.Stream == "" {
+		return bad("stream", "%q is not a JetStream stream name", c.Stream)
+	}
+	if strings.ContainsAny(c.Subject, " *>") || strings.HasSuffix(c.Subject, ".") || c.Subject == "" {
+		return bad("subject", "%q is not a subject prefix (no wildcards, no trailing dot)", c.Subject)
+	}
+	if strings.Trim(c.Name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
+		return bad("name", "%q: a nats sink's name is its key in the positions bucket: letters, digits, - and _ only", c.Name)
+	}
+	for _, m := range c.Metrics {
+		if m == "" || strings.ContainsAny(m, " *>.") {
+			return bad("metrics", "%q cannot be a subject token (no spaces, dots or wildcards)", m)
+		}
+	}
+	if strings.ContainsAny(c.PositionsTable, " .*>") {
+		return bad("positions_table", "%q is not a key-value bucket name (the nats sink keeps its position there)", c.PositionsTable)
 	}
 	return c.validateWindows(bad)
 }

@@ -7,9 +7,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrPositionAhead is returned when a sink's stored position is past the
@@ -71,16 +68,12 @@ type Status struct {
 // Sink follows the hub's log into one target table. Create it with New,
 // check it with Open, and Run it.
 type Sink struct {
-	cfg       Config
-	src       Source
-	prod      producer
-	m         *Metrics
-	log       *slog.Logger
-	table     tableName
-	positions tableName
-	stage     tableName
-
-	conn *pgx.Conn // owned by Run (or Open before Run)
+	cfg  Config
+	src  Source
+	prod producer
+	m    *Metrics
+	log  *slog.Logger
+	tgt  target // owned by Run (or Open before Run)
 	st   state
 
 	mu     sync.Mutex
@@ -97,15 +90,9 @@ func New(cfg Config, src Source, m *Metrics, log *slog.Logger) (*Sink, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Sink{cfg: cfg, src: src, m: m, log: log.With("sink", cfg.Name), table: parseTableName(cfg.Table)}
-	pt := parseTableName(cfg.PositionsTable)
-	if pt.schema == "" {
-		pt.schema = s.table.schema
-	}
-	s.positions = pt
-	s.stage = tableName{name: "edgeflow_stage_" + cfg.Kind}
+	s := &Sink{cfg: cfg, src: src, m: m, log: log.With("sink", cfg.Name)}
 	switch cfg.Kind {
-	case KindPostgresWindows:
+	case KindPostgresWindows, KindNATS:
 		p, err := newWindowsProducer(cfg, src)
 		if err != nil {
 			return nil, err
@@ -113,6 +100,11 @@ func New(cfg Config, src Source, m *Metrics, log *slog.Logger) (*Sink, error) {
 		s.prod = p
 	case KindPostgresEvents:
 		s.prod = &eventsProducer{cfg: cfg, src: src}
+	}
+	if cfg.Kind == KindNATS {
+		s.tgt = newNATSTarget(cfg, s.prod)
+	} else {
+		s.tgt = newPGTarget(cfg, s.prod)
 	}
 	s.status = Status{Name: cfg.Name, Kind: cfg.Kind}
 	return s, nil
@@ -128,55 +120,23 @@ func (s *Sink) Status() Status {
 	return s.status
 }
 
-// Open connects to the target, creates or checks the tables and loads the
-// sink's position. The hub calls it at start so a table that does not
-// match (ErrSchemaMismatch) stops the hub with the column's name; Run
-// calls it again after every failure.
+// Open connects to the target, creates or checks the tables (or stream)
+// and loads the sink's position. The hub calls it at start so a table that
+// does not match (ErrSchemaMismatch) stops the hub with the column's name;
+// Run calls it again after every failure.
 func (s *Sink) Open(ctx context.Context) error {
-	s.closeConn()
-	conn, err := pgx.Connect(ctx, s.cfg.DSN)
-	if err != nil {
-		return fmt.Errorf("sink %s: connect: %w", s.cfg.Name, err)
+	s.tgt.close()
+	st, err := s.tgt.open(ctx)
+	if err == nil {
+		s.st = st
+		err = s.checkPosition(ctx)
 	}
-	if err := s.prepare(ctx, conn); err != nil {
-		conn.Close(context.Background())
+	if err != nil {
+		s.tgt.close()
 		return fmt.Errorf("sink %s: %w", s.cfg.Name, err)
 	}
-	s.conn = conn
 	s.setStatus(func(st *Status) { st.Connected, st.Position = true, s.st.pos })
 	return nil
-}
-
-// prepare checks the tables, creates the staging table and loads the
-// position.
-func (s *Sink) prepare(ctx context.Context, conn *pgx.Conn) error {
-	if err := ensureTable(ctx, conn, s.table, s.prod.schema()); err != nil {
-		return err
-	}
-	if err := ensureTable(ctx, conn, s.positions, positionsSchema()); err != nil {
-		return err
-	}
-	stmt := fmt.Sprintf("CREATE TEMP TABLE IF NOT EXISTS %s (LIKE %s INCLUDING DEFAULTS) ON COMMIT DELETE ROWS", s.stage.sql(), s.table.sql())
-	if _, err := conn.Exec(ctx, stmt); err != nil {
-		return fmt.Errorf("create staging table: %w", err)
-	}
-	var (
-		pos int64
-		wm  *time.Time
-	)
-	err := conn.QueryRow(ctx, fmt.Sprintf("SELECT position, watermark FROM %s WHERE sink = $1", s.positions.sql()), s.cfg.Name).Scan(&pos, &wm)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		s.st = state{}
-	case err != nil:
-		return fmt.Errorf("read position from %s: %w", s.positions, err)
-	default:
-		s.st = state{pos: uint64(pos)}
-		if wm != nil {
-			s.st.wm = *wm
-		}
-	}
-	return s.checkPosition(ctx)
 }
 
 // checkPosition compares the stored position with the hub's log: ahead of
@@ -188,8 +148,8 @@ func (s *Sink) checkPosition(ctx context.Context) error {
 		return err
 	}
 	if s.st.pos > applied {
-		return fmt.Errorf("%w: %s holds position %d for sink %s, the hub's log ends at %d; if the hub's data was reset, delete that row (and the table's rows) to rebuild the table",
-			ErrPositionAhead, s.positions, s.st.pos, s.cfg.Name, applied)
+		return fmt.Errorf("%w: the target holds position %d for sink %s (positions table or bucket %s), the hub's log ends at %d; if the hub's data was reset, delete the sink's position (and its rows) to rebuild the target",
+			ErrPositionAhead, s.st.pos, s.cfg.Name, s.cfg.PositionsTable, applied)
 	}
 	first, err := s.src.FirstPosition()
 	if err != nil {
@@ -211,7 +171,7 @@ func (s *Sink) checkPosition(ctx context.Context) error {
 // from 100ms up to MaxBackoff), reconnects and resumes from the position
 // the target holds.
 func (s *Sink) Run(ctx context.Context) {
-	defer s.closeConn()
+	defer s.tgt.close()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := s.ensureOpen(ctx)
@@ -237,10 +197,10 @@ func (s *Sink) Run(ctx context.Context) {
 
 // Close drops the connection of a sink that Open connected and that will
 // not Run (Run closes its own when it returns).
-func (s *Sink) Close() { s.closeConn() }
+func (s *Sink) Close() { s.tgt.close() }
 
 func (s *Sink) ensureOpen(ctx context.Context) error {
-	if s.conn != nil && !s.conn.IsClosed() {
+	if s.tgt.connected() {
 		return nil
 	}
 	return s.Open(ctx)
@@ -277,7 +237,7 @@ func (s *Sink) step(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	written, err := s.commit(ctx, rows, next)
+	written, err := s.tgt.commit(ctx, rows, s.st, next)
 	if err != nil {
 		return 0, err
 	}
@@ -292,93 +252,15 @@ func (s *Sink) step(ctx context.Context) (int, error) {
 	return covered, nil
 }
 
-// commit writes rows and the position in one transaction. The position
-// only moves from the value this sink loaded (else ErrPositionMoved).
-func (s *Sink) commit(ctx context.Context, rows [][]any, next state) (int64, error) {
-	tx, err := s.conn.Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
-	written, err := s.writeRows(ctx, tx, rows)
-	if err != nil {
-		return 0, err
-	}
-	var wm *time.Time
-	if !next.wm.IsZero() {
-		wm = &next.wm
-	}
-	tag, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %[1]s (sink, position, watermark, updated_at) VALUES ($1, $2, $3, now())
-		ON CONFLICT (sink) DO UPDATE SET position = EXCLUDED.position, watermark = EXCLUDED.watermark, updated_at = now()
-		WHERE %[1]s.position = $4`, s.positions.sql()), s.cfg.Name, int64(next.pos), wm, int64(s.st.pos))
-	if err != nil {
-		return 0, fmt.Errorf("write position: %w", err)
-	}
-	if tag.RowsAffected() != 1 {
-		return 0, fmt.Errorf("%w: %s no longer holds position %d for sink %s", ErrPositionMoved, s.positions, s.st.pos, s.cfg.Name)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("commit: %w", err)
-	}
-	return written, nil
-}
-
-// writeRows writes rows in tx. Rows that only insert (events) are first
-// copied straight into the table under a savepoint: the position commits
-// with the rows, so they are normally new. A unique violation (rows
-// already there: a positions row restored from an older backup, or a
-// second writer) rolls back to the savepoint and takes the merge path,
-// which skips them. Rows that upsert (windows) always take the merge path:
-// COPY into the staging table, then INSERT ... ON CONFLICT.
-func (s *Sink) writeRows(ctx context.Context, tx pgx.Tx, rows [][]any) (int64, error) {
-	if len(rows) == 0 {
-		return 0, nil
-	}
-	cols := s.prod.schema().names()
-	if s.cfg.Kind == KindPostgresEvents {
-		if _, err := tx.Exec(ctx, "SAVEPOINT edgeflow_direct"); err != nil {
-			return 0, fmt.Errorf("savepoint: %w", err)
-		}
-		n, err := tx.CopyFrom(ctx, s.table.identifier(), cols, pgx.CopyFromRows(rows))
-		if err == nil {
-			_, err = tx.Exec(ctx, "RELEASE SAVEPOINT edgeflow_direct")
-			return n, err
-		}
-		if pe := (*pgconn.PgError)(nil); !errors.As(err, &pe) || pe.Code != uniqueViolation {
-			return 0, fmt.Errorf("copy %d rows into %s: %w", len(rows), s.table, err)
-		}
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT edgeflow_direct"); err != nil {
-			return 0, fmt.Errorf("rollback to savepoint: %w", err)
-		}
-	}
-	if _, err := tx.CopyFrom(ctx, s.stage.identifier(), cols, pgx.CopyFromRows(rows)); err != nil {
-		return 0, fmt.Errorf("copy %d rows into the staging table: %w", len(rows), err)
-	}
-	tag, err := tx.Exec(ctx, s.prod.mergeSQL(s.table, s.stage))
-	if err != nil {
-		return 0, fmt.Errorf("merge into %s: %w", s.table, err)
-	}
-	return tag.RowsAffected(), nil
-}
-
 // fail records err and drops the connection, so the next step reconnects
 // and reloads the position the target holds (the outcome of a failed
 // commit is unknown until then).
 func (s *Sink) fail(err error) {
 	s.log.Warn("sink step failed; retrying from the position the target holds", "err", err)
 	s.m.errorInc(s.cfg.Name, "step")
-	s.closeConn()
+	s.tgt.close()
 	now := time.Now()
 	s.setStatus(func(st *Status) { st.LastError, st.LastErrorTime, st.Connected = err.Error(), now, false })
-}
-
-func (s *Sink) closeConn() {
-	if s.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s.conn.Close(ctx)
-		cancel()
-		s.conn = nil
-	}
 }
 
 func (s *Sink) setStatus(fn func(*Status)) {
@@ -396,6 +278,3 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
-
-// uniqueViolation is PostgreSQL's SQLSTATE for a duplicate key.
-const uniqueViolation = "23505"
