@@ -77,9 +77,9 @@ type Config struct {
 
 // configKeys are the keys a sink entry may set, by kind ("" is every kind).
 var configKeys = map[string][]string{
-	"":                  {"name", "kind", "dsn", "table", "positions_table", "batch_entries", "poll_interval", "max_backoff"},
-	KindPostgresWindows: {"metrics", "windows", "group_by", "quantiles", "provisional"},
-	KindPostgresEvents:  {},
+	"":                  {"name", "kind", "positions_table", "batch_entries", "poll_interval", "max_backoff"},
+	KindPostgresWindows: {"dsn", "table", "metrics", "windows", "group_by", "quantiles", "provisional"},
+	KindPostgresEvents:  {"dsn", "table"},
 	KindNATS:            {"url", "stream", "subject", "metrics", "windows", "group_by", "quantiles", "provisional"},
 }
 

@@ -57,6 +57,16 @@ func TestParseIssueYAML(t *testing.T) {
 	}
 }
 
+func TestParseNATSSink(t *testing.T) {
+	got, err := loadYAML(t, "sinks:\n- {name: updates, kind: nats, url: nats://127.0.0.1:4222, metrics: [temp], windows: [tumbling:1m], group_by: [device]}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := got[0]; c.Kind != sinks.KindNATS || c.Stream != "EDGEFLOW_SINKS" || c.Subject != "edgeflow.sink.updates" || c.URL == "" {
+		t.Errorf("nats sink: %+v", c)
+	}
+}
+
 func TestParseRejectsBadSinks(t *testing.T) {
 	const dsn = "dsn: postgres://x@h/db\n"
 	for _, tc := range []struct {
@@ -77,6 +87,9 @@ func TestParseRejectsBadSinks(t *testing.T) {
 		{"bad table", "sinks:\n- {name: e, kind: postgres_events, dsn: x, table: a.b.c}\n", []string{`"e"`, `"table"`}},
 		{"bad duration", "sinks:\n- {name: e, kind: postgres_events, dsn: x, table: t, poll_interval: soon}\n", []string{`"e"`, `"poll_interval"`}},
 		{"not a list", "sinks: 3\n", []string{`"sinks"`}},
+		{"nats without url", "sinks:\n- {name: n, kind: nats, metrics: [temp], windows: [tumbling:1m]}\n", []string{`"n"`, `"url"`}},
+		{"nats metric with a wildcard", "sinks:\n- {name: n, kind: nats, url: nats://h:4222, metrics: [te*mp], windows: [tumbling:1m]}\n", []string{`"n"`, `"metrics"`}},
+		{"nats table key", "sinks:\n- {name: n, kind: nats, url: nats://h:4222, table: t, metrics: [temp], windows: [tumbling:1m]}\n", []string{`"n"`, `"table"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadYAML(t, tc.yaml)
