@@ -169,14 +169,21 @@ func (s *Server) withSinks(h http.Handler) http.Handler {
 }
 
 // sinkRetainPos lowers the retention position to what the sinks have not
-// yet committed, so retention never deletes an entry a sink still needs.
+// yet committed, so retention never deletes an entry a sink still needs;
+// a sink more than Options.SinkMaxLag entries behind pos no longer holds
+// it (it reports the gap when it reads on).
 func (s *Server) sinkRetainPos(pos uint64) uint64 {
 	hs := s.sinks.Load()
 	if hs == nil {
 		return pos
 	}
+	out := pos
 	for _, sk := range hs.list {
-		pos = min(pos, sk.Status().Position)
+		p := sk.Status().Position
+		if s.opts.SinkMaxLag > 0 && p < pos && pos-p > s.opts.SinkMaxLag {
+			continue
+		}
+		out = min(out, p)
 	}
-	return pos
+	return out
 }

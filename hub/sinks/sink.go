@@ -75,6 +75,9 @@ type Sink struct {
 	log  *slog.Logger
 	tgt  target // owned by Run (or Open before Run)
 	st   state
+	// stored is the position the target holds: st.pos unless a gap moved
+	// st past it; commits compare against it.
+	stored uint64
 
 	mu     sync.Mutex
 	status Status
@@ -128,7 +131,7 @@ func (s *Sink) Open(ctx context.Context) error {
 	s.tgt.close()
 	st, err := s.tgt.open(ctx)
 	if err == nil {
-		s.st = st
+		s.st, s.stored = st, st.pos
 		err = s.checkPosition(ctx)
 	}
 	if err != nil {
@@ -151,6 +154,13 @@ func (s *Sink) checkPosition(ctx context.Context) error {
 		return fmt.Errorf("%w: the target holds position %d for sink %s (positions table or bucket %s), the hub's log ends at %d; if the hub's data was reset, delete the sink's position (and its rows) to rebuild the target",
 			ErrPositionAhead, s.st.pos, s.cfg.Name, s.cfg.PositionsTable, applied)
 	}
+	return s.checkGap()
+}
+
+// checkGap reports a gap when the hub's log no longer holds the entry
+// after the sink's position (retention deleted it, see
+// hub.Options.SinkMaxLag) and moves the sink past it.
+func (s *Sink) checkGap() error {
 	first, err := s.src.FirstPosition()
 	if err != nil {
 		return err
@@ -229,6 +239,9 @@ func (s *Sink) step(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	s.m.lagSet(s.cfg.Name, applied, s.st.pos)
+	if err := s.checkGap(); err != nil {
+		return 0, err
+	}
 	if applied <= s.st.pos {
 		s.setStatus(func(st *Status) { st.Applied, st.Lag, st.LastError, st.CheckedAt = applied, 0, "", checked })
 		return 0, nil
@@ -237,12 +250,12 @@ func (s *Sink) step(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	written, err := s.tgt.commit(ctx, rows, s.st, next)
+	written, err := s.tgt.commit(ctx, rows, state{pos: s.stored, wm: s.st.wm}, next)
 	if err != nil {
 		return 0, err
 	}
 	covered := int(next.pos - s.st.pos)
-	s.st = next
+	s.st, s.stored = next, next.pos
 	s.m.written(s.cfg.Name, written)
 	s.m.lagSet(s.cfg.Name, applied, next.pos)
 	s.setStatus(func(st *Status) {
