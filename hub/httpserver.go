@@ -23,7 +23,7 @@ func (s *Server) Device(id string) (hubapi.DeviceInfo, bool) { return s.reg.Get(
 // GET /v1/devices and GET /v1/devices/{id}, and with an engine
 // (Options.Aggregate) GET /v1/aggregates, /v1/events, /v1/stream and
 // /v1/late (docs/openapi.yaml), and the dashboard at / (package dashboard).
-func (s *Server) Handler() http.Handler { return s.api.Handler() }
+func (s *Server) Handler() http.Handler { return s.withSinks(s.api.Handler()) }
 
 // newAPI is the HTTP API over s.
 func (s *Server) newAPI() (*api.API, error) {

@@ -178,7 +178,7 @@ func (s *Server) every(d time.Duration, fn func()) {
 // It returns how many entries it deleted.
 func (s *Server) Retain() (int, error) {
 	cutoff := s.opts.Now().Add(-s.opts.RetentionMaxAge).UnixNano()
-	pos := s.ckptPos.Load()
+	pos := s.sinkRetainPos(s.ckptPos.Load())
 	deleted := 0
 	backfilled, err := s.retainBackfilled(cutoff) // cluster mode's backfilled entries (cluster_backfill.go)
 	if err != nil {

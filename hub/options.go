@@ -15,6 +15,7 @@ import (
 	"edgeflow/hub/cluster"
 	"edgeflow/hub/membudget"
 	"edgeflow/hub/rules"
+	"edgeflow/hub/sinks"
 	"edgeflow/internal/confval"
 	"edgeflow/wire"
 )
@@ -249,6 +250,16 @@ type Options struct {
 	// (docs/RULES.md); their state is the checkpoint's "rules" consumer.
 	// They need Aggregate. Default none.
 	Rules []rules.Rule
+	// Sinks are the downstream targets (package sinks) the hub keeps in
+	// sync with its log, each from its own position stored in the
+	// target. They start once the state is recovered; a table that does
+	// not match stops Start. Default none.
+	Sinks []sinks.Config
+	// SinkMaxLag bounds, in log entries, how far behind the older retained
+	// checkpoint a sink may be and still hold log retention back; a sink
+	// further behind stops holding it, and once retention deletes entries
+	// it had not read, it reports a gap. 0: no bound. Default 0.
+	SinkMaxLag uint64
 	// TickInterval is the time between logged ticks that move the engine's
 	// processing time while no batch arrives (idle streams are released,
 	// windows become final). Only used with Aggregate. Default 1s; at

@@ -67,9 +67,10 @@ type Server struct {
 	applyDone   chan struct{}
 	httpSrv     *http.Server
 	httpLn      net.Listener
-	brokerLn    net.Listener     // the embedded broker's, bound by Start; the transport owns it once created
-	cl          *clusterMode     // cluster mode (Options.NATS) only
-	clm         *cluster.Metrics // registered in every mode
+	brokerLn    net.Listener             // the embedded broker's, bound by Start; the transport owns it once created
+	cl          *clusterMode             // cluster mode (Options.NATS) only
+	sinks       atomic.Pointer[hubSinks] // Options.Sinks, once started
+	clm         *cluster.Metrics         // registered in every mode
 	shutdown    sync.Once
 	shutErr     error
 
@@ -293,6 +294,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.startLoops()
+	if err := s.startSinks(); err != nil {
+		return err
+	}
 	s.ready.Store(true)
 	s.log.Info("hub started", "data_dir", s.opts.DataDir, "broker", s.brokerDesc(), "http", s.HTTPAddr(), "wal_position", walPos)
 	return nil

@@ -17,6 +17,7 @@ import (
 	"edgeflow/aggregate"
 	"edgeflow/hub"
 	"edgeflow/hub/membudget"
+	"edgeflow/hub/sinks"
 	"edgeflow/internal/confval"
 )
 
@@ -166,6 +167,8 @@ func fromViper(v *viper.Viper) (*config, error) {
 	k.Add(err)
 	o.Aggregate = agg
 	o.Rules, err = rulesFromViper(v)
+	k.Add(err)
+	o.Sinks, err = sinks.Parse(v.Get("sinks"))
 	k.Add(err)
 	c.memory, c.memoryChosen = memoryBudget(v, k, o)
 	c.gcPercent, c.gcPercentSet = budgetGCPercent(c.gcPercent, c.gcPercentSet, c.memory, os.Getenv)

@@ -10,7 +10,7 @@ import (
 
 // isFileOnlyKey reports whether a config file key is one without a flag:
 // the aggregate section's keys and the rules list.
-func isFileOnlyKey(k string) bool { return isAggregateKey(k) || k == "rules" }
+func isFileOnlyKey(k string) bool { return isAggregateKey(k) || k == "rules" || k == "sinks" }
 
 // rulesFromViper checks the rules: list (docs/RULES.md); an error names
 // the rule and the key.

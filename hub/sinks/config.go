@@ -1,0 +1,343 @@
+package sinks
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cast"
+
+	"edgeflow/aggregate"
+	"edgeflow/internal/confval"
+)
+
+// Sink kinds.
+const (
+	// KindPostgresWindows writes window results to a PostgreSQL table.
+	KindPostgresWindows = "postgres_windows"
+	// KindPostgresEvents writes corrected events to a PostgreSQL table.
+	KindPostgresEvents = "postgres_events"
+	// KindNATS publishes window updates (final and revised) to a NATS
+	// JetStream stream, each with a message id for deduplication.
+	KindNATS = "nats"
+)
+
+// ErrInvalidConfig marks a sink configuration the hub refuses; the message
+// names the sink and the key.
+var ErrInvalidConfig = errors.New("invalid sink")
+
+// Config is one entry of the hub's `sinks:` list.
+type Config struct {
+	// Name identifies the sink: its row in the positions table, its
+	// metrics' label. Unique among the hub's sinks.
+	Name string
+	// Kind is KindPostgresWindows or KindPostgresEvents.
+	Kind string
+	// DSN is the PostgreSQL connection string (URL or key=value form).
+	DSN string
+	// Table is the target table, optionally schema-qualified
+	// ("analytics.edgeflow_windows"); created when absent.
+	Table string
+	// PositionsTable holds each sink's log position, in the target
+	// table's schema unless qualified. Default edgeflow_sink_positions.
+	PositionsTable string
+	// Metrics, Windows and GroupBy select the window results
+	// (postgres_windows only): every metric in Metrics, for each window
+	// spec in Windows ("tumbling:1m", "hopping:5m/1m", "sliding:5m" or a
+	// configured window's name), grouped by GroupBy ("device", "metric"
+	// or a tag key).
+	Metrics, Windows, GroupBy []string
+	// Quantiles adds columns p50, p95 and/or p99 (postgres_windows).
+	Quantiles []string
+	// Provisional also writes windows that are not final yet (their row
+	// is replaced as they change, and once more when they turn final).
+	Provisional bool
+	// BatchEntries bounds the log entries one transaction covers.
+	// Default 512.
+	BatchEntries int
+	// PollInterval is how often an idle sink looks for new log entries.
+	// Default 200ms.
+	PollInterval time.Duration
+	// MaxBackoff bounds the wait between retries while the target is
+	// down (the wait doubles from 100ms). Default 10s.
+	MaxBackoff time.Duration
+	// URL is the NATS server list (kind nats), comma-separated.
+	URL string
+	// Stream is the JetStream stream the nats sink publishes to, created
+	// (subjects Subject.>) when absent. Default EDGEFLOW_SINKS.
+	Stream string
+	// Subject prefixes the nats sink's subjects: Subject.<metric>.
+	// Default edgeflow.sink.<name>.
+	Subject string
+}
+
+// configKeys are the keys a sink entry may set, by kind ("" is every kind).
+var configKeys = map[string][]string{
+	"":                  {"name", "kind", "positions_table", "batch_entries", "poll_interval", "max_backoff"},
+	KindPostgresWindows: {"dsn", "table", "metrics", "windows", "group_by", "quantiles", "provisional"},
+	KindPostgresEvents:  {"dsn", "table"},
+	KindNATS:            {"url", "stream", "subject", "metrics", "windows", "group_by", "quantiles", "provisional"},
+}
+
+// quantileNames are the quantile columns a windows table may have.
+var quantileNames = []string{"p50", "p95", "p99"}
+
+// Parse reads the hub's `sinks:` section as viper (or a YAML decoder)
+// returns it: a list of maps. nil or "" is no sinks. Every sink is checked
+// (Validate); the first bad one is an ErrInvalidConfig naming the sink and
+// the key.
+func Parse(raw any) ([]Config, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	if s, ok := raw.(string); ok && s == "" {
+		return nil, nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: config key \"sinks\": want a list of sinks (each a map with name, kind, ...)", ErrInvalidConfig)
+	}
+	out := make([]Config, 0, len(list))
+	seen := map[string]bool{}
+	for i, item := range list {
+		c, err := parseOne(i, item)
+		if err != nil {
+			return nil, err
+		}
+		if seen[c.Name] {
+			return nil, fmt.Errorf("%w: sinks[%d] %q: key \"name\": used by another sink", ErrInvalidConfig, i, c.Name)
+		}
+		seen[c.Name] = true
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// parseOne reads one entry of the list.
+func parseOne(i int, item any) (Config, error) {
+	m, err := cast.ToStringMapE(item)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: sinks[%d]: not a map of keys (name, kind, dsn, table, ...)", ErrInvalidConfig, i)
+	}
+	c := Config{Name: cast.ToString(m["name"]), Kind: cast.ToString(m["kind"])}
+	label := fmt.Sprintf("sinks[%d] %q", i, c.Name)
+	bad := func(key, format string, a ...any) error {
+		return fmt.Errorf("%w: %s: key %q: %s", ErrInvalidConfig, label, key, fmt.Sprintf(format, a...))
+	}
+	if c.Name == "" {
+		return c, bad("name", "is required (a name unique among the sinks)")
+	}
+	allowed, ok := configKeys[c.Kind]
+	if !ok {
+		return c, bad("kind", "%q is not a sink kind (kinds: %s, %s, %s)", c.Kind, KindPostgresWindows, KindPostgresEvents, KindNATS)
+	}
+	allowed = slices.Concat(configKeys[""], allowed)
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !slices.Contains(allowed, k) {
+			return c, bad(k, "unknown for kind %s (keys: %s)", c.Kind, strings.Join(allowed, ", "))
+		}
+	}
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"dsn", &c.DSN}, {"table", &c.Table}, {"positions_table", &c.PositionsTable}, {"url", &c.URL}, {"stream", &c.Stream}, {"subject", &c.Subject}} {
+		if v, ok := m[f.key]; ok {
+			s, err := cast.ToStringE(v)
+			if err != nil {
+				return c, bad(f.key, "not a string")
+			}
+			*f.dst = s
+		}
+	}
+	for _, f := range []struct {
+		key string
+		dst *[]string
+	}{{"metrics", &c.Metrics}, {"windows", &c.Windows}, {"group_by", &c.GroupBy}, {"quantiles", &c.Quantiles}} {
+		if v, ok := m[f.key]; ok {
+			s, err := cast.ToStringSliceE(v)
+			if err != nil {
+				return c, bad(f.key, "not a list of strings")
+			}
+			*f.dst = s
+		}
+	}
+	if v, ok := m["provisional"]; ok {
+		if c.Provisional, err = cast.ToBoolE(v); err != nil {
+			return c, bad("provisional", "not true or false")
+		}
+	}
+	if v, ok := m["batch_entries"]; ok {
+		if c.BatchEntries, err = cast.ToIntE(v); err != nil || c.BatchEntries <= 0 {
+			return c, bad("batch_entries", "want a positive number of log entries per transaction")
+		}
+	}
+	for _, f := range []struct {
+		key string
+		dst *time.Duration
+	}{{"poll_interval", &c.PollInterval}, {"max_backoff", &c.MaxBackoff}} {
+		if v, ok := m[f.key]; ok {
+			d, err := confval.Duration(v)
+			if err != nil || d <= 0 {
+				return c, bad(f.key, "want a positive duration such as 200ms")
+			}
+			*f.dst = d
+		}
+	}
+	c.EnsureDefaults()
+	return c, c.Validate()
+}
+
+// EnsureDefaults fills the zero fields with their defaults.
+func (c *Config) EnsureDefaults() {
+	if c.PositionsTable == "" {
+		c.PositionsTable = "edgeflow_sink_positions"
+	}
+	if c.Kind == KindNATS {
+		if c.Stream == "" {
+			c.Stream = "EDGEFLOW_SINKS"
+		}
+		if c.Subject == "" {
+			c.Subject = "edgeflow.sink." + c.Name
+		}
+	}
+	if c.BatchEntries == 0 {
+		c.BatchEntries = 512
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 10 * time.Second
+	}
+}
+
+// Validate checks c; an error is ErrInvalidConfig naming the sink and the
+// key.
+func (c *Config) Validate() error {
+	bad := func(key, format string, a ...any) error {
+		return fmt.Errorf("%w: sink %q: key %q: %s", ErrInvalidConfig, c.Name, key, fmt.Sprintf(format, a...))
+	}
+	if c.Name == "" {
+		return bad("name", "is required")
+	}
+	if c.Kind != KindPostgresWindows && c.Kind != KindPostgresEvents && c.Kind != KindNATS {
+		return bad("kind", "%q is not a sink kind (kinds: %s, %s, %s)", c.Kind, KindPostgresWindows, KindPostgresEvents, KindNATS)
+	}
+	if c.Kind == KindNATS {
+		return c.validateNATS(bad)
+	}
+	if c.DSN == "" {
+		return bad("dsn", "is required (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+	}
+	if strings.Contains(c.DSN, "://") {
+		if _, err := url.Parse(c.DSN); err != nil {
+			return bad("dsn", "not a URL: %v", err)
+		}
+	}
+	for key, t := range map[string]string{"table": c.Table, "positions_table": c.PositionsTable} {
+		if _, err := splitTable(t); err != nil {
+			return bad(key, "%v", err)
+		}
+	}
+	if c.Table == c.PositionsTable {
+		return bad("positions_table", "must differ from table %q", c.Table)
+	}
+	if c.BatchEntries <= 0 {
+		return bad("batch_entries", "want a positive number, got %d", c.BatchEntries)
+	}
+	if c.Kind == KindPostgresEvents {
+		return nil
+	}
+	return c.validateWindows(bad)
+}
+
+// validateNATS checks the keys of a nats sink.
+func (c *Config) validateNATS(bad func(key, format string, a ...any) error) error {
+	if c.URL == "" {
+		return bad("url", "is required (e.g. nats://127.0.0.1:4222)")
+	}
+	if strings.ContainsAny(c.Stream, " .*>") || c.Stream == "" {
+		return bad("stream", "%q is not a JetStream stream name", c.Stream)
+	}
+	if strings.ContainsAny(c.Subject, " *>") || strings.HasSuffix(c.Subject, ".") || c.Subject == "" {
+		return bad("subject", "%q is not a subject prefix (no wildcards, no trailing dot)", c.Subject)
+	}
+	if strings.Trim(c.Name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
+		return bad("name", "%q: a nats sink's name is its key in the positions bucket: letters, digits, - and _ only", c.Name)
+	}
+	for _, m := range c.Metrics {
+		if m == "" || strings.ContainsAny(m, " *>.") {
+			return bad("metrics", "%q cannot be a subject token (no spaces, dots or wildcards)", m)
+		}
+	}
+	if strings.ContainsAny(c.PositionsTable, " .*>") {
+		return bad("positions_table", "%q is not a key-value bucket name (the nats sink keeps its position there)", c.PositionsTable)
+	}
+	return c.validateWindows(bad)
+}
+
+// validateWindows checks the keys of a postgres_windows sink.
+func (c *Config) validateWindows(bad func(key, format string, a ...any) error) error {
+	if len(c.Metrics) == 0 {
+		return bad("metrics", "is required: the metrics whose windows the table holds")
+	}
+	if i := slices.Index(c.Metrics, ""); i >= 0 {
+		return bad("metrics", "entry %d is empty", i)
+	}
+	if len(c.Windows) == 0 {
+		return bad("windows", "is required: e.g. [tumbling:1m]")
+	}
+	for _, w := range c.Windows {
+		if w == "" {
+			return bad("windows", "an entry is empty")
+		}
+		if !strings.Contains(w, ":") {
+			continue // a configured window's name, checked against the engine at start
+		}
+		spec, err := aggregate.ParseWindowSpec(w)
+		if err != nil {
+			return bad("windows", "%q: %v", w, err)
+		}
+		if spec.Kind == aggregate.Session {
+			return bad("windows", "%q: session windows are not supported by postgres_windows", w)
+		}
+	}
+	for _, g := range c.GroupBy {
+		if g == "" {
+			return bad("group_by", "an entry is empty")
+		}
+	}
+	for _, q := range c.Quantiles {
+		if !slices.Contains(quantileNames, q) {
+			return bad("quantiles", "%q is not one of %s", q, strings.Join(quantileNames, ", "))
+		}
+	}
+	return nil
+}
+
+// splitTable reads "table" or "schema.table" into its parts (schema ""
+// for the connection's search path).
+func splitTable(s string) ([]string, error) {
+	if s == "" {
+		return nil, errors.New("is required (a table name, optionally schema.table)")
+	}
+	parts := strings.Split(s, ".")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("%q: want table or schema.table", s)
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > 63 {
+			return nil, fmt.Errorf("%q: empty name or longer than 63 bytes", s)
+		}
+	}
+	return parts, nil
+}
