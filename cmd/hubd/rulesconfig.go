@@ -9,7 +9,7 @@ import (
 )
 
 // isFileOnlyKey reports whether a config file key is one without a flag:
-// the aggregate section's keys and the rules list.
+// the aggregate section's keys and the rules and sinks lists.
 func isFileOnlyKey(k string) bool { return isAggregateKey(k) || k == "rules" || k == "sinks" }
 
 // rulesFromViper checks the rules: list (docs/RULES.md); an error names
