@@ -302,15 +302,8 @@ func (e *Engine) decodeMerged(d *decoder) {
 func (e *Engine) encodeLateLog(enc *encoder) {
 	recs := e.lateLog.all()
 	enc.uvarint(uint64(len(recs)))
-	for _, r := range recs {
-		enc.uvarint(uint64(r.stream))
-		enc.uvarint(r.seq)
-		enc.str(r.metric)
-		enc.tags(r.tags)
-		enc.f64(r.value)
-		enc.varint(r.t)
-		enc.varint(r.arrived)
-		enc.varint(r.wmAt)
+	for i := range recs {
+		encodeLateRec(enc, &recs[i])
 	}
 	enc.uvarint(e.lateLog.next)
 }

@@ -17,40 +17,17 @@ import (
 
 	"edgeflow/hub/hubapi"
 	"edgeflow/internal/testbroker"
+	"edgeflow/internal/testpg"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
 
-const sinksTestDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+const sinksTestDSN = testpg.DSN
 
-// sinksSchema creates a schema of the test's own in the machine's
-// PostgreSQL and drops it at cleanup; without one the test skips, unless
-// EDGEFLOW_REQUIRE_POSTGRES=1.
+// sinksSchema is a schema of the test's own (testpg.Schema).
 func sinksSchema(t *testing.T) (*pgx.Conn, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, sinksTestDSN)
-	if err != nil {
-		if os.Getenv("EDGEFLOW_REQUIRE_POSTGRES") == "1" {
-			t.Fatalf("PostgreSQL at %s unreachable and EDGEFLOW_REQUIRE_POSTGRES=1: %v", sinksTestDSN, err)
-		}
-		t.Skipf("skipping: PostgreSQL at %s unreachable (%v); .ci/run starts one", sinksTestDSN, err)
-	}
-	id := wire.NewStreamID()
-	schema := fmt.Sprintf("e2e_sinks_%x", id[:6])
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-		conn.Close(ctx)
-	})
-	return conn, schema
+	return testpg.Schema(t, "e2e_sinks")
 }
 
 // sinkDevice publishes batches like an agent does: it republishes a

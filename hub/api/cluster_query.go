@@ -112,22 +112,10 @@ func (s *API) windowSpec(name string) (aggregate.WindowSpec, error) {
 // union of the owners' pages, each kept to the devices of the partitions
 // it covers, cut so that the next page (after=next) skips none.
 func (s *API) serveClusterDevices(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "limit", "after")
+	limit, after, err := devicesPageParams(r)
 	if err != nil {
 		writeAPIError(w, err)
 		return
-	}
-	limit, err := p.intIn("limit", defaultDevicesLimit, 1, maxDevicesLimit)
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	after := p.str("after")
-	if after != "" {
-		if err := wire.ValidateDeviceID(after); err != nil {
-			writeAPIError(w, hubapi.BadParam("after", "is not a device id: %v", err))
-			return
-		}
 	}
 	c := s.cfg.Cluster
 	query := url.Values{"limit": {strconv.Itoa(limit)}}

@@ -58,24 +58,29 @@ const (
 	maxDevicesLimit = 10000
 )
 
-// serveDevices answers GET /v1/devices?limit=&after=.
-func (s *API) serveDevices(w http.ResponseWriter, r *http.Request) {
+// devicesPageParams reads /v1/devices' limit and after, each checked.
+func devicesPageParams(r *http.Request) (limit int, after string, err error) {
 	p, err := newParams(r, "limit", "after")
 	if err != nil {
-		writeAPIError(w, err)
-		return
+		return 0, "", err
 	}
-	limit, err := p.intIn("limit", defaultDevicesLimit, 1, maxDevicesLimit)
+	if limit, err = p.intIn("limit", defaultDevicesLimit, 1, maxDevicesLimit); err != nil {
+		return 0, "", err
+	}
+	if after = p.str("after"); after != "" {
+		if err := wire.ValidateDeviceID(after); err != nil {
+			return 0, "", hubapi.BadParam("after", "is not a device id: %v", err)
+		}
+	}
+	return limit, after, nil
+}
+
+// serveDevices answers GET /v1/devices?limit=&after=.
+func (s *API) serveDevices(w http.ResponseWriter, r *http.Request) {
+	limit, after, err := devicesPageParams(r)
 	if err != nil {
 		writeAPIError(w, err)
 		return
-	}
-	after := p.str("after")
-	if after != "" {
-		if err := wire.ValidateDeviceID(after); err != nil {
-			writeAPIError(w, hubapi.BadParam("after", "is not a device id: %v", err))
-			return
-		}
 	}
 	devs, next := s.b.DevicesPage(after, limit)
 	writeJSON(w, http.StatusOK, hubapi.DevicesResponse{Devices: devs, Next: next})

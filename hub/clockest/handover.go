@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -185,12 +186,7 @@ func (c *DeviceClocks) ImportDevices(data []byte) error {
 func (c *DeviceClocks) DropDevices(keep func(device string) bool) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for id := range c.devices {
-		if keep(id) {
-			delete(c.devices, id)
-			n++
-		}
-	}
-	return n
+	n := len(c.devices)
+	maps.DeleteFunc(c.devices, func(id string, _ *deviceClock) bool { return keep(id) })
+	return n - len(c.devices)
 }

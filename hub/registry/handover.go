@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"edgeflow/wire"
@@ -140,12 +141,7 @@ func (r *Registry) ImportDevices(data []byte) error {
 func (r *Registry) DropDevices(keep func(device string) bool) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := 0
-	for id := range r.devices {
-		if keep(id) {
-			delete(r.devices, id)
-			n++
-		}
-	}
-	return n
+	n := len(r.devices)
+	maps.DeleteFunc(r.devices, func(id string, _ *deviceState) bool { return keep(id) })
+	return n - len(r.devices)
 }
