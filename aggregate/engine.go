@@ -22,6 +22,11 @@ type Engine struct {
 	streamIx map[streamKey]uint32
 	clk      clockState
 	applies  uint64 // Apply calls so far; numbers late marks
+	// applying is the log position (Batch.Seq) whose events are being
+	// added, 0 otherwise: the partials it has touched stay live until all
+	// are in, so a stored partial never holds part of a batch (its replay
+	// guard would skip the rest of that batch's events on reload).
+	applying uint64
 	stats    counters
 	merged   mergedStream
 	lateLog  ring[lateRec]
@@ -111,10 +116,12 @@ func (e *Engine) Apply(b *Batch) error {
 	e.applies++
 	e.notice = notice{device: b.Device}
 	e.clk.advance(b.ServerTime)
+	e.applying = b.Seq
 	e.releaseQuarantined(b.Seq)
 	si := e.streamFor(b.Device, b.Stream)
 	e.streams[si].backlog = b.Backlog
 	e.applyEvents(b, si)
+	e.applying = 0 // every event of the batch is in: its partials may go
 	e.maybeRecompute(false)
 	e.flushNotes()
 	return e.notice.err(e)
@@ -135,7 +142,9 @@ func (e *Engine) TickSeq(seq uint64) error {
 	e.notice = notice{}
 	e.clk.advance(e.opt.Clock().UnixNano())
 	e.maybeRecompute(true)
+	e.applying = seq
 	e.releaseQuarantined(seq) // after the watermark moved and evicted final partials
+	e.applying = 0
 	e.maintain()
 	e.flushNotes()
 	return e.notice.err(e)

@@ -24,13 +24,14 @@ func TestMaxLivePartials(t *testing.T) {
 
 	// Far below what the fleet creates, above the partials of windows that
 	// are not final (12 series, a few buckets each), so no event waits.
-	opt.MaxLivePartials = 100
+	opt.MaxLivePartials = 200
 	opt.Store = NewMemStore()
 	capped, peakFinal := runLive(t, opt, batches)
 	s := capped.Stats()
 	if s.HeldForPartials != 0 {
 		t.Fatalf("%d events held for max_live_partials: the cap is below the partials that are not final", s.HeldForPartials)
 	}
+	t.Logf("%+v", s)
 	if s.PressureEvicted == 0 || s.Reloaded == 0 {
 		t.Fatalf("expected pressure evictions and late reloads: %+v", s)
 	}
@@ -138,5 +139,61 @@ func TestMaxLivePartialsValidated(t *testing.T) {
 	o.MaxLivePartials = -1
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "max_live_partials:") {
 		t.Fatalf("got %v, want an error naming max_live_partials", err)
+	}
+}
+
+// TestPressureEvictionWithinBatch: a batch of late events that fills the
+// live partials would, under max_live_partials, evict a partial it already
+// added to and then add to it again: the reloaded partial's replay guard
+// (the batch's own position) would skip the rest of the batch's events
+// for it. The partials the batch being applied has touched stay live
+// until it ends, so every event counts once.
+func TestPressureEvictionWithinBatch(t *testing.T) {
+	var batches []*Batch
+	seqs := make([]uint64, 4)
+	// An hour of four devices sending one event per 10 s bucket.
+	for k := 0; k < 360; k++ {
+		now := t0.Add(time.Duration(k+1) * 10 * time.Second)
+		for d := range seqs {
+			seqs[d]++
+			batches = append(batches, &Batch{Device: fmt.Sprintf("dev-%d", d), Stream: sid(d), ServerTime: now.UnixNano(), Events: []Event{
+				{Seq: seqs[d], Metric: "m", Value: float64(k), Time: now.Add(-5 * time.Second).UnixNano()}}})
+		}
+	}
+	// One late batch of dev-0: bucket X, then 30 other old buckets (the
+	// live partials pass the cap and final ones are evicted, X the oldest
+	// of them), then X again.
+	end := t0.Add(361 * 10 * time.Second)
+	late := &Batch{Device: "dev-0", Stream: sid(0), ServerTime: end.UnixNano()}
+	x := t0.Add(20*time.Minute + 3*time.Second)
+	add := func(at time.Time) {
+		seqs[0]++
+		late.Events = append(late.Events, Event{Seq: seqs[0], Metric: "m", Value: 1, Time: at.UnixNano()})
+	}
+	add(x)
+	for i := 0; i < 30; i++ {
+		add(t0.Add(25*time.Minute + time.Duration(i)*10*time.Second + time.Second))
+	}
+	add(x.Add(time.Second))
+	batches = append(batches, late)
+	for i, b := range batches {
+		b.Seq = uint64(i + 1) // log positions: the engine's replay guard is on
+	}
+
+	opt := propOptions()
+	opt.EvictAfter = 1000 * time.Hour
+	ref, _ := runLive(t, opt, batches)
+	opt.MaxLivePartials = 200
+	opt.Store = NewMemStore()
+	capped, _ := runLive(t, opt, batches)
+	rs, s := ref.Stats(), capped.Stats()
+	if s.PressureEvicted == 0 || s.Reloaded < 31 || s.HeldForPartials != 0 {
+		t.Fatalf("the test should evict under pressure and reload without holding events: %+v", s)
+	}
+	if s.ReplaySkipped != 0 || s.Events != rs.Events {
+		t.Fatalf("events %d, want %d; %d counted as replays", s.Events, rs.Events, s.ReplaySkipped)
+	}
+	if a, b := fullResults(t, ref), fullResults(t, capped); a != b {
+		t.Fatal("answers differ under max_live_partials")
 	}
 }

@@ -140,23 +140,27 @@ func (e *Engine) evict() {
 }
 
 // evictBelow moves every live partial of a bucket below limit into the
-// store and returns how many partials stay live. A series stops at its
-// first failed store write (counted), keeping that partial and the later
-// ones live.
+// store and returns how many partials stay live. Partials the batch being
+// applied has added to stay live (see Engine.applying). A series stops at
+// its first failed store write (counted), keeping that partial and the
+// later ones live.
 func (e *Engine) evictBelow(limit int64) (live int) {
 	var enc encoder
 	for id := range e.series.list {
 		s := &e.series.list[id]
-		n := 0
-		for n < len(s.parts) && s.parts[n].bucket < limit {
+		kept, n := 0, 0 // s.parts[:kept] stay, s.parts[kept:n] went to the store
+		for ; n < len(s.parts) && s.parts[n].bucket < limit; n++ {
+			if e.applying != 0 && s.parts[n].seq >= e.applying {
+				s.parts[kept] = s.parts[n] // the batch being applied added to it
+				kept++
+				continue
+			}
 			if !e.put(uint32(id), s, &s.parts[n], &enc) {
 				break
 			}
-			n++
 		}
-		if n > 0 {
-			clear(s.parts[:n])
-			s.parts = slices.Delete(s.parts, 0, n)
+		if n > kept {
+			s.parts = slices.Delete(s.parts, kept, n) // zeroes the tail
 		}
 		live += len(s.parts)
 	}
@@ -210,6 +214,11 @@ func (e *Engine) relieveTo(live, target int) {
 		}
 	}
 	left := e.evictBelow(cut)
+	if left > target && cut < final {
+		// The partials the batch being applied touched stayed: every
+		// other final one goes.
+		left = e.evictBelow(final)
+	}
 	e.stats.pressureEvicted += uint64(live - left)
 }
 
