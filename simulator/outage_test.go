@@ -229,8 +229,10 @@ func TestAbruptCrashLastWill(t *testing.T) {
 				break
 			}
 			crashAt, restartAt := start.Add(s.From), start.Add(min(s.To, end))
-			// An agent up for less than this may not have connected yet.
-			eligible := s.From-prev >= time.Second
+			// An agent up for less than this may not have connected yet;
+			// a crash this close to the run's end leaves the broker no
+			// time to publish its will before the messages are read.
+			eligible := s.From-prev >= time.Second && restartAt.Sub(crashAt) >= 500*time.Millisecond
 			prev = s.To
 			if !eligible {
 				continue
