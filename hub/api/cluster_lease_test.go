@@ -327,6 +327,17 @@ func TestClusterLeases(t *testing.T) {
 	}
 	owner, _ = settled(hubs[:2], hubs)
 	ownerNow.Store(&owner)
+	// The cut-off hub's own view names no owner once it has not seen the
+	// leases renewed for TTL + Renew, rather than the owners it last saw.
+	waitFor(t, "the cut-off hub's view to name no owner", func() bool {
+		ms := gone.view.Load().Members()
+		return len(ms) == 1 && ms[0].ID == gone.id && len(ms[0].Owned) == 0
+	})
+	for _, ps := range gone.view.Load().Status().PartitionStates {
+		if ps.Owner != "" || ps.Epoch != 0 || !ps.LeaseExpiry.IsZero() {
+			t.Fatalf("the cut-off hub's status still names partition %d's lease: %+v", ps.Partition, ps)
+		}
+	}
 	for _, p := range oldParts {
 		if e, _ := hubs[owner[p]].m.Load().Owns(p); e <= old[p] {
 			t.Fatalf("partition %d taken over at epoch %d, not above hub2's %d", p, e, old[p])
