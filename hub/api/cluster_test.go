@@ -134,6 +134,21 @@ const (
 // startTestHub starts a hub whose API has view (nil: a single hub).
 func startTestHub(t *testing.T, id string, view *testView, wait time.Duration) *testHub {
 	t.Helper()
+	th := startHubWith(t, id, wait, func(string) api.Cluster {
+		if view == nil {
+			return nil
+		}
+		return view
+	})
+	th.view = view
+	return th
+}
+
+// startHubWith starts a hub whose API has the cluster cluster returns
+// (nil: a single hub); cluster gets the base URL the hub's API listens
+// at before the API starts.
+func startHubWith(t *testing.T, id string, wait time.Duration, cluster func(url string) api.Cluster) *testHub {
+	t.Helper()
 	o := hub.Options{DataDir: t.TempDir(), HTTPAddr: hub.HTTPOff, MQTTListen: "127.0.0.1:0", Logger: hubtest.QuietLogger(t),
 		CheckpointInterval: time.Hour, RetentionInterval: time.Hour, TickInterval: 50 * time.Millisecond,
 		Aggregate: &aggregate.Options{IdleTimeout: time.Hour, WatermarkInterval: time.Nanosecond, TagKeys: []string{"room"},
@@ -151,16 +166,9 @@ func startTestHub(t *testing.T, id string, view *testView, wait time.Duration) *
 	cfg := api.Config{Engine: s.Engine(), Gatherer: reg, Registerer: reg,
 		Logger: hubtest.QuietLogger(t), StreamHeartbeat: time.Second, MaxQueries: 8, QueryWait: time.Second,
 		QueryTimeout: 30 * time.Second, ClusterWait: wait}
-	if view != nil {
-		cfg.Cluster = view
-	}
-	a, err := api.New(s, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	th := &testHub{id: id, srv: s, view: view, reg: reg}
-	h := a.Handler()
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	th := &testHub{id: id, srv: s, reg: reg}
+	var h http.Handler
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		th.asked.Add(1)
 		if th.down.Load() {
 			http.Error(w, "down", http.StatusServiceUnavailable)
@@ -168,6 +176,16 @@ func startTestHub(t *testing.T, id string, view *testView, wait time.Duration) *
 		}
 		h.ServeHTTP(w, r)
 	}))
+	if c := cluster("http://" + hs.Listener.Addr().String()); c != nil {
+		cfg.Cluster = c
+	}
+	a, err := api.New(s, cfg)
+	if err != nil {
+		hs.Close()
+		t.Fatal(err)
+	}
+	h = a.Handler()
+	hs.Start()
 	t.Cleanup(hs.Close)
 	th.url = hs.URL
 	return th
@@ -183,7 +201,11 @@ type testCluster struct {
 	base    time.Time
 	stream  map[string]wire.StreamID
 	seq     map[string]uint64
-	sent    map[string]int // events per device
+	sent    map[string]int      // events per device
+	batches map[string][][]byte // every batch sent per device, in order
+	// ownerOf, when set, is the index of the hub owning a device's
+	// partition (by default partition p is hub p%testHubs's).
+	ownerOf func(dev string) int
 }
 
 func ownedBy(h int) map[int]uint64 {
@@ -197,16 +219,24 @@ func ownedBy(h int) map[int]uint64 {
 }
 
 func newTestCluster(t *testing.T, wait time.Duration) *testCluster {
-	c := &testCluster{stream: map[string]wire.StreamID{}, seq: map[string]uint64{}, sent: map[string]int{}}
+	var hubs []*testHub
 	for i := range testHubs {
 		v := &testView{self: fmt.Sprint("hub", i), n: testPartitions}
-		c.hubs = append(c.hubs, startTestHub(t, v.self, v, wait))
+		hubs = append(hubs, startTestHub(t, v.self, v, wait))
 	}
-	for _, h := range c.hubs {
-		for i, o := range c.hubs {
+	for _, h := range hubs {
+		for i, o := range hubs {
 			h.view.members = append(h.view.members, api.Member{ID: o.id, BaseURL: o.url, Owned: ownedBy(i)})
 		}
 	}
+	return newTestClusterOf(t, hubs)
+}
+
+// newTestClusterOf is a test cluster of hubs (already started) with a
+// reference hub and the devices.
+func newTestClusterOf(t *testing.T, hubs []*testHub) *testCluster {
+	c := &testCluster{hubs: hubs, stream: map[string]wire.StreamID{}, seq: map[string]uint64{}, sent: map[string]int{},
+		batches: map[string][][]byte{}}
 	c.ref = startTestHub(t, "ref", nil, 0)
 	for d := range 12 {
 		dev := fmt.Sprint("dev-", d)
@@ -220,6 +250,9 @@ func newTestCluster(t *testing.T, wait time.Duration) *testCluster {
 
 // owner is the index of the hub owning dev's partition.
 func (c *testCluster) owner(dev string) int {
+	if c.ownerOf != nil {
+		return c.ownerOf(dev)
+	}
 	return natslog.PartitionOf(dev, testPartitions) % testHubs
 }
 
@@ -252,6 +285,7 @@ func (c *testCluster) round(t *testing.T, r int) {
 				MonoNs: int64(c.seq[dev]) + int64(j), BootId: "b", Method: wirepb.TimeMethod_TIME_METHOD_NTP})
 		}
 		payload := hubtest.EncodeBatch(t, b)
+		c.batches[dev] = append(c.batches[dev], payload)
 		for _, h := range []*testHub{c.hubs[c.owner(dev)], c.ref} {
 			if err := h.srv.Publish(wire.BatchTopic(dev), payload); err != nil {
 				t.Fatal(err)

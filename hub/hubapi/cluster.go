@@ -161,16 +161,20 @@ type ClusterHub struct {
 
 // ClusterPartition is one partition: its owner (empty when no hub holds
 // its lease), the lease's epoch and expiry, and how far its owner's
-// applying lags the stream.
+// applying lags the stream. StreamLast, Applied and Lag are nil (absent
+// in JSON) when not known to the answering hub: Applied and Lag are
+// known for the partitions it owns itself (ask the owner's /v1/cluster
+// for the others').
 type ClusterPartition struct {
 	Partition   int       `json:"partition"`
 	Owner       string    `json:"owner,omitempty"`
 	Epoch       uint64    `json:"epoch,omitempty"`
-	LeaseExpiry time.Time `json:"lease_expiry,omitempty"`
+	LeaseExpiry time.Time `json:"lease_expiry,omitzero"`
 	// StreamLast is the partition's last stream sequence and Applied the
 	// last one its owner applied; Lag is their difference (a sequence
-	// distance, not a message count).
-	StreamLast uint64 `json:"stream_last"`
-	Applied    uint64 `json:"applied"`
-	Lag        uint64 `json:"lag"`
+	// distance, not a message count; 0 when Applied is ahead of a
+	// StreamLast read earlier).
+	StreamLast *uint64 `json:"stream_last,omitempty"`
+	Applied    *uint64 `json:"applied,omitempty"`
+	Lag        *uint64 `json:"lag,omitempty"`
 }

@@ -1,7 +1,8 @@
 // Package lease gives each partition of the cluster log exactly one owning
 // hub at a time, through leases in a JetStream KV bucket.
 //
-// A hub announces itself with a heartbeat key (hub.{id}) and holds a
+// A hub announces itself with a heartbeat key (hub.{id}, carrying the
+// base URL of its HTTP API, Options.URL, for its peers) and holds a
 // partition with a lease key (lease.{p}): KV Create acquires it, Update
 // with the last revision renews it, and the bucket's MaxAge (the lease
 // TTL) removes a key nobody renews, so a dead hub's leases are taken

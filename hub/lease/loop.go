@@ -101,7 +101,7 @@ func (m *Manager) expire() {
 // (the hub was paused or cut off longer than TTL).
 func (m *Manager) heartbeat(ctx context.Context) error {
 	key := hubKey(m.opts.HubID)
-	val := record{Hub: m.opts.HubID, Instance: m.instance}.encode()
+	val := record{Hub: m.opts.HubID, Instance: m.instance, URL: m.opts.URL}.encode()
 	m.mu.Lock()
 	rev := m.hbRevision
 	m.mu.Unlock()

@@ -113,7 +113,7 @@ func openBucket(ctx context.Context, js jetstream.JetStream, o Options) (jetstre
 // live when it renews within TTL/2 plus a renewal: then ErrDuplicateHub.
 // Otherwise it is a dead run of this id, and the key is taken over.
 func (m *Manager) announce(ctx context.Context) error {
-	val := record{Hub: m.opts.HubID, Instance: m.instance}.encode()
+	val := record{Hub: m.opts.HubID, Instance: m.instance, URL: m.opts.URL}.encode()
 	key := hubKey(m.opts.HubID)
 	rev, err := m.kv.Create(ctx, key, val)
 	if err == nil {
@@ -202,10 +202,21 @@ func (m *Manager) Owns(p int) (uint64, bool) {
 // HubID is this hub's id.
 func (m *Manager) HubID() string { return m.opts.HubID }
 
+// URL is this hub's advertised API base URL (Options.URL).
+func (m *Manager) URL() string { return m.opts.URL }
+
+// Partitions is the stream's partition count (Options.Partitions).
+func (m *Manager) Partitions() int { return m.opts.Partitions }
+
+// TTL is the lease TTL (Options.TTL).
+func (m *Manager) TTL() time.Duration { return m.opts.TTL }
+
 // PartitionStatus is one partition's lease as this hub sees it.
 type PartitionStatus struct {
 	Partition int
-	// Owner is the holder's hub id; "" when free.
+	// Owner is the holder's hub id; "" when free, or when this hub has
+	// not seen the lease renewed within TTL + Renew (its view of the
+	// bucket may be cut off: the holder is unknown, not assumed).
 	Owner string
 	// Epoch is the holder's epoch (0 when free).
 	Epoch uint64
@@ -218,25 +229,53 @@ type PartitionStatus struct {
 	Target string
 }
 
+// HubStatus is one live hub as this hub sees it.
+type HubStatus struct {
+	ID string
+	// URL is the API base URL its heartbeat advertises; "" when none.
+	URL string
+}
+
 // Status is the cluster's leases as this hub sees them.
 type Status struct {
 	HubID   string
 	Members []string
+	// Hubs are the Members with what their heartbeats say, in the same
+	// order.
+	Hubs []HubStatus
 	// Partitions has one entry per partition, in order.
 	Partitions []PartitionStatus
 }
 
-// Status reports every partition's owner, epoch and expiry from this
-// hub's view of the bucket.
-func (m *Manager) Status() Status {
+// Status reports every partition's owner, epoch, expiry and target from
+// this hub's view of the bucket, and every live hub's advertised URL.
+func (m *Manager) Status() Status { return m.status(true) }
+
+// Leases is Status without the targets (every Target is ""): what a
+// caller reading it often (a query's view of the cluster) needs, without
+// computing the assignment.
+func (m *Manager) Leases() Status { return m.status(false) }
+
+func (m *Manager) status(withTarget bool) Status {
 	keys, _, _ := m.view.snapshot()
 	now := m.opts.Clock.Now()
 	mem := m.members(keys, now)
-	target := Assign(mem, m.opts.Partitions)
-	st := Status{HubID: m.opts.HubID, Members: mem, Partitions: make([]PartitionStatus, m.opts.Partitions)}
+	target := make([]string, m.opts.Partitions)
+	if withTarget {
+		target = Assign(mem, m.opts.Partitions)
+	}
+	st := Status{HubID: m.opts.HubID, Members: mem, Hubs: make([]HubStatus, len(mem)), Partitions: make([]PartitionStatus, m.opts.Partitions)}
+	for i, id := range mem {
+		st.Hubs[i].ID = id
+		if id == m.opts.HubID {
+			st.Hubs[i].URL = m.opts.URL
+		} else if e, ok := keys[hubKey(id)]; ok && e.live {
+			st.Hubs[i].URL = e.rec.URL
+		}
+	}
 	for p := range st.Partitions {
 		ps := PartitionStatus{Partition: p, Target: target[p]}
-		if e, ok := keys[leaseKey(p)]; ok && e.live {
+		if e, ok := keys[leaseKey(p)]; ok && e.live && now.Sub(e.seen) <= m.opts.TTL+m.opts.Renew {
 			ps.Owner, ps.Epoch, ps.Expires = e.rec.Hub, e.epoch(), e.created.Add(m.opts.TTL)
 		}
 		if epoch, ok := m.Owns(p); ok {

@@ -3,7 +3,9 @@ package lease
 import (
 	"fmt"
 	"log/slog"
+	"net/url"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,6 +75,12 @@ type Options struct {
 	HubID string
 	// Partitions is the stream's partition count. Required, 1..4096.
 	Partitions int
+	// URL is the base URL of this hub's HTTP API as the other hubs reach
+	// it (e.g. http://hub-a:8080), written in the heartbeat so every hub
+	// learns where to ask its peers (CheckURL says what is valid).
+	// Default "": the hub is not reachable by its peers, and answers for
+	// its partitions are missing from theirs.
+	URL string
 	// TTL is how long the server keeps a lease or heartbeat nobody
 	// renews (the bucket's MaxAge). A hub believes it owns a partition
 	// for TTL/2 after its last successful renewal; a dead hub's
@@ -153,6 +161,46 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("%w: Bucket %q: want 1..64 letters, digits, '-' or '_'", ErrInvalidOption, o.Bucket)
 	case o.Replicas < 1 || o.Replicas > 5:
 		return fmt.Errorf("%w: Replicas %d: want 1..5", ErrInvalidOption, o.Replicas)
+	}
+	if o.URL != "" {
+		if err := CheckURL(o.URL); err != nil {
+			return fmt.Errorf("%w: URL: %v", ErrInvalidOption, err)
+		}
+	}
+	return nil
+}
+
+// MaxURL bounds Options.URL, so a heartbeat record stays within the
+// bound every hub reads records with.
+const MaxURL = 512
+
+// CheckURL reports why u cannot be a hub's advertised base URL: it must
+// be an absolute http or https URL with a host, at most MaxURL bytes of
+// printable ASCII other than '"', '\', '<', '>' and '&' (so its JSON
+// encoding is itself and the record bound holds), without user
+// information (every hub reads the heartbeat), query or fragment. A path
+// prefix (a reverse proxy's) is allowed.
+func CheckURL(u string) error {
+	if len(u) > MaxURL {
+		return fmt.Errorf("%d bytes, want at most %d", len(u), MaxURL)
+	}
+	for i := 0; i < len(u); i++ {
+		if c := u[i]; c <= ' ' || c > '~' || strings.IndexByte(`"\<>&`, c) >= 0 {
+			return fmt.Errorf("%q: byte %d (%q) is not allowed in an advertised URL", u, i, c)
+		}
+	}
+	p, err := url.Parse(u)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%q: %v", u, err)
+	case p.Scheme != "http" && p.Scheme != "https":
+		return fmt.Errorf("%q: want an absolute http:// or https:// URL", u)
+	case p.Host == "" || p.Hostname() == "":
+		return fmt.Errorf("%q: no host", u)
+	case p.User != nil:
+		return fmt.Errorf("%q: user information is not allowed (every hub reads it)", u)
+	case p.RawQuery != "" || p.ForceQuery || p.Fragment != "":
+		return fmt.Errorf("%q: a query or fragment is not allowed", u)
 	}
 	return nil
 }

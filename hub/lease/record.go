@@ -25,9 +25,15 @@ type record struct {
 	// Epoch is the revision of the Create that acquired the lease; 0 in
 	// that Create itself, whose revision is the epoch.
 	Epoch uint64 `json:"epoch,omitempty"`
+	// URL is the hub's advertised API base URL (Options.URL), in its
+	// heartbeat only; "" when it advertises none.
+	URL string `json:"url,omitempty"`
 }
 
-// maxRecord bounds a value read from the bucket before decoding.
+// maxRecord bounds a value read from the bucket before decoding. The
+// largest record a valid Manager writes (a 64-byte hub id, the instance,
+// a 20-digit epoch and a MaxURL URL, which CheckURL keeps free of JSON
+// escapes) is well below it.
 const maxRecord = 1024
 
 func (r record) encode() []byte {
@@ -45,6 +51,11 @@ func decodeRecord(v []byte) (record, error) {
 	}
 	if !nameRE.MatchString(r.Hub) {
 		return record{}, fmt.Errorf("hub %q is not a valid hub id", r.Hub)
+	}
+	if r.URL != "" {
+		if err := CheckURL(r.URL); err != nil {
+			return record{}, fmt.Errorf("hub %q: url: %v", r.Hub, err)
+		}
 	}
 	return r, nil
 }
