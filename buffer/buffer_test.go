@@ -279,7 +279,9 @@ func TestManyStreamsShareOneStore(t *testing.T) {
 func TestReadsOnlyDurable(t *testing.T) {
 	ctx := context.Background()
 	t.Run("interval", func(t *testing.T) {
-		s := openTest(t, t.TempDir(), Options{Durability: DurabilityInterval, SyncInterval: time.Minute})
+		// Long enough that no sync runs before the first read; the
+		// WaitDurable append then waits for it.
+		s := openTest(t, t.TempDir(), Options{Durability: DurabilityInterval, SyncInterval: 5 * time.Second})
 		st, _ := s.Stream("d", StreamOptions{})
 		if _, err := st.Append(ctx, recs(1, 5)); err != nil {
 			t.Fatal(err)
