@@ -32,12 +32,16 @@ type alertsConsumer struct {
 	evs  []aggregate.Event
 	tags []aggregate.Tag
 	ups  []aggregate.Update
+	out  *alertLog // nil without Options.AlertOutputs
 }
 
 // newRules builds the evaluator of Options.Rules over the engine and
 // appends it to the consumers; nothing without rules.
 func (s *Server) newRules() error {
 	if len(s.opts.Rules) == 0 {
+		if len(s.opts.AlertOutputs) > 0 {
+			return fmt.Errorf("%w: AlertOutputs: alert outputs need rules", ErrInvalidOptions)
+		}
 		return nil
 	}
 	if s.agg == nil {
@@ -49,10 +53,18 @@ func (s *Server) newRules() error {
 		Clock:           func() time.Time { return c.now },
 		AllowedLateness: s.opts.Aggregate.AllowedLateness,
 		Horizon:         s.opts.Aggregate.LateHorizon,
-		OnAlert:         c.bc.Publish,
+		OnAlert: func(ch []rules.Alert) {
+			c.bc.Publish(ch)
+			if c.out != nil {
+				c.out.append(ch)
+			}
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("%w: Rules: %w", ErrInvalidOptions, err)
+	}
+	if c.out, err = s.newAlertLog(); err != nil {
+		return err
 	}
 	c.ev = ev
 	// The applier drains the subscription after every Apply and tick, so

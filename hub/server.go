@@ -278,6 +278,9 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.agg != nil {
 		s.agg.store.Bind(st.DB)
 	}
+	if err := s.openAlertLog(); err != nil {
+		return err
+	}
 	if err := s.recoverState(ctx); err != nil {
 		return err
 	}
@@ -295,6 +298,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.startLoops()
 	if err := s.startSinks(); err != nil {
+		return err
+	}
+	if err := s.startAlertOutputs(); err != nil {
 		return err
 	}
 	s.ready.Store(true)
