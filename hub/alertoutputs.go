@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -162,7 +163,10 @@ func (s *Server) newAlertLog() (*alertLog, error) {
 		return nil, nil
 	}
 	seen := map[string]bool{}
-	for _, c := range s.opts.AlertOutputs {
+	s.opts.AlertOutputs = slices.Clone(s.opts.AlertOutputs)
+	for i := range s.opts.AlertOutputs {
+		c := &s.opts.AlertOutputs[i]
+		c.EnsureDefaults()
 		if err := c.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: AlertOutputs: %w", ErrInvalidOptions, err)
 		}

@@ -51,8 +51,9 @@ type Status struct {
 	Delivered uint64 `json:"delivered"`
 	Failed    uint64 `json:"failed"`
 	Retries   uint64 `json:"retries"`
-	// LastError is the last failed attempt ("" once a later one
-	// succeeded) and LastErrorTime when it happened.
+	// LastError is the last failed attempt or refused change and
+	// LastErrorTime when it happened (a LastDelivery after it says the
+	// receiver takes changes again).
 	LastError     string    `json:"last_error,omitempty"`
 	LastErrorTime time.Time `json:"last_error_time,omitzero"`
 	// LastDelivery is when the receiver last took a change.
@@ -191,7 +192,7 @@ func (o *Output) deliver(ctx context.Context, c Change) bool {
 		if err == nil {
 			now := time.Now()
 			o.m.delivered(o.cfg.Name)
-			o.setStatus(func(st *Status) { st.Delivered++; st.LastDelivery, st.LastError = now, "" })
+			o.setStatus(func(st *Status) { st.Delivered++; st.LastDelivery = now })
 			return true
 		}
 		if ctx.Err() != nil {
