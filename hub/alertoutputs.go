@@ -156,6 +156,38 @@ func (s *Server) openAlertLog() error {
 	return nil
 }
 
+// checkAlertSeq runs after recovery: an output position or a logged
+// change past the evaluator's sequence means the sequence went back (the
+// checkpoint held no rules state, say after a run without rules), so the
+// old sequences name other changes. The log is cleared and every output
+// continues from the evaluator's sequence; the changes the replay made
+// are not sent.
+func (s *Server) checkAlertSeq() error {
+	if s.rules == nil || s.rules.out == nil {
+		return nil
+	}
+	l, seq := s.rules.out, s.rules.ev.Seq()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	back := l.last > seq
+	for _, p := range l.positions {
+		back = back || p > seq
+	}
+	if !back {
+		return nil
+	}
+	s.log.Warn("alert change sequence went back (the checkpoint held no rules state): alert outputs continue from the rules' sequence; changes made before are not sent",
+		"alert_seq", seq, "last_logged", l.last)
+	if err := s.st.ResetAlertOutputs(seq); err != nil {
+		return err
+	}
+	l.first, l.last, l.floor = seq+1, seq, seq
+	for name := range l.positions {
+		l.positions[name] = seq
+	}
+	return nil
+}
+
 // newAlertLog prepares the alert-change log of Options.AlertOutputs
 // (checked here: they need rules); nil without outputs.
 func (s *Server) newAlertLog() (*alertLog, error) {

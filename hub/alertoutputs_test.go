@@ -206,3 +206,69 @@ func TestAlertOutputsNeedRules(t *testing.T) {
 		t.Fatal("alert outputs without rules accepted")
 	}
 }
+
+// TestAlertOutputsSequenceWentBack: a run without rules drops the rules'
+// state from the checkpoint, so the next run with rules starts its change
+// sequence again below the outputs' stored positions. The outputs continue
+// from the new sequence: the alerts of the new data are all delivered.
+func TestAlertOutputsSequenceWentBack(t *testing.T) {
+	dir := t.TempDir()
+	rs, err := rules.ParseYAML([]byte(`rules: [{name: any, metric: temp, window: "tumbling:1m", agg: count, op: ">=", value: 1, group_by: [device]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv := &alertReceiver{got: map[string]rules.Alert{}}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	opts := func(withRules bool) Options {
+		o := aggTestOptions(t, dir)
+		if withRules {
+			o.Rules = rs
+			o.AlertOutputs = []alertout.Config{{Name: "ops", Kind: alertout.KindWebhook, URL: srv.URL, MaxBackoff: 50 * time.Millisecond}}
+		}
+		return o
+	}
+	base := time.Now().Add(-30 * time.Minute).Truncate(time.Minute)
+	run := func(withRules bool, dev string, minutes int) *Server {
+		s := startHub(t, opts(withRules))
+		d := newDevice(t, "tcp://"+s.BrokerAddr(), dev)
+		var times []int64
+		var vals []float64
+		for m := 0; m < minutes; m++ {
+			times, vals = append(times, base.Add(time.Duration(m)*time.Minute).UnixNano()), append(vals, 1)
+		}
+		d.send(timedBatch(dev, d.stream, 1, times, vals))
+		return s
+	}
+	s1 := run(true, "sw1", 4)
+	waitOutputs(t, s1)
+	if err := s1.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s2 := run(false, "sw2", 2)
+	waitCount(t, s2, base, 6)
+	if err := s2.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s3 := run(true, "sw3", 3)
+	want := map[string]bool{}
+	for m := 0; m < 2; m++ { // the last minute is not final
+		want[fmt.Sprintf("any/device=sw3/%d", base.Add(time.Duration(m)*time.Minute).UnixNano())] = true
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		missing := 0
+		for id := range want {
+			rcv.mu.Lock()
+			if _, ok := rcv.got[id+":1"]; !ok {
+				missing++
+			}
+			rcv.mu.Unlock()
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d alerts of the run after the one without rules never delivered; outputs %+v", missing, s3.AlertOutputStatuses())
+		}
+	}
+}

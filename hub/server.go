@@ -284,6 +284,9 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.recoverState(ctx); err != nil {
 		return err
 	}
+	if err := s.checkAlertSeq(); err != nil {
+		return err
+	}
 	if err := s.loadLogPositions(); err != nil {
 		return err
 	}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -243,6 +245,10 @@ func (o *Output) send(ctx context.Context, c Change, k alertKey) (permanent bool
 	req.Header.Set("Idempotency-Key", k.ID+":"+strconv.FormatUint(k.Revision, 10))
 	resp, err := o.client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			ue.URL = redact(ue.URL) // the status and logs show no query token
+		}
 		return false, err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -273,4 +279,14 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// redact drops a URL's user information and query.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(url)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
 }
