@@ -68,9 +68,9 @@ alert_outputs:
 		t.Fatalf("outputs %+v", o)
 	}
 	for body, want := range map[string]string{
-		rule + "alert_outputs: [{name: bus, kind: mqtt, topic: \"a/#\"}]\n":               `alert output "bus": key "topic"`,
+		rule + "alert_outputs: [{name: bus, kind: mqtt, topic: \"a/#\"}]\n":                `alert output "bus": key "topic"`,
 		rule + "alert_outputs: [{name: ops, kind: webhook, url: \"https://x\", tls: 1}]\n": `alert_outputs[0] "ops": key "tls"`,
-		"alert_outputs: [{name: bus, kind: mqtt, topic: edgeflow/alerts}]\n":             `alert outputs need rules`,
+		"alert_outputs: [{name: bus, kind: mqtt, topic: edgeflow/alerts}]\n":               `alert outputs need rules`,
 	} {
 		if _, err := loadConfig([]string{"--config", write(body)}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error saying %s", body, err, want)
