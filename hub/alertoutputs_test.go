@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
+
 	"edgeflow/hub/alertout"
 	"edgeflow/hub/api"
 	"edgeflow/hub/rules"
+	"edgeflow/internal/testbroker"
 	"edgeflow/wire/wirepb"
 )
 
@@ -270,5 +273,50 @@ func TestAlertOutputsSequenceWentBack(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d alerts of the run after the one without rules never delivered; outputs %+v", missing, s3.AlertOutputStatuses())
 		}
+	}
+}
+
+// TestMQTTAlertOutputOnMosquitto: with an external broker (Mosquitto) the
+// mqtt output publishes through the hub's connection to it; a subscriber
+// there receives each alert change as /v1/alerts lists it.
+func TestMQTTAlertOutputOnMosquitto(t *testing.T) {
+	url := testbroker.StartMosquitto(t, testbroker.MosquittoOptions{}).URL()
+	rs, err := rules.ParseYAML([]byte(`rules: [{name: any, metric: temp, window: "tumbling:1m", agg: count, op: ">=", value: 1, group_by: [device]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan rules.Alert, 16)
+	sub := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("alert-sub"))
+	if tok := sub.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	defer sub.Disconnect(100)
+	if tok := sub.Subscribe("edgeflow/alerts", 1, func(_ paho.Client, m paho.Message) {
+		var a rules.Alert
+		if err := json.Unmarshal(m.Payload(), &a); err != nil {
+			t.Errorf("alert payload %s: %v", m.Payload(), err)
+		}
+		got <- a
+	}); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	o := aggTestOptions(t, t.TempDir())
+	o.MQTTURL, o.ClientID = url, "hub-alert-out"
+	o.Rules = rs
+	o.AlertOutputs = []alertout.Config{{Name: "bus", Kind: alertout.KindMQTT, Topic: "edgeflow/alerts"}}
+	s := startHub(t, o)
+	waitReady(t, s)
+	d := newDevice(t, url, "mq1")
+	base := time.Now().Add(-30 * time.Minute).Truncate(time.Minute)
+	d.send(timedBatch("mq1", d.stream, 1, []int64{base.UnixNano(), base.Add(time.Minute).UnixNano()}, []float64{1, 2}))
+	select {
+	case a := <-got:
+		want, ok := s.RulesEvaluator().Get(a.ID)
+		if !ok || a.ID != fmt.Sprintf("any/device=mq1/%d", base.UnixNano()) || a.Revision != want.Revision || a.State != want.State ||
+			a.Value != want.Value || !a.FiredAt.Equal(want.FiredAt) {
+			t.Fatalf("received %+v, the hub holds %+v", a, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no alert on Mosquitto; outputs %+v", s.AlertOutputStatuses())
 	}
 }
