@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"edgeflow/hub"
+	"edgeflow/hub/hublog"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -212,6 +213,7 @@ func TestRebuildRecomputesAlerts(t *testing.T) {
 		c := rebuildTestConfig + fmt.Sprintf(`rules:
   - {name: busy, metric: temp, window: "tumbling:1m", agg: count, op: ">", value: %d, group_by: [device]}
   - {name: hot, metric: temp, window: "tumbling:1m", agg: max, op: ">=", value: 27, group_by: [site]}
+alert_outputs: [{name: bus, kind: mqtt, topic: edgeflow/alerts}]
 `, count)
 		if err := os.WriteFile(file, []byte(c), 0o600); err != nil {
 			t.Fatal(err)
@@ -267,8 +269,21 @@ func TestRebuildRecomputesAlerts(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("rebuild: exit %d: %s", code, stderr)
 		}
-		if m := regexp.MustCompile(`msg="alerts recomputed from the log" alerts=(\d+) changed=(\w+)`).FindStringSubmatch(stderr); m == nil || m[2] != fmt.Sprint(wantChanged) {
+		m := regexp.MustCompile(`msg="alerts recomputed from the log" alerts=(\d+) changed=(\w+) alert_seq=(\d+)`).FindStringSubmatch(stderr)
+		if m == nil || m[2] != fmt.Sprint(wantChanged) {
 			t.Fatalf("rebuild does not report alerts changed=%v: %s", wantChanged, stderr)
+		}
+		// The output's position: where it was (everything delivered) or,
+		// after a change, the rebuilt sequence with an empty change log.
+		st, err := hublog.OpenStore(filepath.Join(dir, "data"), false, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pos, err := st.LoadAlertOutputPositions()
+		first, last, err2 := st.AlertChangeBounds()
+		st.Close()
+		if err != nil || err2 != nil || fmt.Sprint(pos["bus"]) != m[3] && wantChanged || first != 0 && wantChanged {
+			t.Fatalf("after the rebuild: output position %v (rebuilt sequence %s), change log %d..%d, %v %v", pos, m[3], first, last, err, err2)
 		}
 		s := startConfigHub(t, args)
 		defer s.Shutdown(context.Background())
