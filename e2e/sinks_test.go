@@ -65,11 +65,21 @@ func newSinkDevice(t *testing.T, brokerURL, id string) *sinkDevice {
 // send sends events at times (metric temp) until acknowledged; it returns
 // how many events the batch holds.
 func (d *sinkDevice) send(times []time.Time) int {
+	values := make([]float64, len(times))
+	for i := range times {
+		values[i] = float64(((d.next+uint64(i))*7)%101) - 20
+	}
+	return d.sendValues(times, values)
+}
+
+// sendValues sends events at times with values (metric temp) until
+// acknowledged; it returns how many events the batch holds.
+func (d *sinkDevice) sendValues(times []time.Time, values []float64) int {
 	b := &wirepb.Batch{DeviceId: d.id, StreamId: d.stream[:], FirstSeq: d.next, SendTimeNs: time.Now().UnixNano(),
 		Clock: &wirepb.ClockEstimate{Method: wirepb.TimeMethod_TIME_METHOD_NTP}}
 	for i, ts := range times {
 		seq := d.next + uint64(i)
-		b.Events = append(b.Events, &wirepb.Event{Metric: "temp", Value: float64((seq*7)%101) - 20, DeviceTimeNs: ts.UnixNano(),
+		b.Events = append(b.Events, &wirepb.Event{Metric: "temp", Value: values[i], DeviceTimeNs: ts.UnixNano(),
 			MonoNs: int64(seq), BootId: "b", Method: wirepb.TimeMethod_TIME_METHOD_NTP})
 	}
 	payload, err := wire.EncodeBatch(b)

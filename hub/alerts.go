@@ -32,35 +32,57 @@ type alertsConsumer struct {
 	evs  []aggregate.Event
 	tags []aggregate.Tag
 	ups  []aggregate.Update
+	out  *alertLog // nil without Options.AlertOutputs
 }
 
 // newRules builds the evaluator of Options.Rules over the engine and
 // appends it to the consumers; nothing without rules.
 func (s *Server) newRules() error {
 	if len(s.opts.Rules) == 0 {
+		if len(s.opts.AlertOutputs) > 0 {
+			return fmt.Errorf("%w: AlertOutputs: alert outputs need rules", ErrInvalidOptions)
+		}
 		return nil
 	}
 	if s.agg == nil {
 		return fmt.Errorf("%w: Rules: rules need the aggregate engine (aggregate.enabled)", ErrInvalidOptions)
 	}
-	c := &alertsConsumer{eng: s.agg.eng, log: s.log,
-		rate: rateLog{lim: lograte.Limiter{Every: time.Minute}, now: s.opts.Now}}
-	ev, err := rules.New(s.opts.Rules, rules.Options{
+	c, err := newAlertsConsumer(s.agg.eng, &s.opts)
+	if err != nil {
+		return err
+	}
+	if c.out, err = s.newAlertLog(); err != nil {
+		return err
+	}
+	s.rules = c
+	s.opts.Consumers = append(s.opts.Consumers, c)
+	return checkConsumerNames(s.opts.Consumers)
+}
+
+// newAlertsConsumer builds the evaluator of opts.Rules over eng (the hub's,
+// or a rebuild's).
+func newAlertsConsumer(eng *aggregate.Engine, opts *Options) (*alertsConsumer, error) {
+	c := &alertsConsumer{eng: eng, log: opts.Logger,
+		rate: rateLog{lim: lograte.Limiter{Every: time.Minute}, now: opts.Now}}
+	ev, err := rules.New(opts.Rules, rules.Options{
 		Clock:           func() time.Time { return c.now },
-		AllowedLateness: s.opts.Aggregate.AllowedLateness,
-		Horizon:         s.opts.Aggregate.LateHorizon,
-		OnAlert:         c.bc.Publish,
+		AllowedLateness: opts.Aggregate.AllowedLateness,
+		Horizon:         opts.Aggregate.LateHorizon,
+		OnAlert: func(ch []rules.Alert) {
+			c.bc.Publish(ch)
+			if c.out != nil {
+				c.out.append(ch)
+			}
+		},
 	})
 	if err != nil {
-		return fmt.Errorf("%w: Rules: %w", ErrInvalidOptions, err)
+		return nil, fmt.Errorf("%w: Rules: %w", ErrInvalidOptions, err)
 	}
 	c.ev = ev
 	// The applier drains the subscription after every Apply and tick, so
 	// it holds at most one call's updates (bounded by the engine).
-	c.sub = s.agg.eng.Subscribe(1 << 16)
-	s.rules = c
-	s.opts.Consumers = append(s.opts.Consumers, c)
-	return checkConsumerNames(s.opts.Consumers)
+	c.sub = eng.Subscribe(1 << 16)
+	return c, nil
 }
 
 // Name implements Consumer.

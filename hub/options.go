@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/alertout"
 	"edgeflow/hub/broker"
 	"edgeflow/hub/cluster"
 	"edgeflow/hub/membudget"
@@ -255,6 +256,10 @@ type Options struct {
 	// target. They start once the state is recovered; a table that does
 	// not match stops Start. Default none.
 	Sinks []sinks.Config
+	// AlertOutputs receive every alert change (package alertout: webhook,
+	// MQTT on the hub's broker), each from its own position stored in the
+	// hub's store. They need Rules. Default none.
+	AlertOutputs []alertout.Config
 	// SinkMaxLag bounds, in log entries, how far behind the older retained
 	// checkpoint a sink may be and still hold log retention back; a sink
 	// further behind stops holding it, and once retention deletes entries

@@ -6,8 +6,10 @@ import (
 	"edgeflow/hub/eventtime"
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/registry"
+	"edgeflow/hub/rules"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -34,6 +36,13 @@ type RebuildResult struct {
 	// DamagedPositions counts log positions that could not be read and
 	// were skipped with the loss recorded (Options.RecoverDamaged).
 	DamagedPositions uint64
+	// Alerts counts the alerts the rules hold after the rebuild (0
+	// without Options.Rules); AlertsChanged says they differ from the
+	// checkpoint's (ids, revisions, change sequences), so the alert
+	// outputs' positions were moved to AlertSeq, the rebuilt sequence.
+	Alerts        int
+	AlertsChanged bool
+	AlertSeq      uint64
 }
 
 // Rebuild recomputes the event-time engine's state from the stored log
@@ -148,7 +157,13 @@ func rebuildInto(ctx context.Context, st *hublog.Store, agg *aggregates, opts Op
 	if ck != nil {
 		pos = ck.Pos
 	}
-	app, err := replayInto(ctx, st, agg, reg, ck == nil, pos, records, opts, res)
+	var rc *alertsConsumer
+	if len(opts.Rules) > 0 {
+		if rc, err = newAlertsConsumer(agg.eng, &opts); err != nil {
+			return nil, err
+		}
+	}
+	app, err := replayInto(ctx, st, agg, rc, reg, ck == nil, pos, records, opts, res)
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +185,11 @@ func rebuildInto(ctx context.Context, st *hublog.Store, agg *aggregates, opts Op
 		doc.Consumers = map[string][]byte{}
 	}
 	doc.Consumers[AggregateConsumerName] = snap
+	if rc != nil {
+		if err := rebuildAlerts(st, rc, doc.Consumers, opts, res); err != nil {
+			return nil, err
+		}
+	}
 	newState, err := json.Marshal(doc)
 	if err != nil {
 		return nil, err
@@ -190,11 +210,15 @@ func rebuildInto(ctx context.Context, st *hublog.Store, agg *aggregates, opts Op
 }
 
 // replayInto applies the log entries up to pos (the whole log when full)
-// to the engine and, when full, to reg. Damage stops it unless
+// to the engine, the rules (rc, when not nil) and, when full, to reg. Damage stops it unless
 // opts.RecoverDamaged, which records the loss.
-func replayInto(ctx context.Context, st *hublog.Store, agg *aggregates, reg *registry.Registry, full bool, pos uint64, records []hublog.DamageRecord, opts Options, res *RebuildResult) (*applier, error) {
+func replayInto(ctx context.Context, st *hublog.Store, agg *aggregates, rc *alertsConsumer, reg *registry.Registry, full bool, pos uint64, records []hublog.DamageRecord, opts Options, res *RebuildResult) (*applier, error) {
 	known := hublog.LossesOf(records)
-	app := newApplier(reg, []Consumer{agg}, nil, opts.Limits)
+	consumers := []Consumer{agg}
+	if rc != nil {
+		consumers = append(consumers, rc) // after the engine, as in the hub
+	}
+	app := newApplier(reg, consumers, nil, opts.Limits)
 	// The attribute entries replay into a table of their own, so the
 	// engine gets the same revisions it got live; the checkpoint's table
 	// stays unless there is no checkpoint.
@@ -259,4 +283,36 @@ func replayInto(ctx context.Context, st *hublog.Store, agg *aggregates, reg *reg
 	opts.Logger.Error("hub store damaged: rebuilt without the unreadable log entries (recover-damaged); the loss is recorded",
 		"dir", st.Dir, "positions", hublog.FormatRanges(&dmg.Positions), "devices", devices, "streams", len(lost))
 	return app, nil
+}
+
+// rebuildAlerts puts the rebuilt rules state into the checkpoint's
+// consumers. When the alerts differ from the checkpoint's (other rules,
+// or log entries retention deleted), the old change sequences name other
+// changes: the alert-change log is cleared and every stored output
+// position set to the rebuilt sequence, so outputs send the changes made
+// after the checkpoint position and none of the old ones twice.
+func rebuildAlerts(st *hublog.Store, rc *alertsConsumer, consumers map[string][]byte, opts Options, res *RebuildResult) error {
+	snap, err := rc.Snapshot()
+	if err != nil {
+		return err
+	}
+	res.Alerts, res.AlertSeq = len(rc.ev.Since(0, 0)), rc.ev.Seq()
+	res.AlertsChanged = true
+	if old, ok := consumers[RulesConsumerName]; ok {
+		if prev, err := newAlertsConsumer(rc.eng, &opts); err == nil && prev.Restore(old) == nil {
+			res.AlertsChanged = prev.ev.Seq() != rc.ev.Seq() || !slices.EqualFunc(prev.ev.Since(0, 0), rc.ev.Since(0, 0), sameAlert)
+			prev.sub.Close()
+		}
+	}
+	consumers[RulesConsumerName] = snap
+	if res.AlertsChanged {
+		return st.ResetAlertOutputs(res.AlertSeq)
+	}
+	return nil
+}
+
+// sameAlert compares two alerts field by field, change sequence included.
+func sameAlert(a, b rules.Alert) bool {
+	return a.ID == b.ID && a.Revision == b.Revision && a.Seq == b.Seq && a.State == b.State && a.Value == b.Value &&
+		a.Start.Equal(b.Start) && a.End.Equal(b.End) && a.FiredAt.Equal(b.FiredAt)
 }

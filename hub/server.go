@@ -278,7 +278,13 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.agg != nil {
 		s.agg.store.Bind(st.DB)
 	}
+	if err := s.openAlertLog(); err != nil {
+		return err
+	}
 	if err := s.recoverState(ctx); err != nil {
+		return err
+	}
+	if err := s.checkAlertSeq(); err != nil {
 		return err
 	}
 	if err := s.loadLogPositions(); err != nil {
@@ -295,6 +301,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.startLoops()
 	if err := s.startSinks(); err != nil {
+		return err
+	}
+	if err := s.startAlertOutputs(); err != nil {
 		return err
 	}
 	s.ready.Store(true)

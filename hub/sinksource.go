@@ -152,8 +152,8 @@ func (s *Server) SinkStatuses() []sinks.Status {
 	return out
 }
 
-// withSinks adds GET /v1/sinks (an empty list without sinks) to the API's
-// handler.
+// withSinks adds GET /v1/sinks (an empty list without sinks) and GET
+// /v1/alerts/outputs (alertoutputs.go) to the API's handler.
 func (s *Server) withSinks(h http.Handler) http.Handler {
 	serve := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -165,6 +165,7 @@ func (s *Server) withSinks(h http.Handler) http.Handler {
 		mux.Handle("/", h)
 	}
 	mux.HandleFunc("GET /v1/sinks", serve)
+	mux.HandleFunc("GET /v1/alerts/outputs", s.serveAlertOutputs)
 	return mux
 }
 

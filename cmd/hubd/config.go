@@ -170,6 +170,8 @@ func fromViper(v *viper.Viper) (*config, error) {
 	k.Add(err)
 	o.Sinks, err = sinks.Parse(v.Get("sinks"))
 	k.Add(err)
+	o.AlertOutputs, err = alertOutputsFromViper(v)
+	k.Add(err)
 	c.memory, c.memoryChosen = memoryBudget(v, k, o)
 	c.gcPercent, c.gcPercentSet = budgetGCPercent(c.gcPercent, c.gcPercentSet, c.memory, os.Getenv)
 	return c, k.Err()

@@ -15,7 +15,7 @@ func TestConfigDoc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	extra := []string{"rules"}
+	extra := []string{"rules", "alert_outputs"}
 	for _, k := range slices.Concat(aggDurationKeys, aggIntKeys, aggOtherKeys) {
 		extra = append(extra, "aggregate."+k)
 	}

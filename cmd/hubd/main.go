@@ -131,6 +131,12 @@ func runRebuild(cfg *config, logger *slog.Logger, stderr io.Writer) int {
 	logger.Info("aggregates rebuilt from the log", "checkpoint_position", res.Position, "first_log_entry", res.FirstEntry,
 		"entries", res.Entries, "batches", res.Batches, "events", res.Events, "generation", res.Generation, "took", res.Took,
 		"from_whole_log", res.FromLog, "damaged_positions", res.DamagedPositions)
+	if len(cfg.hub.Rules) > 0 {
+		logger.Info("alerts recomputed from the log", "alerts", res.Alerts, "changed", res.AlertsChanged, "alert_seq", res.AlertSeq)
+		if res.AlertsChanged {
+			logger.Warn("the rebuilt alerts differ from the checkpoint's: alert outputs continue from the rebuilt sequence and do not resend the recomputed alerts", "alert_seq", res.AlertSeq)
+		}
+	}
 	if res.FirstEntry > 1 {
 		logger.Warn("log entries before first_log_entry were deleted by retention; their events are not in the rebuilt aggregates")
 	}

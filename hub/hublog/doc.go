@@ -30,6 +30,9 @@
 //	d<gen:8><tier:1><series:4><bucket:8> -> downsampled aggregate partial (partials.go)
 //	p<stream>\x00<partition:4>       -> cluster mode: the last stream sequence of the partition
 //	                                    committed here (8 bytes; positions.go)
+//	l<alertSeq:8>                    -> an alert change (the alert's JSON at that revision) not yet
+//	                                    delivered by every alert output (alertlog.go)
+//	o<outputName>                    -> the alert change sequence the output delivered up to (8 bytes)
 //	b<streamSeq:8><serverTimeNs:8>   -> cluster mode: a log entry backfilled from the stream after a
 //	                                    snapshot restore, never replayed (backfill.go); its event-time
 //	                                    index keys name it by BackfillSeq(streamSeq)

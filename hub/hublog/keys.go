@@ -23,6 +23,8 @@ const (
 	PrefixPartials    = 'a'  // evicted aggregate partials, base resolution
 	prefixTiers       = 'd'  // downsampled aggregate partials
 	PrefixLogPosition = 'p'  // cluster mode: last stream sequence committed per partition
+	PrefixAlertChange = 'l'  // the alert-change log alert outputs deliver from
+	PrefixAlertOutput = 'o'  // an alert output's delivered position
 )
 
 // WALKey is w<seq:8><serverTimeNs:8>: ordered by position, and retention

@@ -145,6 +145,14 @@ func (e *Evaluator) Since(seq uint64, limit int) []Alert {
 	return out
 }
 
+// Seq is the sequence of the latest alert change (0 before the first):
+// an output delivered up to it has sent everything.
+func (e *Evaluator) Seq() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.seq
+}
+
 // Get returns the alert with id.
 func (e *Evaluator) Get(id string) (Alert, bool) {
 	e.mu.Lock()
