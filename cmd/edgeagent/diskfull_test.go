@@ -96,7 +96,11 @@ func TestDiskFullBinary(t *testing.T) {
 	for i := 0; i < 5000 && !full; i++ {
 		var b strings.Builder
 		for j := range 500 {
-			fmt.Fprintf(&b, "{\"metric\":\"fill\",\"value\":%d.%d,\"tags\":{\"req\":\"%d\",\"i\":\"%d\"}}\n", i*500+j, j*7919%1000, i, j)
+			// An incompressible tag, so the disk fills with ~100k events
+			// rather than ~450k (every one is delivered at the end).
+			n := uint64(i*500 + j)
+			fmt.Fprintf(&b, "{\"metric\":\"fill\",\"value\":%d.%d,\"tags\":{\"req\":\"%d\",\"i\":\"%d\",\"pad\":\"%016x%016x\"}}\n",
+				i*500+j, j*7919%1000, i, j, n*0x9E3779B97F4A7C15, (n+1)*0xBF58476D1CE4E5B9)
 		}
 		resp, err := http.Post(base+"/v1/events", "application/x-ndjson", strings.NewReader(b.String()))
 		if err != nil {
