@@ -15,9 +15,9 @@ import (
 type target interface {
 	// open connects, prepares the target and returns the stored state.
 	open(ctx context.Context) (state, error)
-	// commit writes rows and moves the stored state from prev to next,
-	// atomically (PostgreSQL) or idempotently (message ids, NATS).
-	commit(ctx context.Context, rows [][]any, prev, next state) (int64, error)
+	// commit writes out and moves the stored state from prev to next,
+	// atomically (PostgreSQL) or idempotently (message ids: NATS, MQTT).
+	commit(ctx context.Context, out output, prev, next state) (int64, error)
 	// connected reports whether open succeeded and nothing failed since.
 	connected() bool
 	// close drops the connection; safe when not connected.
@@ -103,13 +103,13 @@ func (s *pgTarget) prepare(ctx context.Context, conn *pgx.Conn) (state, error) {
 
 // commit writes rows and the position in one transaction. The position
 // only moves from the value this sink loaded (else ErrPositionMoved).
-func (s *pgTarget) commit(ctx context.Context, rows [][]any, prev, next state) (int64, error) {
+func (s *pgTarget) commit(ctx context.Context, out output, prev, next state) (int64, error) {
 	tx, err := s.conn.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
-	written, err := s.writeRows(ctx, tx, rows)
+	written, err := s.writeRows(ctx, tx, out.rows)
 	if err != nil {
 		return 0, err
 	}

@@ -64,7 +64,7 @@ func newWindowsProducer(cfg Config, src Source) (*windowsProducer, error) {
 			sw.spec, sw.byName = spec, true
 		}
 		if sw.spec.Kind == aggregate.Session {
-			return nil, fmt.Errorf("%w: sink %q: key \"windows\": %q: session windows are not supported by postgres_windows", ErrInvalidConfig, cfg.Name, w)
+			return nil, fmt.Errorf("%w: sink %q: key \"windows\": %q: %s", ErrInvalidConfig, cfg.Name, w, errSessionWindows)
 		}
 		p.windows = append(p.windows, sw)
 	}
@@ -130,7 +130,8 @@ type interval struct{ from, to int64 }
 // next reads up to BatchEntries entries after st.pos, collects the event
 // times of the sink's metrics, and queries the windows that hold them and
 // those that turned final since st.wm.
-func (p *windowsProducer) next(ctx context.Context, st state, applied uint64) ([][]any, state, error) {
+func (p *windowsProducer) next(ctx context.Context, st state, applied uint64) (output, state, error) {
+	var out output
 	eng := p.src.Engine()
 	// The watermark is read before the queries: everything final at it
 	// is final in their answers.
@@ -140,14 +141,19 @@ func (p *windowsProducer) next(ctx context.Context, st state, applied uint64) ([
 	err := p.src.Read(st.pos, applied, p.cfg.BatchEntries, func(b *Batch) error {
 		next.pos = b.Pos
 		for i := range b.Events {
-			if e := &b.Events[i]; p.metrics[e.Metric] {
+			e := &b.Events[i]
+			if p.metrics[e.Metric] {
 				times[e.Metric] = append(times[e.Metric], e.EventTimeNs)
 			}
+			if p.cfg.Events {
+				out.events = append(out.events, eventRow(b, e))
+			}
+			out.eventTimeNs = max(out.eventTimeNs, e.EventTimeNs)
 		}
 		return ctx.Err()
 	})
 	if err != nil {
-		return nil, st, fmt.Errorf("read the hub's log after %d: %w", st.pos, err)
+		return output{}, st, fmt.Errorf("read the hub's log after %d: %w", st.pos, err)
 	}
 	if wm.After(st.wm) {
 		next.wm = wm
@@ -167,14 +173,14 @@ func (p *windowsProducer) next(ctx context.Context, st state, applied uint64) ([
 			}
 			for _, iv := range merge(ivs) {
 				if err := p.collect(ctx, eng, metric, w, iv, next.pos, rows); err != nil {
-					return nil, st, err
+					return output{}, st, err
 				}
 			}
 		}
 	}
-	out := make([][]any, 0, len(rows))
+	out.rows = make([][]any, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, r)
+		out.rows = append(out.rows, r)
 	}
 	return out, next, nil
 }
