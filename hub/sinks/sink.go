@@ -132,6 +132,9 @@ type Sink struct {
 
 	// broken is set when the sink stopped at a gap (Run and Step only).
 	broken bool
+	// loaded is set once stored was read from the target: a gap can be
+	// judged while the target is down from then on.
+	loaded bool
 	// lag caches the lag computation (Run and Step only).
 	lag lagCache
 
@@ -203,7 +206,7 @@ func (s *Sink) Open(ctx context.Context) error {
 	s.tgt.close()
 	st, err := s.tgt.open(ctx)
 	if err == nil {
-		s.st, s.stored = st, st.pos
+		s.st, s.stored, s.loaded = st, st.pos, true
 		if err = s.checkPosition(ctx); errors.Is(err, ErrBroken) {
 			err = nil // connected; Run and Step stop at the gap
 		}
@@ -228,7 +231,7 @@ func (s *Sink) checkPosition(ctx context.Context) error {
 		return fmt.Errorf("%w: the target holds position %d for sink %s (positions table or bucket %s), the hub's log ends at %d; if the hub's data was reset, delete the sink's position (and its rows) to rebuild the target",
 			ErrPositionAhead, s.st.pos, s.cfg.Name, s.cfg.PositionsTable, applied)
 	}
-	return s.checkGap()
+	return s.checkGap(ctx)
 }
 
 // checkGap compares the sink's position with the oldest entry the hub's
@@ -237,13 +240,22 @@ func (s *Sink) checkPosition(ctx context.Context) error {
 // with a stored position before that entry lost entries it needed: it is
 // marked broken with the gap, counted, logged, and stops there (ErrBroken)
 // rather than skip them.
-func (s *Sink) checkGap() error {
+func (s *Sink) checkGap(ctx context.Context) error {
 	if s.broken {
 		return ErrBroken
 	}
 	first, err := s.src.FirstPosition()
 	if err != nil {
 		return err
+	}
+	if first == 0 {
+		// An empty log: retention deleted every entry up to the
+		// applied position (or there never was one).
+		applied, err := s.src.Applied(ctx)
+		if err != nil {
+			return err
+		}
+		first = applied + 1
 	}
 	if first <= s.st.pos+1 {
 		return nil
@@ -279,14 +291,19 @@ func (s *Sink) Run(ctx context.Context) {
 	defer s.tgt.close()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
+		if s.broken {
+			// Stopped at its gap: only the lag moves on (the target is
+			// not needed for that).
+			s.updateLag(ctx, false)
+			sleep(ctx, s.cfg.MaxBackoff)
+			continue
+		}
 		err := s.ensureOpen(ctx)
 		n := 0
 		if err == nil {
 			n, err = s.step(ctx)
 		}
 		if errors.Is(err, ErrBroken) {
-			s.updateLag(ctx, false)
-			sleep(ctx, s.cfg.MaxBackoff)
 			continue
 		}
 		if err != nil {
@@ -339,7 +356,7 @@ func (s *Sink) step(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := s.checkGap(); err != nil {
+	if err := s.checkGap(ctx); err != nil {
 		return 0, err
 	}
 	if applied <= s.st.pos {
@@ -375,6 +392,9 @@ func (s *Sink) step(ctx context.Context) (int, error) {
 func (s *Sink) updateLag(ctx context.Context, force bool) {
 	if !force && time.Since(s.lag.at) < lagInterval {
 		return
+	}
+	if s.loaded {
+		_ = s.checkGap(ctx) // broken while the target is down, not only when it is back
 	}
 	applied, err := s.src.Applied(ctx)
 	if err != nil {
