@@ -176,6 +176,11 @@ func waitCaughtUp(t *testing.T, srv *hub.Server, base time.Time, accepted int) {
 			done = done && st.Connected && st.Lag == 0 && st.Position > 0 && st.CheckedAt.After(applied)
 		}
 		if done {
+			for _, st := range srv.SinkStatuses() {
+				if st.LagBytes != 0 || st.LagSeconds != 0 {
+					t.Errorf("sink %s caught up (0 entries behind) with lag %d bytes, %v s", st.Name, st.LagBytes, st.LagSeconds)
+				}
+			}
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

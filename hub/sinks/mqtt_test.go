@@ -284,7 +284,19 @@ func TestSinkPastMaxLagIsBroken(t *testing.T) {
 	before := srv.SinkStatuses()[0].Position
 
 	mq.Kill()
-	send(20)      // more than SinkMaxLag entries while the target is down
+	send(20) // more than SinkMaxLag entries while the target is down
+	// The lag keeps growing while the target is down: 20 entries, their
+	// bytes, and the 20 s of event time between the sink's newest event
+	// (base+2s) and the hub's (base+22s).
+	var lag sinks.Status
+	waitFor(t, func() bool {
+		lag = srv.SinkStatuses()[0]
+		return lag.Applied >= before+20 && lag.Lag == lag.Applied-before
+	})
+	t.Logf("lag while the target is down: %d entries, %d bytes, %.1f s of event time", lag.Lag, lag.LagBytes, lag.LagSeconds)
+	if lag.LagBytes == 0 || lag.LagSeconds != 20 || !lag.PositionEventTime.Equal(base.Add(2*time.Second)) || !lag.AppliedEventTime.Equal(base.Add(22*time.Second)) {
+		t.Errorf("lag %+v: want bytes > 0 and 20 s of event time (base+2s to base+22s)", lag)
+	}
 	for range 2 { // both retained checkpoints cover the entries
 		if err := srv.Checkpoint(); err != nil {
 			t.Fatal(err)
