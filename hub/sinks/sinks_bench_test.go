@@ -12,6 +12,8 @@ import (
 	"edgeflow/hub"
 	"edgeflow/hub/internal/hubtest"
 	"edgeflow/hub/sinks"
+	"edgeflow/internal/testbroker"
+	"edgeflow/internal/testnats"
 	"edgeflow/wire"
 )
 
@@ -161,4 +163,45 @@ func BenchmarkWindowsSink(b *testing.B) {
 	}
 	b.ReportMetric(float64(written)/total.Seconds(), "rows/s")
 	b.ReportMetric(float64(rows)/float64(b.N), "rows/op")
+}
+
+// BenchmarkMessageSinks is a message sink catching up on a hub's log with
+// window updates (tumbling:1m by device) and every event (events: true):
+// nats to a real nats-server (JetStream, file storage), mqtt to a real
+// Mosquitto and to the embedded broker, QoS 1. msgs/s counts the messages
+// the target acknowledged.
+func BenchmarkMessageSinks(b *testing.B) {
+	dir := b.TempDir()
+	events, _ := fillLog(b, dir)
+	nc := testnats.Start(b, 1)
+	mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{})
+	embedded, _ := testbroker.Embedded(b)
+	run := 0
+	for _, tc := range []struct {
+		name string
+		cfg  func(name string) sinks.Config
+	}{
+		{"nats", func(name string) sinks.Config {
+			return sinks.Config{Kind: sinks.KindNATS, URL: nc.URLs(), Stream: "BENCH_" + name}
+		}},
+		{"mqtt_mosquitto", func(string) sinks.Config { return sinks.Config{Kind: sinks.KindMQTT, URL: mosq.URL()} }},
+		{"mqtt_embedded", func(string) sinks.Config { return sinks.Config{Kind: sinks.KindMQTT, URL: embedded} }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var total time.Duration
+			written := 0
+			for i := 0; i < b.N; i++ {
+				run++
+				c := tc.cfg(fmt.Sprint("msg", run))
+				c.Name, c.Events = fmt.Sprint("msg", run), true
+				c.Metrics, c.Windows, c.GroupBy = []string{"temp"}, []string{"tumbling:1m"}, []string{"device"}
+				n, d := catchUp(b, dir, c)
+				if n < events {
+					b.Fatalf("%d messages acknowledged, %d events in the log", n, events)
+				}
+				written, total = written+n, total+d
+			}
+			b.ReportMetric(float64(written)/total.Seconds(), "msgs/s")
+		})
+	}
 }
