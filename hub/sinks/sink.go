@@ -70,8 +70,9 @@ type Status struct {
 	// LagBytes is the size of those entries in the hub's log.
 	LagBytes uint64 `json:"lag_bytes"`
 	// LagSeconds is the event time the target is behind: the newest
-	// corrected event time near Applied minus the newest near Position
-	// (each over the last lagEventWindow entries up to it); 0 when Lag is.
+	// corrected event time up to Applied minus the newest up to Position
+	// (high-water marks the sink keeps from what it reads; after a start,
+	// from the lagEventWindow entries up to each); 0 when Lag is.
 	LagSeconds float64 `json:"lag_seconds"`
 	// AppliedEventTime and PositionEventTime are those two event times
 	// (absent while unknown: no event near the position).
@@ -107,9 +108,9 @@ type Gap struct {
 	Reason string `json:"reason"`
 }
 
-// lagEventWindow is how many log entries up to a position the event time
-// of that position is read from (the newest event among them); ticks and
-// statuses carry none.
+// lagEventWindow bounds the log entries read for an event time: up to a
+// position the sink has not seen yet (after a start), and per lag update;
+// ticks and statuses carry no event.
 const lagEventWindow = 64
 
 // lagInterval is the least time between two lag computations of a sink
@@ -361,7 +362,7 @@ func (s *Sink) step(ctx context.Context) (int, error) {
 	}
 	if applied <= s.st.pos {
 		s.setStatus(func(st *Status) { st.Applied, st.LastError, st.CheckedAt = applied, "", checked })
-		s.setLag(applied)
+		s.setLag(applied, 0, s.stored)
 		return 0, nil
 	}
 	out, next, err := s.prod.next(ctx, s.st, applied)
@@ -373,16 +374,14 @@ func (s *Sink) step(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	covered := int(next.pos - s.st.pos)
+	prevPos := s.stored
 	s.st, s.stored = next, next.pos
-	if out.eventTimeNs > 0 && s.lag.posETOK && out.eventTimeNs > s.lag.posET {
-		s.lag.posET = out.eventTimeNs
-	}
 	s.m.written(s.cfg.Name, written)
 	s.setStatus(func(st *Status) {
 		st.Position, st.Applied, st.LastError, st.CheckedAt = next.pos, applied, "", checked
 		st.RowsWritten += uint64(written)
 	})
-	s.setLag(applied)
+	s.setLag(applied, out.eventTimeNs, prevPos)
 	return covered, nil
 }
 
@@ -401,14 +400,16 @@ func (s *Sink) updateLag(ctx context.Context, force bool) {
 		return
 	}
 	s.setStatus(func(st *Status) { st.Applied = applied })
-	s.setLag(applied)
+	s.setLag(applied, 0, s.stored)
 }
 
 // setLag computes the lag between the sink's committed position and
 // applied: entries, bytes of the log and seconds of event time; it puts
 // them in the status and the metrics. Only the log entries that changed
-// since the last call are read.
-func (s *Sink) setLag(applied uint64) {
+// since the last call are read: a step that moved the position from
+// stepFrom passes the newest event time it wrote (stepET), so the entries
+// it read are not read again.
+func (s *Sink) setLag(applied uint64, stepET int64, stepFrom uint64) {
 	pos := s.stored
 	if pos > applied {
 		applied = pos
@@ -436,15 +437,20 @@ func (s *Sink) setLag(applied uint64) {
 		return
 	}
 	// Event times are high-water marks: the newest seen up to each
-	// position (a step also raises posET with what it wrote).
-	if !l.posETOK || pos != l.pos {
-		if !l.posETOK || pos < l.pos {
-			l.posET = 0
-		}
-		l.posET, l.posETOK = max(l.posET, s.eventTimeAt(pos)), true
+	// position.
+	switch {
+	case !l.posETOK || pos < l.pos || (pos > l.pos && stepFrom != l.pos):
+		l.posET, l.posETOK = s.eventTimeIn(pos-min(pos, lagEventWindow), pos), true
+	case pos > l.pos:
+		l.posET = max(l.posET, stepET)
 	}
-	if !l.applETOK || applied != l.applied {
-		l.appliedET, l.applETOK = max(l.appliedET, s.eventTimeAt(applied)), true
+	switch {
+	case !l.applETOK || applied < l.applied:
+		l.appliedET, l.applETOK = s.eventTimeIn(applied-min(applied, lagEventWindow), applied), true
+	case applied == pos:
+		l.appliedET = max(l.appliedET, l.posET)
+	case applied > l.applied:
+		l.appliedET = max(l.appliedET, s.eventTimeIn(max(l.applied, applied-min(applied, lagEventWindow)), applied))
 	}
 	l.ok, l.pos, l.applied = true, pos, applied
 	var secs float64
@@ -458,12 +464,12 @@ func (s *Sink) setLag(applied uint64) {
 	})
 }
 
-// eventTimeAt is the newest corrected event time in the lagEventWindow
-// log entries up to and including pos (0 when they hold no event).
-func (s *Sink) eventTimeAt(pos uint64) int64 {
+// eventTimeIn is the newest corrected event time in the log entries in
+// (from, to] (0 when they hold no event); callers bound the range to
+// lagEventWindow entries.
+func (s *Sink) eventTimeIn(from, to uint64) int64 {
 	var newest int64
-	from := pos - min(pos, lagEventWindow)
-	err := s.src.Read(from, pos, lagEventWindow, func(b *Batch) error {
+	err := s.src.Read(from, to, lagEventWindow, func(b *Batch) error {
 		for i := range b.Events {
 			newest = max(newest, b.Events[i].EventTimeNs)
 		}
