@@ -400,7 +400,7 @@ func (c *Config) validateWindows(bad func(key, format string, a ...any) error) e
 		if err != nil {
 			return bad("windows", "%q: %v", w, err)
 		}
-		if spec.Kind == aggregate.Session {
+		if spec.Kind == aggregate.Session && c.Kind != KindPostgresWindows {
 			return bad("windows", "%q: %s", w, errSessionWindows)
 		}
 	}
@@ -417,11 +417,12 @@ func (c *Config) validateWindows(bad func(key, format string, a ...any) error) e
 	return nil
 }
 
-// errSessionWindows is why a sink refuses session windows: a session's
-// start moves when it merges with a neighbour, so its row (keyed by start)
-// would stay behind under the old start and the target would hold both.
-const errSessionWindows = "session windows are not supported by sinks: a session's start changes when sessions merge, " +
-	"and the row or message keyed by the old start would stay beside the merged one; use tumbling, hopping or sliding windows"
+// errSessionWindows is why the message sinks refuse session windows: a
+// session's start changes when sessions merge, and a message already
+// published under the old start cannot be taken back (postgres_windows
+// deletes the merged-away rows in the step's transaction).
+const errSessionWindows = "session windows are supported by postgres_windows only: a session's start changes when sessions merge, " +
+	"and a message published under the old start cannot be taken back; use tumbling, hopping or sliding windows"
 
 // splitTable reads "table" or "schema.table" into its parts (schema ""
 // for the connection's search path).

@@ -77,6 +77,13 @@ func TestParseMQTTSink(t *testing.T) {
 	}
 }
 
+func TestParseSessionWindowOnPostgres(t *testing.T) {
+	got, err := loadYAML(t, "sinks:\n- {name: w, kind: postgres_windows, dsn: x, table: t, metrics: [temp], windows: [session:30s]}\n")
+	if err != nil || len(got) != 1 || got[0].Windows[0] != "session:30s" {
+		t.Fatalf("postgres_windows with a session window: %+v, %v", got, err)
+	}
+}
+
 func TestParseRejectsBadSinks(t *testing.T) {
 	const dsn = "dsn: postgres://x@h/db\n"
 	for _, tc := range []struct {
@@ -91,7 +98,7 @@ func TestParseRejectsBadSinks(t *testing.T) {
 		{"duplicate name", "sinks:\n- {name: a, kind: postgres_events, dsn: x, table: t}\n- {name: a, kind: postgres_events, dsn: x, table: u}\n", []string{`"a"`, `"name"`}},
 		{"no metrics", "sinks:\n- {name: w, kind: postgres_windows, dsn: x, table: t, windows: [tumbling:1m]}\n", []string{`"w"`, `"metrics"`}},
 		{"bad window", "sinks:\n- {name: w, kind: postgres_windows, dsn: x, table: t, metrics: [temp], windows: [tumbling:xx]}\n", []string{`"w"`, `"windows"`}},
-		{"session window", "sinks:\n- {name: w, kind: postgres_windows, dsn: x, table: t, metrics: [temp], windows: [session:30s]}\n", []string{`"w"`, `"windows"`, "session"}},
+		{"session window on nats", "sinks:\n- {name: w, kind: nats, url: nats://h:4222, metrics: [temp], windows: [session:30s]}\n", []string{`"w"`, `"windows"`, "postgres_windows only"}},
 		{"bad quantile", "sinks:\n- {name: w, kind: postgres_windows, dsn: x, table: t, metrics: [temp], windows: [tumbling:1m], quantiles: [p42]}\n", []string{`"w"`, `"quantiles"`}},
 		{"windows key on events", "sinks:\n- {name: e, kind: postgres_events, dsn: x, table: t, metrics: [temp]}\n", []string{`"e"`, `"metrics"`}},
 		{"bad table", "sinks:\n- {name: e, kind: postgres_events, dsn: x, table: a.b.c}\n", []string{`"e"`, `"table"`}},
@@ -105,7 +112,7 @@ func TestParseRejectsBadSinks(t *testing.T) {
 		{"mqtt metric with a slash", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, metrics: [a/b], windows: [tumbling:1m]}\n", []string{`"m"`, `"metrics"`}},
 		{"mqtt metric events", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, events: true, metrics: [events], windows: [tumbling:1m]}\n", []string{`"m"`, `"metrics"`, "event stream"}},
 		{"mqtt events not a bool", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, metrics: [temp], windows: [tumbling:1m], events: maybe}\n", []string{`"m"`, `"events"`}},
-		{"mqtt session window", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, metrics: [temp], windows: [session:30s]}\n", []string{`"m"`, `"windows"`, "sessions merge"}},
+		{"mqtt session window", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, metrics: [temp], windows: [session:30s]}\n", []string{`"m"`, `"windows"`, "cannot be taken back"}},
 		{"events on postgres", "sinks:\n- {name: e, kind: postgres_events, dsn: x, table: t, events: true}\n", []string{`"e"`, `"events"`}},
 		{"nats without url", "sinks:\n- {name: n, kind: nats, metrics: [temp], windows: [tumbling:1m]}\n", []string{`"n"`, `"url"`}},
 		{"nats metric with a wildcard", "sinks:\n- {name: n, kind: nats, url: nats://h:4222, metrics: [te*mp], windows: [tumbling:1m]}\n", []string{`"n"`, `"metrics"`}},

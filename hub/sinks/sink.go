@@ -47,6 +47,17 @@ type output struct {
 	// eventTimeNs is the largest corrected event time among the entries
 	// read (0 without events).
 	eventTimeNs int64
+	// replaced are the session windows' ranges of start times whose every
+	// window is in rows (or is not to be written): a row of the table in
+	// such a range that rows lack is a session merged into another and is
+	// deleted in the same transaction.
+	replaced []replacedRange
+}
+
+// replacedRange is a metric's and window's start times [from, to).
+type replacedRange struct {
+	metric, window string
+	from, to       time.Time
 }
 
 // state is what the positions table holds for a sink.
