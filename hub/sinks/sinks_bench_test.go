@@ -3,6 +3,7 @@ package sinks_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,7 +148,15 @@ func BenchmarkEventsSink(b *testing.B) {
 
 // BenchmarkWindowsSink is the windows sink catching up on a hub's log:
 // one row per device and minute (tumbling:1m, group_by device).
-func BenchmarkWindowsSink(b *testing.B) {
+func BenchmarkWindowsSink(b *testing.B) { benchWindows(b, "tumbling:1m") }
+
+// BenchmarkSessionWindowsSink is the same with session windows (gap 2m,
+// provisional: one session per device, not final at the log's end, its
+// row replaced as it grows): each step queries the sessions starting up
+// to aggregate.max_session_span (24h here) before its events.
+func BenchmarkSessionWindowsSink(b *testing.B) { benchWindows(b, "session:2m") }
+
+func benchWindows(b *testing.B, window string) {
 	conn, schema := pgSchema(b)
 	dir := b.TempDir()
 	fillLog(b, dir)
@@ -157,12 +166,13 @@ func BenchmarkWindowsSink(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		table := fmt.Sprintf("%s.win%d", schema, i)
 		n, d := catchUp(b, dir, sinks.Config{Name: fmt.Sprint("win", i), Kind: sinks.KindPostgresWindows, DSN: testDSN, Table: table,
-			Metrics: []string{"temp"}, Windows: []string{"tumbling:1m"}, GroupBy: []string{"device"}})
+			Metrics: []string{"temp"}, Windows: []string{window}, GroupBy: []string{"device"}, Provisional: strings.HasPrefix(window, "session")})
 		written, total = written+n, total+d
 		rows += countRows(b, conn, table)
 	}
 	b.ReportMetric(float64(written)/total.Seconds(), "rows/s")
 	b.ReportMetric(float64(rows)/float64(b.N), "rows/op")
+	b.ReportMetric(total.Seconds()/float64(b.N), "s/catchup")
 }
 
 // BenchmarkMessageSinks is a message sink catching up on a hub's log with
