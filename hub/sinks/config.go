@@ -57,12 +57,13 @@ type Config struct {
 	// Default edgeflow_sink_positions.
 	PositionsTable string
 	// Metrics, Windows and GroupBy select the window results
-	// (postgres_windows only): every metric in Metrics, for each window
-	// spec in Windows ("tumbling:1m", "hopping:5m/1m", "sliding:5m" or a
+	// (postgres_windows, nats, mqtt): every metric in Metrics, for each
+	// window spec in Windows ("tumbling:1m", "hopping:5m/1m",
+	// "sliding:5m", "session:30s" for postgres_windows only, or a
 	// configured window's name), grouped by GroupBy ("device", "metric"
 	// or a tag key).
 	Metrics, Windows, GroupBy []string
-	// Quantiles adds columns p50, p95 and/or p99 (postgres_windows).
+	// Quantiles adds columns (fields) p50, p95 and/or p99.
 	Quantiles []string
 	// Provisional also writes windows that are not final yet (their row
 	// is replaced as they change, and once more when they turn final).
@@ -378,7 +379,8 @@ func checkTopicPrefix(t string) error {
 	return nil
 }
 
-// validateWindows checks the keys of a postgres_windows sink.
+// validateWindows checks the window keys of a postgres_windows, nats or
+// mqtt sink.
 func (c *Config) validateWindows(bad func(key, format string, a ...any) error) error {
 	if len(c.Metrics) == 0 {
 		return bad("metrics", "is required: the metrics whose windows the table holds")
