@@ -232,8 +232,7 @@ func (s *Sink) Open(ctx context.Context) error {
 }
 
 // checkPosition compares the stored position with the hub's log: ahead of
-// it is ErrPositionAhead; behind its first entry is a gap, reported and
-// skipped.
+// it is ErrPositionAhead; behind its first entry is a gap (checkGap).
 func (s *Sink) checkPosition(ctx context.Context) error {
 	applied, err := s.src.Applied(ctx)
 	if err != nil {
@@ -306,7 +305,7 @@ func (s *Sink) Run(ctx context.Context) {
 		if s.broken {
 			// Stopped at its gap: only the lag moves on (the target is
 			// not needed for that).
-			s.updateLag(ctx, false)
+			s.updateLag(ctx)
 			sleep(ctx, s.cfg.MaxBackoff)
 			continue
 		}
@@ -322,7 +321,7 @@ func (s *Sink) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.updateLag(ctx, false)
+			s.updateLag(ctx)
 			s.fail(err)
 			sleep(ctx, backoff)
 			backoff = min(backoff*2, s.cfg.MaxBackoff)
@@ -399,8 +398,8 @@ func (s *Sink) step(ctx context.Context) (int, error) {
 // updateLag recomputes the lag of a sink that is not stepping (its target
 // down, or broken), at most every lagInterval, so that its lag keeps
 // growing in the status and the metrics while it waits.
-func (s *Sink) updateLag(ctx context.Context, force bool) {
-	if !force && time.Since(s.lag.at) < lagInterval {
+func (s *Sink) updateLag(ctx context.Context) {
+	if time.Since(s.lag.at) < lagInterval {
 		return
 	}
 	if s.loaded {
