@@ -83,7 +83,8 @@ type Status struct {
 	// LagSeconds is the event time the target is behind: the newest
 	// corrected event time up to Applied minus the newest up to Position
 	// (high-water marks the sink keeps from what it reads; after a start,
-	// from the lagEventWindow entries up to each); 0 when Lag is.
+	// from the lagEventWindow entries up to each); 0 when Lag is, or
+	// while no event is known up to Position.
 	LagSeconds float64 `json:"lag_seconds"`
 	// AppliedEventTime and PositionEventTime are those two event times
 	// (absent while unknown: no event near the position).
@@ -119,10 +120,14 @@ type Gap struct {
 	Reason string `json:"reason"`
 }
 
-// lagEventWindow bounds the log entries read for an event time: up to a
-// position the sink has not seen yet (after a start), and per lag update;
-// ticks and statuses carry no event.
-const lagEventWindow = 64
+// lagEventWindow bounds the log entries read for an event time up to a
+// position the sink has not seen yet (after a start: a one-off read), and
+// lagUpdateWindow those read per lag update (only the entries applied
+// since the last); ticks and statuses carry no event.
+const (
+	lagEventWindow  = 1024
+	lagUpdateWindow = 64
+)
 
 // lagInterval is the least time between two lag computations of a sink
 // that is not stepping (target down, broken).
@@ -460,7 +465,7 @@ func (s *Sink) setLag(applied uint64, stepET int64, stepFrom uint64) {
 	case applied == pos:
 		l.appliedET = max(l.appliedET, l.posET)
 	case applied > l.applied:
-		l.appliedET = max(l.appliedET, s.eventTimeIn(max(l.applied, applied-min(applied, lagEventWindow)), applied))
+		l.appliedET = max(l.appliedET, s.eventTimeIn(max(l.applied, applied-min(applied, lagUpdateWindow)), applied))
 	}
 	l.ok, l.pos, l.applied = true, pos, applied
 	var secs float64
@@ -475,8 +480,8 @@ func (s *Sink) setLag(applied uint64, stepET int64, stepFrom uint64) {
 }
 
 // eventTimeIn is the newest corrected event time in the log entries in
-// (from, to] (0 when they hold no event); callers bound the range to
-// lagEventWindow entries.
+// (from, to] (0 when they hold no event), reading at most lagEventWindow
+// entries.
 func (s *Sink) eventTimeIn(from, to uint64) int64 {
 	var newest int64
 	err := s.src.Read(from, to, lagEventWindow, func(b *Batch) error {
