@@ -210,7 +210,9 @@ func (s *Server) sinkRetainPos(pos uint64) uint64 {
 	for _, sk := range hs.list {
 		st := sk.Status()
 		p := st.Position
-		if st.Broken || (s.opts.SinkMaxLag > 0 && p < pos && pos-p > s.opts.SinkMaxLag) {
+		past := s.opts.SinkMaxLag > 0 && p < pos && pos-p > s.opts.SinkMaxLag
+		sk.SetPastMaxLag(past)
+		if st.Broken || past {
 			continue
 		}
 		out = min(out, p)

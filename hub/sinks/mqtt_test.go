@@ -313,6 +313,9 @@ func TestSinkPastMaxLagIsBroken(t *testing.T) {
 	t.Logf("deleted %d before %d", deleted, before)
 	var st sinks.Status
 	waitFor(t, func() bool { st = srv.SinkStatuses()[0]; return st.Broken })
+	if !st.PastMaxLag {
+		t.Errorf("status %+v: past_max_lag false after a retention pass that left the sink behind", st)
+	}
 	if st.Gap == nil || st.Gap.From != before+1 || st.Gap.To != uint64(deleted) {
 		t.Fatalf("gap %+v, want from %d to %d (the sink was at %d, retention deleted positions 1..%d)", st.Gap, before+1, deleted, before, deleted)
 	}

@@ -102,6 +102,11 @@ type Status struct {
 	// LastErrorTime when it happened.
 	LastError     string    `json:"last_error,omitempty"`
 	LastErrorTime time.Time `json:"last_error_time,omitzero"`
+	// PastMaxLag is true when, at the hub's last retention pass, the sink
+	// was more than sink-max-lag entries behind: it no longer holds
+	// retention back, and breaks if retention deletes entries it has not
+	// written (those older than retention-max-age).
+	PastMaxLag bool `json:"past_max_lag"`
 	// Broken is true when the sink stopped at a gap (Gap says which
 	// entries): it writes nothing more until its position is reset.
 	Broken bool `json:"broken"`
@@ -207,6 +212,12 @@ func New(cfg Config, src Source, m *Metrics, log *slog.Logger) (*Sink, error) {
 
 // Name is the sink's configured name.
 func (s *Sink) Name() string { return s.cfg.Name }
+
+// SetPastMaxLag records whether the hub's retention no longer waits for
+// the sink (Status.PastMaxLag); the hub sets it at each retention pass.
+func (s *Sink) SetPastMaxLag(past bool) {
+	s.setStatus(func(st *Status) { st.PastMaxLag = past })
+}
 
 // Status returns a copy of the sink's status.
 func (s *Sink) Status() Status {
