@@ -105,15 +105,20 @@ func (d *sinkDevice) sendValues(times []time.Time, values []float64) int {
 }
 
 // TestSinksSurviveSIGKILLAndConnectionCuts runs hubd with a windows and an
-// events sink, kills it with SIGKILL mid-run (twice), cuts the sinks'
+// events sink, and an mqtt sink (window updates and events) to a real
+// Mosquitto, kills it with SIGKILL mid-run (twice), cuts the sinks'
 // database connections, sends late events that revise final windows, and
-// checks that the window table equals /v1/aggregates row for row and that
-// the events table holds every accepted event once.
+// checks that the window table equals /v1/aggregates row for row, that
+// the events table holds every accepted event once, and that an MQTT
+// consumer subscribed throughout, after dropping duplicates by id, holds
+// the same final windows and every accepted event.
 func TestSinksSurviveSIGKILLAndConnectionCuts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short mode: kills real processes")
 	}
 	conn, schema := sinksSchema(t)
+	mosq := testbroker.StartMosquitto(t, testbroker.MosquittoOptions{})
+	cons := newDedupConsumer(t, mosq.URL(), "e2e/updates")
 	app := "edgeflow_e2e_" + schema
 	dsn := sinksTestDSN + "&application_name=" + app
 	cfg := fmt.Sprintf(`aggregate:
@@ -138,7 +143,18 @@ sinks:
     batch_entries: 2
     poll_interval: 20ms
     max_backoff: 300ms
-`, dsn, schema)
+  - name: updates
+    kind: mqtt
+    url: %[3]s
+    topic: e2e/updates
+    events: true
+    metrics: [temp]
+    windows: [tumbling:1m]
+    group_by: [device]
+    batch_entries: 3
+    poll_interval: 20ms
+    max_backoff: 300ms
+`, dsn, schema, mosq.URL())
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "hubd.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
@@ -217,6 +233,95 @@ sinks:
 		t.Errorf("%d revised windows (want >= 2), %d connections cut (want > 0)", revised, cuts)
 	}
 	t.Logf("%d windows (%d revised), %d events, %d connections cut, 3 SIGKILLs", len(table), revised, accepted, cuts)
+
+	// The mqtt sink: its last step's messages may still be on their way
+	// to the consumer.
+	for deadline := time.Now().Add(30 * time.Second); cons.distinctEvents() < accepted && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cons.mu.Lock()
+	defer cons.mu.Unlock()
+	for k, w := range api {
+		if got, ok := cons.newest[k]; !ok {
+			t.Errorf("mqtt: window %s: final in /v1/aggregates, never received", k)
+		} else if got != w {
+			t.Errorf("mqtt: window %s: newest update %+v, API %+v", k, got, w)
+		}
+	}
+	for k := range cons.newest {
+		if _, ok := api[k]; !ok {
+			t.Errorf("mqtt: window %s: received, not a final window of /v1/aggregates", k)
+		}
+	}
+	if len(cons.events) != accepted || cons.bad > 0 {
+		t.Errorf("mqtt: %d distinct events received (%d unreadable messages), %d accepted", len(cons.events), cons.bad, accepted)
+	}
+	dups := 0
+	for _, n := range cons.ids {
+		dups += n - 1
+	}
+	t.Logf("mqtt consumer: %d message ids, %d duplicates dropped", len(cons.ids), dups)
+}
+
+// dedupConsumer subscribes to an mqtt sink's topics and keeps, after
+// dropping duplicates by id, the newest update of each window and the set
+// of events.
+type dedupConsumer struct {
+	mu     sync.Mutex
+	ids    map[string]int
+	newest map[string]sinkWindow
+	events map[string]bool
+	bad    int
+}
+
+func newDedupConsumer(t *testing.T, brokerURL, topic string) *dedupConsumer {
+	c := &dedupConsumer{ids: map[string]int{}, newest: map[string]sinkWindow{}, events: map[string]bool{}}
+	cl := paho.NewClient(paho.NewClientOptions().AddBroker(brokerURL).SetClientID("e2e-consumer").SetCleanSession(true))
+	if tok := cl.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("consumer: %v", tok.Error())
+	}
+	t.Cleanup(func() { cl.Disconnect(100) })
+	tok := cl.Subscribe(topic+"/#", 1, func(_ paho.Client, m paho.Message) {
+		var body struct {
+			ID                 string            `json:"id"`
+			Group              map[string]string `json:"group_key"`
+			Start              time.Time         `json:"start_time"`
+			Count              int64             `json:"count"`
+			Sum, Min, Max, Avg float64
+			Final              bool  `json:"final"`
+			Revision           int64 `json:"revision"`
+			Late               int64 `json:"late"`
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err := json.Unmarshal(m.Payload(), &body); err != nil || body.ID == "" {
+			c.bad++
+			return
+		}
+		if c.ids[body.ID]++; c.ids[body.ID] > 1 {
+			return
+		}
+		if m.Topic() == topic+"/events" {
+			c.events[body.ID] = true
+			return
+		}
+		k := body.Group["device"] + "|" + body.Start.UTC().Format(time.RFC3339)
+		w := sinkWindow{Count: body.Count, Sum: body.Sum, Min: body.Min, Max: body.Max, Avg: body.Avg, Final: body.Final,
+			Revision: body.Revision, Late: body.Late}
+		if old, ok := c.newest[k]; !ok || w.Revision >= old.Revision {
+			c.newest[k] = w
+		}
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("consumer subscribe: %v", tok.Error())
+	}
+	return c
+}
+
+func (c *dedupConsumer) distinctEvents() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.events)
 }
 
 func cutSinks(t *testing.T, conn *pgx.Conn, app string) int {
@@ -261,7 +366,7 @@ func waitSinksCaughtUp(t *testing.T, httpAddr string, base time.Time, accepted i
 		err = json.NewDecoder(resp.Body).Decode(&v)
 		resp.Body.Close()
 		last, _ = json.Marshal(v)
-		ok := err == nil && len(v.Sinks) == 2
+		ok := err == nil && len(v.Sinks) == 3
 		for _, s := range v.Sinks {
 			ok = ok && s.Connected && s.Lag == 0 && s.Position > 0 && s.CheckedAt.After(applied)
 		}

@@ -261,9 +261,12 @@ type Options struct {
 	// hub's store. They need Rules. Default none.
 	AlertOutputs []alertout.Config
 	// SinkMaxLag bounds, in log entries, how far behind the older retained
-	// checkpoint a sink may be and still hold log retention back; a sink
-	// further behind stops holding it, and once retention deletes entries
-	// it had not read, it reports a gap. 0: no bound. Default 0.
+	// checkpoint a sink may be and still hold log retention back (entries
+	// younger than RetentionMaxAge are kept anyway). A sink further behind
+	// stops holding it, so a target down for long cannot fill the disk;
+	// once retention deletes entries the sink had not written, the sink
+	// is marked broken with the gap and stops there. Default
+	// DefaultSinkMaxLag.
 	SinkMaxLag uint64
 	// TickInterval is the time between logged ticks that move the engine's
 	// processing time while no batch arrives (idle streams are released,
@@ -299,6 +302,13 @@ const NoGroupCommitWait time.Duration = -1
 // maxGroupCommitWait bounds Options.GroupCommitWait: beyond it the wait is
 // a latency no fsync saving pays for.
 const maxGroupCommitWait = 100 * time.Millisecond
+
+// DefaultSinkMaxLag is Options.SinkMaxLag's default: ten million log
+// entries past the older retained checkpoint. Retention keeps every entry
+// younger than RetentionMaxAge regardless, so the bound only limits what a
+// sink stuck for longer than that keeps on disk: at ~1 KiB per entry
+// (a batch of some tens of events) about 10 GiB.
+const DefaultSinkMaxLag = 10_000_000
 
 // The lower bounds of the periodic work's intervals. A duration read as
 // nanoseconds (a number written without a unit) falls below every one of
@@ -346,6 +356,7 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.PublishTimeout, 10*time.Second)
 	setDefault(&o.CheckpointInterval, time.Minute)
 	setDefault(&o.RetentionMaxAge, 7*24*time.Hour)
+	setDefault(&o.SinkMaxLag, DefaultSinkMaxLag)
 	setDefault(&o.RetentionInterval, 5*time.Minute)
 	setDefault(&o.ShutdownTimeout, 30*time.Second)
 	setDefault(&o.RejectLogInterval, time.Second)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	badger "github.com/dgraph-io/badger/v4"
+
 	"edgeflow/aggregate"
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/sinks"
@@ -28,6 +30,32 @@ func (src sinkSource) Applied(ctx context.Context) (uint64, error) {
 
 // FirstPosition implements sinks.Source.
 func (src sinkSource) FirstPosition() (uint64, error) { return src.s.st.FirstWALSeq() }
+
+// LogBytes implements sinks.Source: the keys' and values' sizes of the
+// log entries in (from, to], read from the keys alone.
+func (src sinkSource) LogBytes(from, to uint64) (uint64, error) {
+	if to <= from {
+		return 0, nil
+	}
+	var n uint64
+	err := src.s.st.DB.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{hublog.PrefixWAL}})
+		defer it.Close()
+		for it.Seek(hublog.WALKey(from+1, 0)); it.Valid(); it.Next() {
+			item := it.Item()
+			seq, _, err := hublog.ParseWALKey(item.Key())
+			if err != nil {
+				return err
+			}
+			if seq > to {
+				return nil
+			}
+			n += uint64(len(item.Key())) + uint64(item.ValueSize())
+		}
+		return nil
+	})
+	return n, err
+}
 
 // Engine implements sinks.Source.
 func (src sinkSource) Engine() *aggregate.Engine { return src.s.Engine() }
@@ -171,8 +199,9 @@ func (s *Server) withSinks(h http.Handler) http.Handler {
 
 // sinkRetainPos lowers the retention position to what the sinks have not
 // yet committed, so retention never deletes an entry a sink still needs;
-// a sink more than Options.SinkMaxLag entries behind pos no longer holds
-// it (it reports the gap when it reads on).
+// a sink more than Options.SinkMaxLag entries behind pos, or broken, no
+// longer holds it (once retention deleted entries it had not written, it
+// is marked broken with the gap).
 func (s *Server) sinkRetainPos(pos uint64) uint64 {
 	hs := s.sinks.Load()
 	if hs == nil {
@@ -180,8 +209,11 @@ func (s *Server) sinkRetainPos(pos uint64) uint64 {
 	}
 	out := pos
 	for _, sk := range hs.list {
-		p := sk.Status().Position
-		if s.opts.SinkMaxLag > 0 && p < pos && pos-p > s.opts.SinkMaxLag {
+		st := sk.Status()
+		p := st.Position
+		past := s.opts.SinkMaxLag > 0 && p < pos && pos-p > s.opts.SinkMaxLag
+		sk.SetPastMaxLag(past)
+		if st.Broken || past {
 			continue
 		}
 		out = min(out, p)

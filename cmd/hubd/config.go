@@ -63,6 +63,7 @@ func newFlags() *pflag.FlagSet {
 	fs.String("checkpoint-interval", "1m", "time between checkpoints")
 	fs.String("retention-max-age", "168h", "how long logged batches are kept")
 	fs.String("retention-interval", "5m", "time between retention passes")
+	fs.Int("sink-max-lag", hub.DefaultSinkMaxLag, "log entries past the older retained checkpoint that a sink behind (its target down) still keeps from retention; a sink further behind whose entries retention then deletes is marked broken with the gap")
 	fs.String("group-commit-wait", "2ms", "how long after a group commit (one fsync) the next may start at the earliest, gathering the batches that arrive meanwhile (0: commit as soon as a batch is there; at most 100ms)")
 	fs.String("shutdown-timeout", "30s", "how long a stop (SIGINT, SIGTERM) may take to write, checkpoint and close the store before hubd exits without it")
 	fs.Int("ack-qos", 0, "MQTT QoS of the hub's acks: 0 (an agent resends what a lost ack leaves unanswered), or 1 to have the broker keep acks for agents that just went offline at a PUBACK per ack message")
@@ -122,6 +123,7 @@ func fromViper(v *viper.Viper) (*config, error) {
 	o.CheckpointInterval = k.Duration("checkpoint-interval", false)
 	o.RetentionMaxAge = k.Duration("retention-max-age", false)
 	o.RetentionInterval = k.Duration("retention-interval", false)
+	o.SinkMaxLag = uint64(max(k.Int("sink-max-lag", 1), 1))
 	o.ShutdownTimeout = k.Duration("shutdown-timeout", false)
 	o.TickInterval = k.Duration("tick-interval", false)
 	o.HTTPQueryWait = k.Duration("http-query-wait", false)
@@ -183,7 +185,7 @@ var optionKeys = map[string]string{
 	"DataDir": "data-dir", "HTTPAddr": "http-addr", "MQTTListen": "mqtt-listen", "MQTTURL": "mqtt-url",
 	"Group": "group", "Workers": "workers", "Limits.MaxEvents": "max-events",
 	"CheckpointInterval": "checkpoint-interval", "RetentionMaxAge": "retention-max-age",
-	"RetentionInterval": "retention-interval", "ShutdownTimeout": "shutdown-timeout", "GroupCommitWait": "group-commit-wait", "ClientID": "client-id", "TickInterval": "tick-interval",
+	"RetentionInterval": "retention-interval", "SinkMaxLag": "sink-max-lag", "ShutdownTimeout": "shutdown-timeout", "GroupCommitWait": "group-commit-wait", "ClientID": "client-id", "TickInterval": "tick-interval",
 	"MQTTAuthFile": "mqtt-auth-file", "MQTTTLSCertFile": "mqtt-tls-cert", "MQTTTLSClientCAFile": "mqtt-tls-client-ca",
 	"MQTTDenyAnonymous": "mqtt-allow-anonymous", "MQTTMaxConnsPerDevice": "mqtt-max-conns-per-device", "MQTTClientQueue": "mqtt-client-queue",
 	"MaxEventsPerSecond": "max-events-per-second", "EventsBurst": "events-burst",

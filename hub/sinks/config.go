@@ -22,9 +22,17 @@ const (
 	// KindPostgresEvents writes corrected events to a PostgreSQL table.
 	KindPostgresEvents = "postgres_events"
 	// KindNATS publishes window updates (final and revised) to a NATS
-	// JetStream stream, each with a message id for deduplication.
+	// JetStream stream, each with a message id for deduplication, and
+	// optionally the merged event stream.
 	KindNATS = "nats"
+	// KindMQTT publishes window updates (final and revised), and
+	// optionally the merged event stream, to an MQTT broker at QoS 1,
+	// each message with an id in its payload for deduplication.
+	KindMQTT = "mqtt"
 )
+
+// kinds lists the sink kinds for error messages.
+const kinds = KindPostgresWindows + ", " + KindPostgresEvents + ", " + KindNATS + ", " + KindMQTT
 
 // ErrInvalidConfig marks a sink configuration the hub refuses; the message
 // names the sink and the key.
@@ -35,7 +43,8 @@ type Config struct {
 	// Name identifies the sink: its row in the positions table, its
 	// metrics' label. Unique among the hub's sinks.
 	Name string
-	// Kind is KindPostgresWindows or KindPostgresEvents.
+	// Kind is KindPostgresWindows, KindPostgresEvents, KindNATS or
+	// KindMQTT.
 	Kind string
 	// DSN is the PostgreSQL connection string (URL or key=value form).
 	DSN string
@@ -43,15 +52,18 @@ type Config struct {
 	// ("analytics.edgeflow_windows"); created when absent.
 	Table string
 	// PositionsTable holds each sink's log position, in the target
-	// table's schema unless qualified. Default edgeflow_sink_positions.
+	// table's schema unless qualified; for nats a key-value bucket, for
+	// mqtt the first topic level of the retained position messages.
+	// Default edgeflow_sink_positions.
 	PositionsTable string
 	// Metrics, Windows and GroupBy select the window results
-	// (postgres_windows only): every metric in Metrics, for each window
-	// spec in Windows ("tumbling:1m", "hopping:5m/1m", "sliding:5m" or a
+	// (postgres_windows, nats, mqtt): every metric in Metrics, for each
+	// window spec in Windows ("tumbling:1m", "hopping:5m/1m",
+	// "sliding:5m", "session:30s" for postgres_windows only, or a
 	// configured window's name), grouped by GroupBy ("device", "metric"
 	// or a tag key).
 	Metrics, Windows, GroupBy []string
-	// Quantiles adds columns p50, p95 and/or p99 (postgres_windows).
+	// Quantiles adds columns (fields) p50, p95 and/or p99.
 	Quantiles []string
 	// Provisional also writes windows that are not final yet (their row
 	// is replaced as they change, and once more when they turn final).
@@ -65,8 +77,16 @@ type Config struct {
 	// MaxBackoff bounds the wait between retries while the target is
 	// down (the wait doubles from 100ms). Default 10s.
 	MaxBackoff time.Duration
-	// URL is the NATS server list (kind nats), comma-separated.
+	// URL is the NATS server list (kind nats), comma-separated, or the
+	// MQTT broker (kind mqtt: tcp://, ssl://, ws://, with user:password@
+	// for a broker that wants them).
 	URL string
+	// Events also publishes the merged event stream (nats, mqtt): every
+	// event the hub applied, once, with its id device/stream/seq.
+	Events bool
+	// Topic prefixes the mqtt sink's topics: Topic/<metric> for window
+	// updates, Topic/events for events. Default edgeflow/sink/<name>.
+	Topic string
 	// Stream is the JetStream stream the nats sink publishes to, created
 	// (subjects Subject.>) when absent. Default EDGEFLOW_SINKS.
 	Stream string
@@ -80,8 +100,13 @@ var configKeys = map[string][]string{
 	"":                  {"name", "kind", "positions_table", "batch_entries", "poll_interval", "max_backoff"},
 	KindPostgresWindows: {"dsn", "table", "metrics", "windows", "group_by", "quantiles", "provisional"},
 	KindPostgresEvents:  {"dsn", "table"},
-	KindNATS:            {"url", "stream", "subject", "metrics", "windows", "group_by", "quantiles", "provisional"},
+	KindNATS:            {"url", "stream", "subject", "metrics", "windows", "group_by", "quantiles", "provisional", "events"},
+	KindMQTT:            {"url", "topic", "metrics", "windows", "group_by", "quantiles", "provisional", "events"},
 }
+
+// eventsToken is the subject token (nats) or topic level (mqtt) the merged
+// event stream is published under; no metric of such a sink may have it.
+const eventsToken = "events"
 
 // quantileNames are the quantile columns a windows table may have.
 var quantileNames = []string{"p50", "p95", "p99"}
@@ -133,7 +158,7 @@ func parseOne(i int, item any) (Config, error) {
 	}
 	allowed, ok := configKeys[c.Kind]
 	if !ok {
-		return c, bad("kind", "%q is not a sink kind (kinds: %s, %s, %s)", c.Kind, KindPostgresWindows, KindPostgresEvents, KindNATS)
+		return c, bad("kind", "%q is not a sink kind (kinds: %s)", c.Kind, kinds)
 	}
 	allowed = slices.Concat(configKeys[""], allowed)
 	keys := make([]string, 0, len(m))
@@ -149,7 +174,7 @@ func parseOne(i int, item any) (Config, error) {
 	for _, f := range []struct {
 		key string
 		dst *string
-	}{{"dsn", &c.DSN}, {"table", &c.Table}, {"positions_table", &c.PositionsTable}, {"url", &c.URL}, {"stream", &c.Stream}, {"subject", &c.Subject}} {
+	}{{"dsn", &c.DSN}, {"table", &c.Table}, {"positions_table", &c.PositionsTable}, {"url", &c.URL}, {"stream", &c.Stream}, {"subject", &c.Subject}, {"topic", &c.Topic}} {
 		if v, ok := m[f.key]; ok {
 			s, err := cast.ToStringE(v)
 			if err != nil {
@@ -170,9 +195,14 @@ func parseOne(i int, item any) (Config, error) {
 			*f.dst = s
 		}
 	}
-	if v, ok := m["provisional"]; ok {
-		if c.Provisional, err = cast.ToBoolE(v); err != nil {
-			return c, bad("provisional", "not true or false")
+	for _, f := range []struct {
+		key string
+		dst *bool
+	}{{"provisional", &c.Provisional}, {"events", &c.Events}} {
+		if v, ok := m[f.key]; ok {
+			if *f.dst, err = cast.ToBoolE(v); err != nil {
+				return c, bad(f.key, "not true or false")
+			}
 		}
 	}
 	if v, ok := m["batch_entries"]; ok {
@@ -209,6 +239,9 @@ func (c *Config) EnsureDefaults() {
 			c.Subject = "edgeflow.sink." + c.Name
 		}
 	}
+	if c.Kind == KindMQTT && c.Topic == "" {
+		c.Topic = "edgeflow/sink/" + c.Name
+	}
 	if c.BatchEntries == 0 {
 		c.BatchEntries = 512
 	}
@@ -229,11 +262,14 @@ func (c *Config) Validate() error {
 	if c.Name == "" {
 		return bad("name", "is required")
 	}
-	if c.Kind != KindPostgresWindows && c.Kind != KindPostgresEvents && c.Kind != KindNATS {
-		return bad("kind", "%q is not a sink kind (kinds: %s, %s, %s)", c.Kind, KindPostgresWindows, KindPostgresEvents, KindNATS)
-	}
-	if c.Kind == KindNATS {
+	switch c.Kind {
+	case KindNATS:
 		return c.validateNATS(bad)
+	case KindMQTT:
+		return c.validateMQTT(bad)
+	case KindPostgresWindows, KindPostgresEvents:
+	default:
+		return bad("kind", "%q is not a sink kind (kinds: %s)", c.Kind, kinds)
 	}
 	if c.DSN == "" {
 		return bad("dsn", "is required (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
@@ -278,6 +314,9 @@ func (c *Config) validateNATS(bad func(key, format string, a ...any) error) erro
 		if m == "" || strings.ContainsAny(m, " *>.") {
 			return bad("metrics", "%q cannot be a subject token (no spaces, dots or wildcards)", m)
 		}
+		if c.Events && m == eventsToken {
+			return bad("metrics", "%q: with events: true the subject %s.%s carries the event stream", m, c.Subject, eventsToken)
+		}
 	}
 	if strings.ContainsAny(c.PositionsTable, " .*>") {
 		return bad("positions_table", "%q is not a key-value bucket name (the nats sink keeps its position there)", c.PositionsTable)
@@ -285,7 +324,63 @@ func (c *Config) validateNATS(bad func(key, format string, a ...any) error) erro
 	return c.validateWindows(bad)
 }
 
-// validateWindows checks the keys of a postgres_windows sink.
+// maxTopicBytes bounds the mqtt sink's topic prefix: MQTT allows 65,535
+// bytes per topic, and the metric (or the position's sink name) follows.
+const maxTopicBytes = 1024
+
+// validateMQTT checks the keys of an mqtt sink.
+func (c *Config) validateMQTT(bad func(key, format string, a ...any) error) error {
+	if c.URL == "" {
+		return bad("url", "is required (e.g. tcp://127.0.0.1:1883)")
+	}
+	u, err := url.Parse(c.URL)
+	if err != nil || u.Host == "" {
+		return bad("url", "%q is not a broker URL such as tcp://host:1883", c.URL)
+	}
+	switch u.Scheme {
+	case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss":
+	default:
+		return bad("url", "%q: scheme %q is not tcp, ssl, tls, mqtt, mqtts, ws or wss", c.URL, u.Scheme)
+	}
+	for key, t := range map[string]string{"topic": c.Topic, "positions_table": c.PositionsTable} {
+		if err := checkTopicPrefix(t); err != nil {
+			return bad(key, "%q %v", t, err)
+		}
+	}
+	if strings.Contains(c.Name, "/") || strings.ContainsAny(c.Name, "+#\x00") {
+		return bad("name", "%q: an mqtt sink's name is a topic level of its position: no /, + or #", c.Name)
+	}
+	for _, m := range c.Metrics {
+		if m == "" || strings.ContainsAny(m, "/+#\x00") {
+			return bad("metrics", "%q cannot be a topic level (no /, + or #)", m)
+		}
+		if c.Events && m == eventsToken {
+			return bad("metrics", "%q: with events: true the topic %s/%s carries the event stream", m, c.Topic, eventsToken)
+		}
+	}
+	return c.validateWindows(bad)
+}
+
+// checkTopicPrefix checks an MQTT topic prefix: levels without wildcards,
+// no trailing or doubled slash, not a $ (broker) topic, bounded length.
+func checkTopicPrefix(t string) error {
+	switch {
+	case t == "":
+		return errors.New("is empty")
+	case len(t) > maxTopicBytes:
+		return fmt.Errorf("is longer than %d bytes", maxTopicBytes)
+	case strings.ContainsAny(t, "+#\x00"):
+		return errors.New("is not a topic prefix: no wildcards (+, #) or NUL")
+	case strings.HasPrefix(t, "$"):
+		return errors.New("is not a topic prefix: topics starting with $ are the broker's")
+	case strings.HasPrefix(t, "/") || strings.HasSuffix(t, "/") || strings.Contains(t, "//"):
+		return errors.New("is not a topic prefix: no leading, trailing or empty level (/)")
+	}
+	return nil
+}
+
+// validateWindows checks the window keys of a postgres_windows, nats or
+// mqtt sink.
 func (c *Config) validateWindows(bad func(key, format string, a ...any) error) error {
 	if len(c.Metrics) == 0 {
 		return bad("metrics", "is required: the metrics whose windows the table holds")
@@ -307,8 +402,8 @@ func (c *Config) validateWindows(bad func(key, format string, a ...any) error) e
 		if err != nil {
 			return bad("windows", "%q: %v", w, err)
 		}
-		if spec.Kind == aggregate.Session {
-			return bad("windows", "%q: session windows are not supported by postgres_windows", w)
+		if spec.Kind == aggregate.Session && c.Kind != KindPostgresWindows {
+			return bad("windows", "%q: %s", w, errSessionWindows)
 		}
 	}
 	for _, g := range c.GroupBy {
@@ -323,6 +418,13 @@ func (c *Config) validateWindows(bad func(key, format string, a ...any) error) e
 	}
 	return nil
 }
+
+// errSessionWindows is why the message sinks refuse session windows: a
+// session's start changes when sessions merge, and a message already
+// published under the old start cannot be taken back (postgres_windows
+// deletes the merged-away rows in the step's transaction).
+const errSessionWindows = "session windows are supported by postgres_windows only: a session's start changes when sessions merge, " +
+	"and a message published under the old start cannot be taken back; use tumbling, hopping or sliding windows"
 
 // splitTable reads "table" or "schema.table" into its parts (schema ""
 // for the connection's search path).

@@ -67,6 +67,23 @@ func TestParseNATSSink(t *testing.T) {
 	}
 }
 
+func TestParseMQTTSink(t *testing.T) {
+	got, err := loadYAML(t, "sinks:\n- {name: updates, kind: mqtt, url: tcp://127.0.0.1:1883, events: true, metrics: [temp], windows: [tumbling:1m]}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := got[0]; c.Kind != sinks.KindMQTT || c.Topic != "edgeflow/sink/updates" || !c.Events || c.PositionsTable != "edgeflow_sink_positions" {
+		t.Errorf("mqtt sink: %+v", c)
+	}
+}
+
+func TestParseSessionWindowOnPostgres(t *testing.T) {
+	got, err := loadYAML(t, "sinks:\n- {name: w, kind: postgres_windows, dsn: x, table: t, metrics: [temp], windows: [session:30s]}\n")
+	if err != nil || len(got) != 1 || got[0].Windows[0] != "session:30s" {
+		t.Fatalf("postgres_windows with a session window: %+v, %v", got, err)
+	}
+}
+
 func TestParseRejectsBadSinks(t *testing.T) {
 	const dsn = "dsn: postgres://x@h/db\n"
 	for _, tc := range []struct {
@@ -81,12 +98,22 @@ func TestParseRejectsBadSinks(t *testing.T) {
 		{"duplicate name", "sinks:\n- {name: a, kind: postgres_events, dsn: x, table: t}\n- {name: a, kind: postgres_events, dsn: x, table: u}\n", []string{`"a"`, `"name"`}},
 		{"no metrics", "sinks:\n- {name: w, kind: postgres_windows, dsn: x, table: t, windows: [tumbling:1m]}\n", []string{`"w"`, `"metrics"`}},
 		{"bad window", "sinks:\n- {name: w, kind: postgres_windows, dsn: x, table: t, metrics: [temp], windows: [tumbling:xx]}\n", []string{`"w"`, `"windows"`}},
-		{"session window", "sinks:\n- {name: w, kind: postgres_windows, dsn: x, table: t, metrics: [temp], windows: [session:30s]}\n", []string{`"w"`, `"windows"`, "session"}},
+		{"session window on nats", "sinks:\n- {name: w, kind: nats, url: nats://h:4222, metrics: [temp], windows: [session:30s]}\n", []string{`"w"`, `"windows"`, "postgres_windows only"}},
 		{"bad quantile", "sinks:\n- {name: w, kind: postgres_windows, dsn: x, table: t, metrics: [temp], windows: [tumbling:1m], quantiles: [p42]}\n", []string{`"w"`, `"quantiles"`}},
 		{"windows key on events", "sinks:\n- {name: e, kind: postgres_events, dsn: x, table: t, metrics: [temp]}\n", []string{`"e"`, `"metrics"`}},
 		{"bad table", "sinks:\n- {name: e, kind: postgres_events, dsn: x, table: a.b.c}\n", []string{`"e"`, `"table"`}},
 		{"bad duration", "sinks:\n- {name: e, kind: postgres_events, dsn: x, table: t, poll_interval: soon}\n", []string{`"e"`, `"poll_interval"`}},
 		{"not a list", "sinks: 3\n", []string{`"sinks"`}},
+		{"mqtt without url", "sinks:\n- {name: m, kind: mqtt, metrics: [temp], windows: [tumbling:1m]}\n", []string{`"m"`, `"url"`}},
+		{"mqtt url scheme", "sinks:\n- {name: m, kind: mqtt, url: http://h:1883, metrics: [temp], windows: [tumbling:1m]}\n", []string{`"m"`, `"url"`, "scheme"}},
+		{"mqtt topic wildcard", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, metrics: [temp], windows: [tumbling:1m], topic: a/+/b}\n", []string{`"m"`, `"topic"`, "wildcards"}},
+		{"mqtt topic trailing slash", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, metrics: [temp], windows: [tumbling:1m], topic: a/b/}\n", []string{`"m"`, `"topic"`, "trailing"}},
+		{"mqtt topic $", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, metrics: [temp], windows: [tumbling:1m], topic: $SYS/x}\n", []string{`"m"`, `"topic"`, "$"}},
+		{"mqtt metric with a slash", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, metrics: [a/b], windows: [tumbling:1m]}\n", []string{`"m"`, `"metrics"`}},
+		{"mqtt metric events", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, events: true, metrics: [events], windows: [tumbling:1m]}\n", []string{`"m"`, `"metrics"`, "event stream"}},
+		{"mqtt events not a bool", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, metrics: [temp], windows: [tumbling:1m], events: maybe}\n", []string{`"m"`, `"events"`}},
+		{"mqtt session window", "sinks:\n- {name: m, kind: mqtt, url: tcp://h:1883, metrics: [temp], windows: [session:30s]}\n", []string{`"m"`, `"windows"`, "cannot be taken back"}},
+		{"events on postgres", "sinks:\n- {name: e, kind: postgres_events, dsn: x, table: t, events: true}\n", []string{`"e"`, `"events"`}},
 		{"nats without url", "sinks:\n- {name: n, kind: nats, metrics: [temp], windows: [tumbling:1m]}\n", []string{`"n"`, `"url"`}},
 		{"nats metric with a wildcard", "sinks:\n- {name: n, kind: nats, url: nats://h:4222, metrics: [te*mp], windows: [tumbling:1m]}\n", []string{`"n"`, `"metrics"`}},
 		{"nats table key", "sinks:\n- {name: n, kind: nats, url: nats://h:4222, table: t, metrics: [temp], windows: [tumbling:1m]}\n", []string{`"n"`, `"table"`}},

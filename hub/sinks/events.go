@@ -23,20 +23,21 @@ func (p *eventsProducer) mergeSQL(target, stage tableName) string {
 }
 
 // next reads up to BatchEntries entries after st.pos.
-func (p *eventsProducer) next(ctx context.Context, st state, applied uint64) ([][]any, state, error) {
-	var rows [][]any
+func (p *eventsProducer) next(ctx context.Context, st state, applied uint64) (output, state, error) {
+	var out output
 	next := st
 	err := p.src.Read(st.pos, applied, p.cfg.BatchEntries, func(b *Batch) error {
 		next.pos = b.Pos
 		for i := range b.Events {
-			rows = append(rows, eventRow(b, &b.Events[i]))
+			out.rows = append(out.rows, eventRow(b, &b.Events[i]))
+			out.eventTimeNs = max(out.eventTimeNs, b.Events[i].EventTimeNs)
 		}
 		return ctx.Err()
 	})
 	if err != nil {
-		return nil, st, fmt.Errorf("read the hub's log after %d: %w", st.pos, err)
+		return output{}, st, fmt.Errorf("read the hub's log after %d: %w", st.pos, err)
 	}
-	return rows, next, nil
+	return out, next, nil
 }
 
 // eventRow is the table row of one event, in eventsSchema's order.

@@ -3,6 +3,7 @@ package sinks_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -29,7 +30,7 @@ func TestNATSSinkPublishesEveryRevisionOnce(t *testing.T) {
 		return hub.Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0", Logger: hubtest.QuietLogger(t),
 			CheckpointInterval: time.Hour, RetentionInterval: time.Hour, TickInterval: 50 * time.Millisecond,
 			Aggregate: &aggregate.Options{IdleTimeout: time.Hour, AllowedLateness: time.Second, WatermarkInterval: time.Nanosecond, EvictAfter: time.Hour},
-			Sinks: []sinks.Config{{Name: "updates", Kind: sinks.KindNATS, URL: nc.URLs(), Metrics: []string{"temp"},
+			Sinks: []sinks.Config{{Name: "updates", Kind: sinks.KindNATS, URL: nc.URLs(), Metrics: []string{"temp"}, Events: true,
 				Windows: []string{"tumbling:1m"}, GroupBy: []string{"device"}, Quantiles: []string{"p50"},
 				BatchEntries: 3, PollInterval: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}}}
 	}
@@ -77,7 +78,7 @@ func TestNATSSinkPublishesEveryRevisionOnce(t *testing.T) {
 	waitCaughtUp(t, srv, base, accepted)
 
 	api := readAPI(t, srv.HTTPAddr(), base.Add(-time.Hour), base.Add(time.Hour))
-	newest, ids, revisions := readStream(t, nc.URLs())
+	newest, ids, revisions, events := readStream(t, nc.URLs())
 	for k, w := range api {
 		if got, ok := newest[k]; !ok {
 			t.Errorf("window %s: final in /v1/aggregates, never published", k)
@@ -98,7 +99,10 @@ func TestNATSSinkPublishesEveryRevisionOnce(t *testing.T) {
 	if revisions < 2 {
 		t.Errorf("%d revision messages, want at least 2", revisions)
 	}
-	t.Logf("%d windows, %d messages, %d revisions", len(newest), len(ids), revisions)
+	if events != accepted {
+		t.Errorf("%d event messages (each id once), %d events accepted", events, accepted)
+	}
+	t.Logf("%d windows, %d messages, %d revisions, %d events", len(newest), len(ids), revisions, events)
 
 	// A position lost after its messages were published (the crash
 	// between the two): the sink republishes from the start under the
@@ -109,7 +113,7 @@ func TestNATSSinkPublishesEveryRevisionOnce(t *testing.T) {
 	deletePosition(t, nc.URLs(), "updates")
 	srv = start()
 	waitCaughtUp(t, srv, base, accepted)
-	if _, again, _ := readStream(t, nc.URLs()); len(again) != len(ids) {
+	if _, again, _, _ := readStream(t, nc.URLs()); len(again) != len(ids) {
 		t.Errorf("after replaying from position 0: %d messages, was %d", len(again), len(ids))
 	} else if st := srv.SinkStatuses()[0]; st.RowsWritten != 0 {
 		t.Errorf("the replay stored %d new messages, want 0 (all duplicates)", st.RowsWritten)
@@ -138,8 +142,9 @@ func deletePosition(t *testing.T, url, sink string) {
 
 // readStream reads every message of the sinks' stream and returns the
 // newest (final, revision) of each window, the count of each message id,
-// and how many messages were revisions.
-func readStream(t *testing.T, url string) (map[string]windowRow, map[string]int, int) {
+// how many messages were revisions and how many were events (checked to
+// carry their id device/stream/seq in header and body).
+func readStream(t *testing.T, url string) (map[string]windowRow, map[string]int, int, int) {
 	t.Helper()
 	conn, err := nats.Connect(url)
 	if err != nil {
@@ -163,13 +168,25 @@ func readStream(t *testing.T, url string) (map[string]windowRow, map[string]int,
 	if err != nil {
 		t.Fatal(err)
 	}
-	newest, ids, revisions := map[string]windowRow{}, map[string]int{}, 0
+	newest, ids, revisions, events := map[string]windowRow{}, map[string]int{}, 0, 0
 	for n := uint64(0); n < info.State.Msgs; n++ {
 		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids[m.Headers().Get(jetstream.MsgIDHeader)]++
+		id := m.Headers().Get(jetstream.MsgIDHeader)
+		ids[id]++
+		if m.Subject() == "edgeflow.sink.updates.events" {
+			var e struct {
+				ID, Device, Stream string
+				Seq                int64
+			}
+			if err := json.Unmarshal(m.Data(), &e); err != nil || e.ID != id || id != fmt.Sprintf("%s/%s/%d", e.Device, e.Stream, e.Seq) {
+				t.Errorf("event message %s (id %s): %v", m.Data(), id, err)
+			}
+			events++
+			continue
+		}
 		var body struct {
 			Group                   map[string]string `json:"group_key"`
 			Start                   time.Time         `json:"start_time"`
@@ -192,5 +209,5 @@ func readStream(t *testing.T, url string) (map[string]windowRow, map[string]int,
 			newest[k] = w
 		}
 	}
-	return newest, ids, revisions
+	return newest, ids, revisions, events
 }

@@ -2,7 +2,6 @@ package sinks
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -15,9 +14,10 @@ import (
 
 // natsTarget publishes window rows to a JetStream stream, one message per
 // row on Subject.<metric>, its body the row as JSON (the windows table's
-// columns), its Nats-Msg-Id the row's identity: sink, metric, window,
-// group, start, final and revision (and the log position for provisional
-// rows). The sink's position is a key of a JetStream key-value bucket,
+// columns and "id"), its Nats-Msg-Id the row's identity: sink, metric,
+// window, group, start, final and revision (and the log position for
+// provisional rows). With Config.Events it also publishes every event on
+// Subject.events, its Nats-Msg-Id device/stream/seq. The sink's position is a key of a JetStream key-value bucket,
 // written after the stream acknowledged every message of the step, with a
 // compare-and-set on its revision. A crash between the two republishes the
 // step's messages under the same ids, which JetStream drops as duplicates
@@ -121,20 +121,35 @@ func decodeNATSState(b []byte) (state, error) {
 	return st, nil
 }
 
-// commit publishes every row, waits for the stream's acknowledgements,
-// then moves the position.
-func (t *natsTarget) commit(ctx context.Context, rows [][]any, prev, next state) (int64, error) {
-	futures := make([]jetstream.PubAckFuture, 0, len(rows))
-	for _, r := range rows {
-		msg, err := t.message(r)
+// commit publishes every window update and event, waits for the stream's
+// acknowledgements, then moves the position.
+func (t *natsTarget) commit(ctx context.Context, out output, prev, next state) (int64, error) {
+	futures := make([]jetstream.PubAckFuture, 0, len(out.rows)+len(out.events))
+	publish := func(msg *nats.Msg) error {
+		f, err := t.js.PublishMsgAsync(msg)
+		if err != nil {
+			return fmt.Errorf("publish to %s: %w", msg.Subject, err)
+		}
+		futures = append(futures, f)
+		return nil
+	}
+	for _, r := range out.rows {
+		metric, body, id, err := updateMessage(t.cfg.Name, t.names, r)
 		if err != nil {
 			return 0, err
 		}
-		f, err := t.js.PublishMsgAsync(msg)
-		if err != nil {
-			return 0, fmt.Errorf("publish to %s: %w", msg.Subject, err)
+		if err := publish(t.message(t.cfg.Subject+"."+metric, body, id)); err != nil {
+			return 0, err
 		}
-		futures = append(futures, f)
+	}
+	for _, r := range out.events {
+		body, id, err := eventMessage(r)
+		if err != nil {
+			return 0, err
+		}
+		if err := publish(t.message(t.cfg.Subject+"."+eventsToken, body, id)); err != nil {
+			return 0, err
+		}
 	}
 	written := int64(0)
 	for _, f := range futures {
@@ -170,28 +185,10 @@ func (t *natsTarget) commit(ctx context.Context, rows [][]any, prev, next state)
 	return written, nil
 }
 
-// message is the JetStream message of one window row.
-func (t *natsTarget) message(row []any) (*nats.Msg, error) {
-	body := make(map[string]any, len(row))
-	for i, v := range row {
-		if t.names[i] == "group_key" {
-			v = json.RawMessage(v.(string))
-		}
-		body[t.names[i]] = v
-	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		return nil, err
-	}
-	metric, window, group := row[0].(string), row[1].(string), row[2].(string)
-	start := row[3].(time.Time)
-	final, revision, pos := body["final"].(bool), body["revision"].(int32), body["log_position"].(int64)
-	id := fmt.Sprintf("%s|%s|%s|%s|%s|%t|%d", t.cfg.Name, metric, window, group, start.UTC().Format(time.RFC3339Nano), final, revision)
-	if !final {
-		id += "|" + strconv.FormatInt(pos, 10)
-	}
-	msg := nats.NewMsg(t.cfg.Subject + "." + metric)
-	msg.Data = data
+// message is a JetStream message with its deduplication id.
+func (t *natsTarget) message(subject string, body []byte, id string) *nats.Msg {
+	msg := nats.NewMsg(subject)
+	msg.Data = body
 	msg.Header.Set(jetstream.MsgIDHeader, id)
-	return msg, nil
+	return msg
 }

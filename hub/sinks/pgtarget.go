@@ -15,9 +15,9 @@ import (
 type target interface {
 	// open connects, prepares the target and returns the stored state.
 	open(ctx context.Context) (state, error)
-	// commit writes rows and moves the stored state from prev to next,
-	// atomically (PostgreSQL) or idempotently (message ids, NATS).
-	commit(ctx context.Context, rows [][]any, prev, next state) (int64, error)
+	// commit writes out and moves the stored state from prev to next,
+	// atomically (PostgreSQL) or idempotently (message ids: NATS, MQTT).
+	commit(ctx context.Context, out output, prev, next state) (int64, error)
 	// connected reports whether open succeeded and nothing failed since.
 	connected() bool
 	// close drops the connection; safe when not connected.
@@ -103,13 +103,13 @@ func (s *pgTarget) prepare(ctx context.Context, conn *pgx.Conn) (state, error) {
 
 // commit writes rows and the position in one transaction. The position
 // only moves from the value this sink loaded (else ErrPositionMoved).
-func (s *pgTarget) commit(ctx context.Context, rows [][]any, prev, next state) (int64, error) {
+func (s *pgTarget) commit(ctx context.Context, out output, prev, next state) (int64, error) {
 	tx, err := s.conn.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
-	written, err := s.writeRows(ctx, tx, rows)
+	written, err := s.writeRows(ctx, tx, out.rows, out.replaced)
 	if err != nil {
 		return 0, err
 	}
@@ -139,8 +139,8 @@ func (s *pgTarget) commit(ctx context.Context, rows [][]any, prev, next state) (
 // second writer) rolls back to the savepoint and takes the merge path,
 // which skips them. Rows that upsert (windows) always take the merge path:
 // COPY into the staging table, then INSERT ... ON CONFLICT.
-func (s *pgTarget) writeRows(ctx context.Context, tx pgx.Tx, rows [][]any) (int64, error) {
-	if len(rows) == 0 {
+func (s *pgTarget) writeRows(ctx context.Context, tx pgx.Tx, rows [][]any, replaced []replacedRange) (int64, error) {
+	if len(rows) == 0 && len(replaced) == 0 {
 		return 0, nil
 	}
 	cols := s.prod.schema().names()
@@ -163,11 +163,24 @@ func (s *pgTarget) writeRows(ctx context.Context, tx pgx.Tx, rows [][]any) (int6
 	if _, err := tx.CopyFrom(ctx, s.stage.identifier(), cols, pgx.CopyFromRows(rows)); err != nil {
 		return 0, fmt.Errorf("copy %d rows into the staging table: %w", len(rows), err)
 	}
+	deleted := int64(0)
+	for _, r := range replaced {
+		tag, err := tx.Exec(ctx, fmt.Sprintf(`DELETE FROM %[1]s t WHERE t.metric = $1 AND t."window" = $2 AND t.start_time >= $3 AND t.start_time < $4
+			AND NOT EXISTS (SELECT 1 FROM %[2]s s WHERE s.metric = t.metric AND s."window" = t."window" AND s.group_key = t.group_key AND s.start_time = t.start_time)`,
+			s.table.sql(), s.stage.sql()), r.metric, r.window, r.from, r.to)
+		if err != nil {
+			return 0, fmt.Errorf("delete merged sessions from %s: %w", s.table, err)
+		}
+		deleted += tag.RowsAffected()
+	}
+	if len(rows) == 0 {
+		return deleted, nil
+	}
 	tag, err := tx.Exec(ctx, s.prod.mergeSQL(s.table, s.stage))
 	if err != nil {
 		return 0, fmt.Errorf("merge into %s: %w", s.table, err)
 	}
-	return tag.RowsAffected(), nil
+	return deleted + tag.RowsAffected(), nil
 }
 
 // uniqueViolation is PostgreSQL's SQLSTATE for a duplicate key.

@@ -3,6 +3,7 @@ package sinks_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"edgeflow/hub"
 	"edgeflow/hub/internal/hubtest"
 	"edgeflow/hub/sinks"
+	"edgeflow/internal/testbroker"
+	"edgeflow/internal/testnats"
 	"edgeflow/wire"
 )
 
@@ -145,7 +148,15 @@ func BenchmarkEventsSink(b *testing.B) {
 
 // BenchmarkWindowsSink is the windows sink catching up on a hub's log:
 // one row per device and minute (tumbling:1m, group_by device).
-func BenchmarkWindowsSink(b *testing.B) {
+func BenchmarkWindowsSink(b *testing.B) { benchWindows(b, "tumbling:1m") }
+
+// BenchmarkSessionWindowsSink is the same with session windows (gap 2m,
+// provisional: one session per device, not final at the log's end, its
+// row replaced as it grows): each step queries the sessions starting up
+// to aggregate.max_session_span (24h here) before its events.
+func BenchmarkSessionWindowsSink(b *testing.B) { benchWindows(b, "session:2m") }
+
+func benchWindows(b *testing.B, window string) {
 	conn, schema := pgSchema(b)
 	dir := b.TempDir()
 	fillLog(b, dir)
@@ -155,10 +166,52 @@ func BenchmarkWindowsSink(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		table := fmt.Sprintf("%s.win%d", schema, i)
 		n, d := catchUp(b, dir, sinks.Config{Name: fmt.Sprint("win", i), Kind: sinks.KindPostgresWindows, DSN: testDSN, Table: table,
-			Metrics: []string{"temp"}, Windows: []string{"tumbling:1m"}, GroupBy: []string{"device"}})
+			Metrics: []string{"temp"}, Windows: []string{window}, GroupBy: []string{"device"}, Provisional: strings.HasPrefix(window, "session")})
 		written, total = written+n, total+d
 		rows += countRows(b, conn, table)
 	}
 	b.ReportMetric(float64(written)/total.Seconds(), "rows/s")
 	b.ReportMetric(float64(rows)/float64(b.N), "rows/op")
+	b.ReportMetric(total.Seconds()/float64(b.N), "s/catchup")
+}
+
+// BenchmarkMessageSinks is a message sink catching up on a hub's log with
+// window updates (tumbling:1m by device) and every event (events: true):
+// nats to a real nats-server (JetStream, file storage), mqtt to a real
+// Mosquitto and to the embedded broker, QoS 1. msgs/s counts the messages
+// the target acknowledged.
+func BenchmarkMessageSinks(b *testing.B) {
+	dir := b.TempDir()
+	events, _ := fillLog(b, dir)
+	nc := testnats.Start(b, 1)
+	mosq := testbroker.StartMosquitto(b, testbroker.MosquittoOptions{})
+	embedded, _ := testbroker.Embedded(b)
+	run := 0
+	for _, tc := range []struct {
+		name string
+		cfg  func(name string) sinks.Config
+	}{
+		{"nats", func(name string) sinks.Config {
+			return sinks.Config{Kind: sinks.KindNATS, URL: nc.URLs(), Stream: "BENCH_" + name}
+		}},
+		{"mqtt_mosquitto", func(string) sinks.Config { return sinks.Config{Kind: sinks.KindMQTT, URL: mosq.URL()} }},
+		{"mqtt_embedded", func(string) sinks.Config { return sinks.Config{Kind: sinks.KindMQTT, URL: embedded} }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var total time.Duration
+			written := 0
+			for i := 0; i < b.N; i++ {
+				run++
+				c := tc.cfg(fmt.Sprint("msg", run))
+				c.Name, c.Events = fmt.Sprint("msg", run), true
+				c.Metrics, c.Windows, c.GroupBy = []string{"temp"}, []string{"tumbling:1m"}, []string{"device"}
+				n, d := catchUp(b, dir, c)
+				if n < events {
+					b.Fatalf("%d messages acknowledged, %d events in the log", n, events)
+				}
+				written, total = written+n, total+d
+			}
+			b.ReportMetric(float64(written)/total.Seconds(), "msgs/s")
+		})
+	}
 }

@@ -22,6 +22,10 @@ type Source interface {
 	// no events (ticks, statuses) come with no events. The Batch and its
 	// slices are valid only during the call.
 	Read(from, to uint64, max int, fn func(b *Batch) error) error
+	// LogBytes returns the stored size (keys and values) of the log
+	// entries after position from, up to and including to: the lag in
+	// bytes. It reads no values.
+	LogBytes(from, to uint64) (uint64, error)
 	// Engine is the hub's event-time engine (nil without one): the
 	// windows sink queries it for the results it writes.
 	Engine() *aggregate.Engine

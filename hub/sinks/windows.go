@@ -63,8 +63,8 @@ func newWindowsProducer(cfg Config, src Source) (*windowsProducer, error) {
 			}
 			sw.spec, sw.byName = spec, true
 		}
-		if sw.spec.Kind == aggregate.Session {
-			return nil, fmt.Errorf("%w: sink %q: key \"windows\": %q: session windows are not supported by postgres_windows", ErrInvalidConfig, cfg.Name, w)
+		if sw.spec.Kind == aggregate.Session && cfg.Kind != KindPostgresWindows {
+			return nil, fmt.Errorf("%w: sink %q: key \"windows\": %q: %s", ErrInvalidConfig, cfg.Name, w, errSessionWindows)
 		}
 		p.windows = append(p.windows, sw)
 	}
@@ -106,8 +106,10 @@ func (p *windowsProducer) query(metric string, w sinkWindow, from, to time.Time)
 func (p *windowsProducer) schema() tableSchema { return windowsSchema(p.cfg.Quantiles) }
 
 // mergeSQL upserts the staged windows: a row is replaced only by a newer
-// revision of it (final after provisional, then revision by revision), or
-// a provisional row by a newer provisional one.
+// revision of it (final after provisional, then revision by revision), a
+// provisional row by a newer provisional one, or a session by the same
+// session grown (a later end: events joined it; its revision, counted
+// against its end, may then be lower).
 func (p *windowsProducer) mergeSQL(target, stage tableName) string {
 	names := p.schema().names()
 	cols := quoted(names)
@@ -120,7 +122,8 @@ func (p *windowsProducer) mergeSQL(target, stage tableName) string {
 	t := target.sql()
 	return fmt.Sprintf(`INSERT INTO %[1]s (%[2]s) SELECT %[2]s FROM %[3]s
 		ON CONFLICT (metric, "window", group_key, start_time) DO UPDATE SET %[4]s
-		WHERE (%[1]s.final, %[1]s.revision) < (EXCLUDED.final, EXCLUDED.revision) OR (NOT %[1]s.final AND NOT EXCLUDED.final)`,
+		WHERE (%[1]s.final, %[1]s.revision) < (EXCLUDED.final, EXCLUDED.revision) OR (NOT %[1]s.final AND NOT EXCLUDED.final)
+			OR %[1]s.end_time < EXCLUDED.end_time`,
 		t, cols, stage.sql(), strings.Join(set, ", "))
 }
 
@@ -130,7 +133,8 @@ type interval struct{ from, to int64 }
 // next reads up to BatchEntries entries after st.pos, collects the event
 // times of the sink's metrics, and queries the windows that hold them and
 // those that turned final since st.wm.
-func (p *windowsProducer) next(ctx context.Context, st state, applied uint64) ([][]any, state, error) {
+func (p *windowsProducer) next(ctx context.Context, st state, applied uint64) (output, state, error) {
+	var out output
 	eng := p.src.Engine()
 	// The watermark is read before the queries: everything final at it
 	// is final in their answers.
@@ -140,41 +144,69 @@ func (p *windowsProducer) next(ctx context.Context, st state, applied uint64) ([
 	err := p.src.Read(st.pos, applied, p.cfg.BatchEntries, func(b *Batch) error {
 		next.pos = b.Pos
 		for i := range b.Events {
-			if e := &b.Events[i]; p.metrics[e.Metric] {
+			e := &b.Events[i]
+			if p.metrics[e.Metric] {
 				times[e.Metric] = append(times[e.Metric], e.EventTimeNs)
 			}
+			if p.cfg.Events {
+				out.events = append(out.events, eventRow(b, e))
+			}
+			out.eventTimeNs = max(out.eventTimeNs, e.EventTimeNs)
 		}
 		return ctx.Err()
 	})
 	if err != nil {
-		return nil, st, fmt.Errorf("read the hub's log after %d: %w", st.pos, err)
+		return output{}, st, fmt.Errorf("read the hub's log after %d: %w", st.pos, err)
 	}
 	if wm.After(st.wm) {
 		next.wm = wm
 	}
 	rows := map[rowKey][]any{}
 	al := int64(eng.Options().AllowedLateness)
+	span := int64(eng.Options().MaxSessionSpan)
 	for _, w := range p.windows {
 		size := int64(w.spec.Size)
+		session := w.spec.Kind == aggregate.Session
+		gap := int64(w.spec.Gap)
 		for metric := range p.metrics {
 			ivs := make([]interval, 0, len(times[metric])+1)
 			for _, t := range times[metric] {
+				if session {
+					// The session holding t starts at most a span (and a
+					// gap) before it; the sessions it merged with start
+					// less than a gap after it.
+					ivs = append(ivs, interval{t - span - gap, t + gap + 1})
+					continue
+				}
 				ivs = append(ivs, interval{t - size + 1, t + 1}) // starts of the windows holding t
 			}
 			if !st.wm.IsZero() && next.wm.After(st.wm) {
-				// Windows whose end + allowed lateness is in (st.wm, wm].
-				ivs = append(ivs, interval{st.wm.UnixNano() - al - size + 1, next.wm.UnixNano() - al - size + 1})
+				// Windows whose end + allowed lateness is in (st.wm, wm]; a
+				// session ends a gap after its last event, at most a span
+				// after its start.
+				if session {
+					ivs = append(ivs, interval{st.wm.UnixNano() - al - gap - span, next.wm.UnixNano() - al - gap + 1})
+				} else {
+					ivs = append(ivs, interval{st.wm.UnixNano() - al - size + 1, next.wm.UnixNano() - al - size + 1})
+				}
 			}
 			for _, iv := range merge(ivs) {
 				if err := p.collect(ctx, eng, metric, w, iv, next.pos, rows); err != nil {
-					return nil, st, err
+					return output{}, st, err
+				}
+				if session {
+					// Every session starting in iv is in rows now (or not
+					// final); a row starting there under another start
+					// was merged away.
+					out.replaced = append(out.replaced, replacedRange{metric: metric, window: w.name,
+						from: time.Unix(0, iv.from).UTC(), to: time.Unix(0, iv.to).UTC()})
 				}
 			}
 		}
 	}
-	out := make([][]any, 0, len(rows))
+	out.rows = make([][]any, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, r)
+		out.rows = append(out.rows, r)
 	}
 	return out, next, nil
 }
