@@ -95,6 +95,8 @@ type Evaluator struct {
 	wm, logTime, minEvent int64
 	// pruned is the watermark of the last prune.
 	pruned int64
+	// idBuf is scratch space for alert ids that are only looked up.
+	idBuf []byte
 	// statusTime is the time of the status Buffer is applying (0
 	// otherwise): the fired_at of the alerts it fires.
 	statusTime int64
