@@ -130,6 +130,13 @@ type BufferStatus struct {
 	Durability             string     `json:"durability"`
 	Profile                string     `json:"profile"`
 	Disk                   DiskStatus `json:"disk"`
+	// CapacityBytes is the buffer's bound (Bytes counts against it) and
+	// FillRate the recent change of Bytes in bytes/s over
+	// FillRateIntervalSeconds (about a minute): what the agent's status
+	// message reports to the hub for its buffer rules.
+	CapacityBytes           int64   `json:"capacity_bytes"`
+	FillRate                float64 `json:"fill_rate_bytes_per_s"`
+	FillRateIntervalSeconds float64 `json:"fill_rate_interval_s"`
 }
 
 // DiskStatus is the buffer's free-space guard: while Limited, ingest gets
@@ -177,6 +184,8 @@ func (a *Agent) Status() Status {
 			UDPEvents: a.m.udpEvents.Load(), UDPBadLines: a.m.udpBadLines.Load(),
 			RepairedEvents: a.m.repaired.Load(), UntrustedSentEvs: a.m.sentUntrusted.Load()},
 	}
+	f := a.st.Fill()
+	s.Buffer.CapacityBytes, s.Buffer.FillRate, s.Buffer.FillRateIntervalSeconds = f.CapacityBytes, f.Rate, f.RateInterval.Seconds()
 	ds := a.store.DiskStatus()
 	s.Buffer.Disk = DiskStatus{Enabled: ds.Enabled, FreeBytes: ds.FreeBytes, ReserveBytes: ds.ReserveBytes,
 		Limited: ds.Limited, RefusedAppends: ds.RefusedAppends, DroppedAppends: ds.DroppedAppends}

@@ -34,6 +34,12 @@ type compactStore struct {
 	total   float64
 	maxBins int
 	dense   *store.CollapsingLowestDenseStore // set once the bins outgrew the list
+	// keepDense makes Clear keep a dense store (emptied) rather than go
+	// back to the list: a query's scratch sketch, merged into and cleared
+	// for every window, reuses its bins instead of allocating them anew.
+	// A dense store from the start answers as one reached through the
+	// list, so this changes no result.
+	keepDense bool
 }
 
 type compactBin struct {
@@ -127,8 +133,13 @@ func (s *compactStore) Copy() store.Store {
 	return &compactStore{bins: slices.Clone(s.bins), total: s.total, maxBins: s.maxBins}
 }
 
-// Clear empties the store; a dense one goes back to the list.
+// Clear empties the store; a dense one goes back to the list unless
+// keepDense.
 func (s *compactStore) Clear() {
+	if s.keepDense && s.dense != nil {
+		s.dense.Clear()
+		return
+	}
 	s.bins, s.total, s.dense = s.bins[:0], 0, nil
 }
 

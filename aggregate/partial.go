@@ -124,6 +124,14 @@ func (s *sketches) get() *ddsketch.DDSketch {
 	return s.fresh()
 }
 
+// scratch returns a new sketch for a query to merge windows into and
+// clear again (its stores keep their dense bins across Clear); it does
+// not touch the pool, so concurrent queries may call it.
+func (s *sketches) scratch() *ddsketch.DDSketch {
+	return ddsketch.NewDDSketch(s.mapping, &compactStore{maxBins: s.maxBins, keepDense: true},
+		&compactStore{maxBins: s.maxBins, keepDense: true})
+}
+
 // fresh returns a new sketch without touching the pool (safe for
 // concurrent readers).
 func (s *sketches) fresh() *ddsketch.DDSketch {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/DataDog/sketches-go/ddsketch"
 )
 
 // Query asks for windowed aggregates of one metric.
@@ -194,6 +196,10 @@ type queryRun struct {
 	ticks  int             // calls of stopped
 	floor  int64           // windows the query returns at least (cost.go)
 	refs   []partRef       // fold's buffer
+	// agg and sk are result's scratch: the merge of a window's partials
+	// and its sketch, used only until the window's figures are filled in.
+	agg partial
+	sk  *ddsketch.DDSketch
 }
 
 func (e *Engine) newRun(p *queryPlan) *queryRun {
@@ -708,16 +714,44 @@ func (r *queryRun) result(w *WindowResult, g *group, accs []partial, start, end 
 	e := r.e
 	agg := &accs[0]
 	if len(accs) > 1 {
-		agg = &partial{}
+		agg = &r.agg
 		agg.reset(accs[0].bucket)
 		for i := range accs {
-			e.merge(agg, &accs[i], r.p.need == needSketch)
+			e.merge(agg, &accs[i], false)
+		}
+		if r.p.need == needSketch {
+			if sk := r.mergeSketches(accs); sk != nil {
+				agg.sk, agg.q = sk, nil
+			}
 		}
 	}
 	w.Start, w.End, w.Group, w.Behind = ts(start), ts(end), g.labels, r.behind.count(g.device, end)
 	w.Final = e.clk.hasFinal && end+int64(e.opt.AllowedLateness) <= e.clk.final
 	w.Late, w.Revision = lateness(agg.late, end+int64(e.opt.AllowedLateness))
 	r.fill(w, agg)
+}
+
+// mergeSketches merges the sketches of accs' non-empty partials into the
+// run's scratch sketch (nil when none has one). Merging into one reused
+// sketch rather than a copy of the first gives the same bins (collapsing
+// does not depend on order) without allocating a sketch per window.
+func (r *queryRun) mergeSketches(accs []partial) *ddsketch.DDSketch {
+	var sk *ddsketch.DDSketch
+	for i := range accs {
+		if accs[i].count == 0 || accs[i].sk == nil {
+			continue
+		}
+		if sk == nil {
+			if r.sk == nil {
+				r.sk = r.e.sks.scratch()
+			} else {
+				r.sk.Clear()
+			}
+			sk = r.sk
+		}
+		_ = sk.MergeWith(accs[i].sk) // same mapping, cannot fail
+	}
+	return sk
 }
 
 // fill sets the asked-for aggregates.

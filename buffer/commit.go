@@ -295,6 +295,7 @@ func (s *Store) publish(c *change, group []*op, unsynced map[*Stream]uint64, now
 	st.mu.Lock()
 	freed := c.bytes < st.bytes
 	st.m, st.bytes = c.m, c.bytes
+	st.fill.observe(nowMs, st.bytes)
 	// With the new head, in the same critical section, so no reader
 	// sees blocks that are gone or misses blocks that are written.
 	s.updateTail(st, c.m.head, c.reset, c.added)

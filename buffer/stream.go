@@ -57,6 +57,8 @@ type Stream struct {
 	// keys lists the block keys reads found in Badger, for acks to delete
 	// them without an iterator (see keyindex.go).
 	keys keyIndex
+	// fill samples bytes for the fill rate (fill.go).
+	fill fillRing
 
 	appended, acked, dropped atomic.Uint64
 }
@@ -64,6 +66,7 @@ type Stream struct {
 // loadStream reads or creates a stream's metadata and measures its blocks.
 func (s *Store) loadStream(name string, opts StreamOptions) (*Stream, error) {
 	st := &Stream{s: s, name: name, opts: opts, space: make(chan struct{}), more: make(chan struct{}, 1)}
+	defer func() { st.fill.observe(s.opts.Now().UnixMilli(), st.bytes) }() // the fill rate starts at open
 	err := s.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(nameKey(name))
 		if errors.Is(err, badger.ErrKeyNotFound) {

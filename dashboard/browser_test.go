@@ -10,16 +10,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"edgeflow/demo"
 	"edgeflow/hub"
 	"edgeflow/hub/hubapi"
+	"edgeflow/hub/rules"
 	"edgeflow/simulator"
+	"edgeflow/wire"
+	"edgeflow/wire/wirepb"
 )
 
 // Environment of TestDashboardInBrowser.
@@ -106,7 +111,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	ctx = newBrowser(t, ctx, browser)
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900), chromedp.Navigate(base+"/?range=300000")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 900), chromedp.Navigate(base+"/?range=300000&alerts_poll_ms="+alertsPollMs)); err != nil {
 		t.Fatalf("load the dashboard: %v", err)
 	}
 	// Wait until the page has drawn the table and the chart.
@@ -126,6 +131,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(mismatch)
 	}
 	t.Logf("%d devices and %d windows of %s match the API", len(page.Devices), len(page.Bars), page.Window)
+	checkAlertsPanel(t, ctx, d, base)
 	_ = chromedp.Do(ctx, chromedp.Sleep(2500*time.Millisecond)) // a second /metrics sample draws the ingest rate
 	saveScreenshot(t, ctx, "dashboard.png")
 
@@ -206,6 +212,112 @@ func TestDashboardScreenshot(t *testing.T) {
 	saveScreenshot(t, ctx, "dashboard-phone.png")
 }
 
+// alertsPollMs makes the page read GET /v1/alerts once in the test's
+// time, so an alert that appears or goes later came from /v1/stream.
+const alertsPollMs = "3600000"
+
+// testRules are the demo hub's rules in the browser tests: one that fires
+// for every 10 s window with temp events (fleet-wide, provisional, so it
+// fires in the short run) and a buffer rule the test drives with statuses.
+const testRules = `
+rules:
+  - {name: temp-seen, metric: temp, window: "tumbling:10s", agg: count, op: ">=", value: 1, on: provisional}
+  - {name: buffer-full, kind: buffer, fill_ratio: 0.9}
+`
+
+// shownAlert is a row of the dashboard's firing alerts, or an alert of
+// GET /v1/alerts in the same form.
+type shownAlert struct {
+	ID       string  `json:"id"`
+	Rule     string  `json:"rule"`
+	Group    string  `json:"group"`
+	Start    string  `json:"start"`
+	End      string  `json:"end"`
+	Value    float64 `json:"value"`
+	Revision uint64  `json:"revision"`
+}
+
+const readAlerts = `[...document.querySelectorAll('#alerts tbody tr[data-id]')].map((tr) => ({
+  id: tr.dataset.id, rule: tr.dataset.rule, group: tr.dataset.group, start: tr.dataset.start, end: tr.dataset.end,
+  value: +tr.dataset.value, revision: +tr.dataset.revision }))`
+
+// compareAlerts reads the alerts panel and GET /v1/alerts?state=firing
+// and says where they differ.
+func compareAlerts(ctx context.Context, base string) ([]shownAlert, error) {
+	page, err := chromedp.Run(ctx, chromedp.Evaluate[[]shownAlert](readAlerts))
+	if err != nil {
+		return nil, err
+	}
+	var api struct {
+		Alerts []shownAlert `json:"alerts"`
+	}
+	if err := getJSON(base+"/v1/alerts?state=firing&limit=10000", &api); err != nil {
+		return nil, err
+	}
+	byID := func(a, b shownAlert) int { return strings.Compare(a.ID, b.ID) }
+	slices.SortFunc(page, byID)
+	slices.SortFunc(api.Alerts, byID)
+	if len(api.Alerts) == 0 || !slices.Equal(page, api.Alerts) {
+		return page, fmt.Errorf("alerts panel %+v\nthe API %+v", page, api.Alerts)
+	}
+	return page, nil
+}
+
+// checkAlertsPanel checks the firing alerts panel against the API, then
+// drives the buffer rule with two statuses of a device on the hub's
+// broker: its alert must appear in the panel and then leave it, which only
+// the stream's alert events can do (the page reads the list once).
+func checkAlertsPanel(t *testing.T, ctx context.Context, d *demo.Demo, base string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelectorAll('#alerts tbody tr[data-id]').length > 0`,
+		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the dashboard shows no firing alert: %v", err)
+	}
+	var shown []shownAlert
+	var mismatch error
+	for range 5 { // provisional windows still move: retry a moving read
+		if shown, mismatch = compareAlerts(ctx, base); mismatch == nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if mismatch != nil {
+		t.Fatal(mismatch)
+	}
+	t.Logf("%d firing alerts match the API", len(shown))
+
+	c := mqtt.NewClient(mqtt.NewClientOptions().AddBroker("tcp://" + d.Hub.BrokerAddr()).SetClientID("tank-1"))
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect to the hub's broker: %v", tok.Error())
+	}
+	defer c.Disconnect(0)
+	status := func(used uint64) {
+		t.Helper()
+		b, err := wire.EncodeStatus(&wirepb.Status{DeviceId: "tank-1", Online: true,
+			Buffer: &wirepb.BufferFill{CapacityBytes: 1000, UsedBytes: used}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok := c.Publish(wire.StatusTopic("tank-1"), 1, false, b); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish status: %v", tok.Error())
+		}
+	}
+	const row = `document.querySelector('#alerts tbody tr[data-rule="buffer-full"][data-group="device=tank-1"]')`
+	status(950)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](row+` !== null && `+row+`.dataset.value === '0.95' && `+row+`.dataset.revision === '1'`,
+		chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the buffer alert did not appear in the panel from the stream: %v", err)
+	}
+	if _, err := compareAlerts(ctx, base); err != nil {
+		t.Logf("panel and API after the buffer alert (the provisional windows may have moved): %v", err)
+	}
+	saveScreenshot(t, ctx, "dashboard-alerts.png")
+	status(100)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](row+` === null`, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Fatalf("the resolved buffer alert stayed in the panel: %v", err)
+	}
+}
+
 // comparePage reads the page and the API and says where they differ.
 func comparePage(ctx context.Context, base string) (shown, error) {
 	page, err := chromedp.Run(ctx, chromedp.Evaluate[shown](readPage))
@@ -265,9 +377,13 @@ func startDemoWith(t *testing.T, readToken string) *demo.Demo {
 	sc.Classes[3].Link = simulator.LinkSpec{Outages: []simulator.Outage{outage}}
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
+	rs, err := rules.ParseYAML([]byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
 	d, err := demo.Start(context.Background(), demo.Options{
 		Hub: hub.Options{DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0", Logger: log, Registerer: reg, Gatherer: reg,
-			HTTPReadToken: readToken},
+			HTTPReadToken: readToken, Rules: rs},
 		Scenario: &sc, FleetDir: t.TempDir(), Logger: log,
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package hub
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"edgeflow/aggregate"
@@ -157,24 +158,47 @@ func (s *Server) RulesEvaluator() *rules.Evaluator {
 	return s.rules.ev
 }
 
-// statusObserver is a Consumer that also follows devices' connection
-// status, as the registry holds it after each logged status message.
+// statusObserver is a Consumer that also follows devices' status
+// messages: the connection status as the registry holds it after each
+// logged status, and the status itself (its buffer figures).
 type statusObserver interface {
-	ObserveStatus(device string, online bool, at time.Time)
+	ObserveStatus(device string, online bool, at time.Time, st *wirepb.Status)
 }
 
 // statusConsumers hands a logged status to the consumers that follow
-// connection status (the rules' offline rules), in log order.
-func (a *applier) statusConsumers(e *hublog.Entry) {
+// device status (the rules' offline and buffer rules), in log order.
+func (a *applier) statusConsumers(e *hublog.Entry, st *wirepb.Status) {
 	for _, c := range a.consumers {
 		if so, ok := c.(statusObserver); ok {
 			info, _ := a.reg.Get(e.Device)
-			a.safeCall(c.Name(), func() { so.ObserveStatus(e.Device, info.Online, time.Unix(0, e.ServerTimeNs)) })
+			a.safeCall(c.Name(), func() { so.ObserveStatus(e.Device, info.Online, time.Unix(0, e.ServerTimeNs), st) })
 		}
 	}
 }
 
-// ObserveStatus implements statusObserver.
-func (c *alertsConsumer) ObserveStatus(device string, online bool, at time.Time) {
+// ObserveStatus implements statusObserver: the connection status feeds
+// offline rules, and an online status's buffer figures feed buffer rules
+// (an offline status's are left out: a last will's were taken when its
+// connection began). A status without them (an agent that does not
+// report its buffer) changes nothing for buffer rules.
+func (c *alertsConsumer) ObserveStatus(device string, online bool, at time.Time, st *wirepb.Status) {
 	c.ev.Connection(device, online, at)
+	if bs, ok := bufferStatus(st, at); ok {
+		c.ev.Buffer(device, bs)
+	}
+}
+
+// bufferStatus is the rules' view of a status's buffer figures; false
+// when the status is offline or has none. A fill rate that is not a
+// finite number counts as none.
+func bufferStatus(st *wirepb.Status, at time.Time) (rules.BufferStatus, bool) {
+	b := st.GetBuffer()
+	if b == nil || !st.GetOnline() {
+		return rules.BufferStatus{}, false
+	}
+	rate := b.GetFillRate()
+	if math.IsNaN(rate) || math.IsInf(rate, 0) {
+		rate = 0
+	}
+	return rules.BufferStatus{UsedBytes: b.GetUsedBytes(), CapacityBytes: b.GetCapacityBytes(), FillRate: rate, At: at}, true
 }

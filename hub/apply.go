@@ -62,7 +62,7 @@ func (a *applier) applyEntry(e *hublog.Entry, v *batchview.View) error {
 			return fmt.Errorf("%w: log entry %d: status: %v", hublog.ErrCorrupt, e.Seq, err)
 		}
 		a.reg.ApplyStatus(e, st)
-		a.statusConsumers(e)
+		a.statusConsumers(e, st)
 	case hublog.KindBatch:
 		if v == nil {
 			var err error

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Browser tests of hubd's dashboard (also with a read token): installs Debian's chromium if it is
 # missing, then runs TestDashboardInBrowser (a hub fed by a small simulated
-# fleet, loaded in headless Chromium; the table and the chart are checked
-# against the API). Screenshots go to $EDGEFLOW_SCREENSHOT_DIR (default
+# fleet, loaded in headless Chromium; the table, the chart and the firing
+# alerts are checked against the API, and a buffer alert is followed through
+# the stream). Screenshots go to $EDGEFLOW_SCREENSHOT_DIR (default
 # dist/screenshots). EDGEFLOW_UPDATE_DOCS_SCREENSHOT=1 also rewrites
 # docs/dashboard.png from a longer run (about 3 minutes).
 set -euo pipefail

@@ -3,6 +3,7 @@ package uplink
 import (
 	"time"
 
+	"edgeflow/buffer"
 	"edgeflow/wire"
 	"edgeflow/wire/wirepb"
 )
@@ -102,6 +103,23 @@ func backlogOf(st Stream) *wirepb.Backlog {
 	return &wirepb.Backlog{Events: s.Depth, Bytes: uint64(max(s.Bytes, 0)), OldestNs: s.OldestMs * int64(time.Millisecond)}
 }
 
+// fillStream is a Stream that reports how full it is (buffer.Stream).
+type fillStream interface {
+	Fill() buffer.Fill
+}
+
+// bufferFillOf reads the buffer's fill figures for status messages (nil
+// for a stream that does not report them). It reads counters only.
+func bufferFillOf(st Stream) *wirepb.BufferFill {
+	fs, ok := st.(fillStream)
+	if !ok {
+		return nil
+	}
+	f := fs.Fill()
+	return &wirepb.BufferFill{CapacityBytes: uint64(max(f.CapacityBytes, 0)), UsedBytes: uint64(max(f.UsedBytes, 0)),
+		FillRate: f.Rate, RateIntervalNs: int64(f.RateInterval)}
+}
+
 // statusPayload encodes the retained status message (and the last will).
 func (u *Uplink) statusPayload(online bool) []byte {
 	s := &wirepb.Status{
@@ -112,6 +130,9 @@ func (u *Uplink) statusPayload(online bool) []byte {
 		TimeNs:     u.opts.Now().UnixNano(),
 		Version:    u.opts.Version,
 		Connection: u.connID,
+	}
+	if online { // a last will's figures would be those of the connection's start
+		s.Buffer = bufferFillOf(u.st)
 	}
 	if u.opts.Clock != nil {
 		s.Clock = u.opts.Clock()

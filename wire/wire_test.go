@@ -5,7 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"edgeflow/wire/wirepb"
@@ -198,5 +200,50 @@ func TestTopics(t *testing.T) {
 		if _, _, err := ParseTopic(bad); err == nil {
 			t.Errorf("ParseTopic(%q) accepted", bad)
 		}
+	}
+}
+
+// TestStatusBufferCompat: a status with the buffer field round-trips; its
+// other fields encode exactly as in a status without it (what an agent
+// that does not report its buffer sends), so a reader that skips field 9
+// sees the same status; and such an older status decodes with no buffer.
+func TestStatusBufferCompat(t *testing.T) {
+	old := &wirepb.Status{DeviceId: "d", Online: true, Backlog: &wirepb.Backlog{Events: 3, Bytes: 120}, TimeNs: 5, Version: "v", Connection: 9}
+	cur := proto.Clone(old).(*wirepb.Status)
+	cur.Buffer = &wirepb.BufferFill{CapacityBytes: 1 << 20, UsedBytes: 1 << 19, FillRate: -12.5, RateIntervalNs: int64(time.Minute)}
+	f, err := EncodeStatus(cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeStatus(f, Limits{})
+	if err != nil || !proto.Equal(cur, got) {
+		t.Fatalf("status with buffer: %v %v", got, err)
+	}
+	body, err := proto.MarshalOptions{Deterministic: true}.Marshal(cur)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rest []byte // body without field 9, as a reader that skips it sees it
+	for b := body; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			t.Fatalf("bad tag at %x", b)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			t.Fatalf("bad field %d at %x", num, b)
+		}
+		if num != 9 {
+			rest = append(rest, b[:n+m]...)
+		}
+		b = b[n+m:]
+	}
+	want, _ := proto.MarshalOptions{Deterministic: true}.Marshal(old)
+	if !bytes.Equal(rest, want) {
+		t.Fatalf("without field 9: %x\nolder status:      %x", rest, want)
+	}
+	f, _ = EncodeStatus(old)
+	if got, err := DecodeStatus(f, Limits{}); err != nil || got.GetBuffer() != nil {
+		t.Fatalf("older status: %v %v", got, err)
 	}
 }

@@ -13,11 +13,15 @@
   const $ = (id) => document.getElementById(id);
   const SVGNS = 'http://www.w3.org/2000/svg';
   const POLL_DEVICES = 2000, POLL_CHART = 3000, POLL_METRICS = 2000, POLL_LATE = 4000;
+  const ALERT_PAGE = 1000, MAX_ALERT_PAGES = 5, MAX_ALERT_ROWS = 500; // firing alerts read, and shown
   const DEVICE_PAGE = 1000, MAX_DEVICE_PAGES = 10; // GET v1/devices paging: up to 10,000 devices
   const RATE_POINTS = 90, MAX_CORRECTIONS = 50, CATCHING_UP_MS = 10000, CATCHING_UP_EVENTS = 20;
   const ADHOC_WINDOWS = ['tumbling:10s', 'tumbling:1m', 'tumbling:5m'];
 
   const params = new URLSearchParams(location.search);
+  // alerts_poll_ms: how often the firing alerts are re-read (default 10 s,
+  // at least 1 s); between reads the stream's alert events update them.
+  const POLL_ALERTS = Math.max(1000, Number(params.get('alerts_poll_ms')) || 10000);
   const state = {
     metric: params.get('metric') || 'temp',
     metricChosen: params.has('metric'),
@@ -36,6 +40,9 @@
     metricsKnown: new Set(),
     discovered: false,
     es: null,
+    alerts: new Map(),                  // id -> firing alert
+    alertSeen: new Map(),               // id -> latest revision the stream sent
+    alertsMore: false,
   };
 
   // ---- read token -----------------------------------------------------
@@ -414,7 +421,8 @@
     };
     es.addEventListener('final', onWindow('final'));
     es.addEventListener('revised', onWindow('revised'));
-    es.addEventListener('dropped', () => { es.close(); setTimeout(openStream, 1000); });
+    es.addEventListener('alert', onAlert);
+    es.addEventListener('dropped', () => { es.close(); setTimeout(() => { openStream(); loadAlerts(); }, 1000); });
   }
 
   function restartChart() {
@@ -485,6 +493,84 @@
     root.append(svg('polyline', { points: coords.join(' '), 'data-last': pts[pts.length - 1].v }));
   }
 
+  // ---- alerts ---------------------------------------------------------
+  // The firing alerts come from GET v1/alerts?state=firing (paged, at
+  // most MAX_ALERT_PAGES pages, re-read every POLL_ALERTS) and each
+  // "alert" event of v1/stream updates them between reads: a firing
+  // revision adds or replaces its alert, any other state removes it. A
+  // read never undoes a newer revision the stream already delivered.
+  let alertsLoading = false;
+  async function loadAlerts() {
+    if (alertsLoading) return;
+    alertsLoading = true;
+    const got = new Map();
+    let more = false;
+    try {
+      let cursor = '';
+      for (let page = 0; ; page++) {
+        if (page === MAX_ALERT_PAGES) { more = true; break; }
+        const r = await apiFetch('v1/alerts?state=firing&limit=' + ALERT_PAGE + (cursor ? '&cursor=' + encodeURIComponent(cursor) : ''));
+        if (r.status === 404) { setText('alerts-note', 'this hub evaluates no rules (they need aggregate.enabled)'); setText('sum-alerts', '–'); return; }
+        const body = await r.json().catch(() => ({}));
+        if (!r.ok) throw new Error(body.error || (r.status + ' ' + r.statusText));
+        for (const a of body.alerts || []) got.set(a.id, a);
+        if (!body.next) break;
+        cursor = body.next;
+      }
+    } catch (e) { setText('alerts-note', 'error: ' + e.message); return; } finally { alertsLoading = false; }
+    for (const [id, seen] of state.alertSeen) {
+      const a = got.get(id);
+      if (a && a.revision >= seen.revision) continue;
+      if (seen.state === 'firing') got.set(id, seen); else got.delete(id);
+    }
+    state.alertSeen.clear();
+    state.alerts = got;
+    state.alertsMore = more;
+    drawAlerts();
+  }
+  function onAlert(ev) {
+    let a;
+    try { a = JSON.parse(ev.data); } catch (e) { return; }
+    const seen = state.alertSeen.get(a.id);
+    if (seen && seen.revision >= a.revision) return;
+    if (state.alertSeen.size >= 10000) state.alertSeen.clear(); // the next read reconciles
+    state.alertSeen.set(a.id, a);
+    const cur = state.alerts.get(a.id);
+    if (cur && cur.revision >= a.revision) return;
+    if (a.state === 'firing') state.alerts.set(a.id, a); else state.alerts.delete(a.id);
+    drawAlerts();
+  }
+  function drawAlerts() {
+    const all = [...state.alerts.values()].sort((a, b) => Date.parse(b.start) - Date.parse(a.start) || (a.id < b.id ? -1 : 1));
+    const tbody = el('tbody');
+    for (const a of all.slice(0, MAX_ALERT_ROWS)) {
+      const tr = el('tr', { 'data-id': a.id, 'data-rule': a.rule, 'data-group': a.group, 'data-value': a.value, 'data-revision': a.revision,
+        'data-start': a.start, 'data-end': a.end || '' });
+      tr.append(el('td', {}, a.rule));
+      tr.append(el('td', {}, a.group || '(fleet)'));
+      tr.append(el('td', { title: a.start }, fmtTime(a.start)));
+      tr.append(el('td', { title: a.end || 'still open' }, a.end ? fmtTime(a.end) : '–'));
+      tr.append(el('td', { class: 'num', title: String(a.value) }, fmtNum(a.value)));
+      tr.append(el('td', { class: 'num' }, String(a.revision)));
+      tr.append(el('td', { title: a.fired_at }, ago(a.fired_at)));
+      tbody.append(tr);
+    }
+    if (!all.length) emptyRow(tbody, 7, 'none firing');
+    $('alerts').replaceChild(tbody, $('alerts').tBodies[0]);
+    $('alerts').setAttribute('data-count', all.length);
+    const n = String(all.length) + (state.alertsMore ? '+' : '');
+    setText('sum-alerts', n);
+    $('sum-alerts').classList.toggle('firing', all.length > 0);
+    setText('alerts-note', (all.length > MAX_ALERT_ROWS ? 'newest ' + MAX_ALERT_ROWS + ' of ' + n + ' · ' : '') + 'updated ' + hhmmss(Date.now()));
+  }
+  // fmtTime shows a time of today as hh:mm:ss, others with their date.
+  function fmtTime(iso) {
+    const t = Date.parse(iso);
+    if (!t) return '–';
+    const d = new Date(t);
+    return d.toDateString() === new Date().toDateString() ? hhmmss(t) : d.toLocaleString([], { hour12: false });
+  }
+
   // ---- late log -------------------------------------------------------
   async function loadLate() {
     let body;
@@ -536,7 +622,7 @@
     $('token').value = '';
     setText('token-note', t ? 'token set for this tab' : 'token cleared');
     restartChart();
-    loadDevices(); loadMetrics(); loadLate();
+    loadDevices(); loadMetrics(); loadLate(); loadAlerts();
   });
   if (token()) setText('token-note', 'token set for this tab');
 
@@ -545,5 +631,6 @@
   every(POLL_CHART, loadChart);
   every(POLL_METRICS, loadMetrics);
   every(POLL_LATE, loadLate);
+  every(POLL_ALERTS, loadAlerts);
   setInterval(drawChart, 1000); // let correction flashes fade
 })();

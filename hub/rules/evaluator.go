@@ -95,6 +95,11 @@ type Evaluator struct {
 	wm, logTime, minEvent int64
 	// pruned is the watermark of the last prune.
 	pruned int64
+	// idBuf is scratch space for alert ids that are only looked up.
+	idBuf []byte
+	// statusTime is the time of the status Buffer is applying (0
+	// otherwise): the fired_at of the alerts it fires.
+	statusTime int64
 
 	thresholds []*thresholdState
 	absences   []*absenceState
@@ -157,9 +162,13 @@ func (e *Evaluator) Stats() Stats {
 	return s
 }
 
-// procTime is the processing time alerts fire at: the log's latest server
-// time when batches were seen (so a replay repeats it), else the clock.
+// procTime is the processing time alerts fire at: the status being applied
+// (buffer rules), else the log's latest server time when batches were seen
+// (so a replay repeats it), else the clock.
 func (e *Evaluator) procTime() time.Time {
+	if e.statusTime != 0 {
+		return time.Unix(0, e.statusTime).UTC()
+	}
 	if e.logTime != 0 {
 		return time.Unix(0, e.logTime).UTC()
 	}
@@ -301,6 +310,8 @@ func (e *Evaluator) Buffer(device string, s BufferStatus) {
 	e.mu.Lock()
 	defer e.unlockAndPublish()
 	g := deviceGroup(device)
+	e.statusTime = s.At.UnixNano()
+	defer func() { e.statusTime = 0 }()
 	ratio := 0.0
 	if s.CapacityBytes > 0 {
 		ratio = float64(s.UsedBytes) / float64(s.CapacityBytes)

@@ -146,3 +146,15 @@ func near(a, b float64) bool {
 	d := a - b
 	return d < 1e-9 && d > -1e-9 || d/b < 1e-9 && d/b > -1e-9
 }
+
+// TestResultIDMatchesAlertID: the scratch-built id of a window result is
+// alertID of its group, with and without grouping.
+func TestResultIDMatchesAlertID(t *testing.T) {
+	res := &aggregate.WindowResult{Group: map[string]string{"device": "d7", "room": "k"}}
+	for _, gb := range [][]string{nil, {"device"}, {"room", "device"}, {"metric"}} {
+		r := &Rule{Name: "r1", GroupBy: gb}
+		if got, want := string(appendResultID(nil, r, res, -42)), alertID(r.Name, resultGroup(gb, res.Group), -42); got != want {
+			t.Fatalf("group_by %v: %q, want %q", gb, got, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"slices"
+	"strconv"
 
 	"edgeflow/aggregate"
 )
@@ -94,20 +95,26 @@ func (e *Evaluator) sequenceEvent(s *sequenceState, device string, ev *aggregate
 	if !addA && !addB {
 		return
 	}
-	g := deviceGroup(device)
 	if p, ok := d.prevA(ev.Time); ok {
-		e.evalMatch(r, g, d, p)
+		e.evalMatch(r, device, d, p)
 	}
 	if addA {
-		e.evalMatch(r, g, d, ev.Time)
+		e.evalMatch(r, device, d, ev.Time)
 	}
 }
 
-func (e *Evaluator) evalMatch(r *Rule, g string, d *seqDevice, a int64) {
+// evalMatch fires or resolves the match of the A at a. An A without a
+// match and without an alert (the common case) costs a lookup by an id
+// built in scratch space, no allocation.
+func (e *Evaluator) evalMatch(r *Rule, device string, d *seqDevice, a int64) {
 	b, ok := d.match(a, int64(r.Within))
 	if ok {
-		e.set(r.Name, g, a, Firing, float64(b-a)/1e9, b)
-	} else {
-		e.resolve(r.Name, g, a)
+		e.set(r.Name, deviceGroup(device), a, Firing, float64(b-a)/1e9, b)
+		return
+	}
+	e.idBuf = append(append(append(append(e.idBuf[:0], r.Name...), "/device="...), device...), '/')
+	e.idBuf = strconv.AppendInt(e.idBuf, a, 10)
+	if e.alerts[string(e.idBuf)] != nil {
+		e.resolve(r.Name, deviceGroup(device), a)
 	}
 }

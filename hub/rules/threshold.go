@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -210,14 +211,23 @@ func (e *Evaluator) threshold(name string) *thresholdState {
 
 func (e *Evaluator) observeWindow(t *thresholdState, res *aggregate.WindowResult) {
 	r := t.rule
-	g := resultGroup(r.GroupBy, res.Group)
 	v := aggValue(r.Agg, res)
 	cross := res.Count > 0 && r.Op.Compare(v, r.Value)
 	start, end := res.Start.UnixNano(), res.End.UnixNano()
 	if r.For <= 1 {
-		e.thresholdAlert(r, g, start, end, cross, v)
+		if !cross {
+			// Most windows of a healthy fleet: only an existing alert
+			// matters, found by an id built in scratch space, so the
+			// common case allocates nothing.
+			e.idBuf = appendResultID(e.idBuf[:0], r, res, start)
+			if e.alerts[string(e.idBuf)] == nil {
+				return
+			}
+		}
+		e.thresholdAlert(r, resultGroup(r.GroupBy, res.Group), start, end, cross, v)
 		return
 	}
+	g := resultGroup(r.GroupBy, res.Group)
 	m := t.crossing[g]
 	if m == nil {
 		if !cross {
@@ -263,6 +273,23 @@ func (e *Evaluator) thresholdAlert(r *Rule, g string, start, end int64, cross bo
 	if a := e.alerts[alertID(r.Name, g, start)]; a != nil {
 		e.set(r.Name, g, start, Resolved, v, end)
 	}
+}
+
+// appendResultID appends the id of r's alert for window result res
+// starting at start (alertID of its group) to b.
+func appendResultID(b []byte, r *Rule, res *aggregate.WindowResult, start int64) []byte {
+	b = append(b, r.Name...)
+	b = append(b, '/')
+	for i, d := range r.GroupBy {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, d...)
+		b = append(b, '=')
+		b = append(b, res.Group[d]...)
+	}
+	b = append(b, '/')
+	return strconv.AppendInt(b, start, 10)
 }
 
 func aggValue(agg string, r *aggregate.WindowResult) float64 {

@@ -913,7 +913,11 @@ type Status struct {
 	// publishes the old connection's will when it closes that connection,
 	// possibly after the new connection's online status; the hub ignores an
 	// offline status whose connection differs from the online one it holds.
-	Connection    uint64 `protobuf:"fixed64,8,opt,name=connection,proto3" json:"connection,omitempty"`
+	Connection uint64 `protobuf:"fixed64,8,opt,name=connection,proto3" json:"connection,omitempty"`
+	// The agent's buffer: how full it is and how fast it fills, so the hub
+	// can tell the fill ratio and the time until it is full. Absent from
+	// agents that do not report it.
+	Buffer        *BufferFill `protobuf:"bytes,9,opt,name=buffer,proto3" json:"buffer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1004,6 +1008,86 @@ func (x *Status) GetConnection() uint64 {
 	return 0
 }
 
+func (x *Status) GetBuffer() *BufferFill {
+	if x != nil {
+		return x.Buffer
+	}
+	return nil
+}
+
+// BufferFill is how full an agent's buffer is.
+type BufferFill struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes the buffer may hold (its bound) and bytes it holds, both counted
+	// as uncompressed records (what the bound counts).
+	CapacityBytes uint64 `protobuf:"varint,1,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	UsedBytes     uint64 `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// Recent change of used_bytes in bytes/s (negative while it drains),
+	// measured over rate_interval_ns (0: no rate yet).
+	FillRate       float64 `protobuf:"fixed64,3,opt,name=fill_rate,json=fillRate,proto3" json:"fill_rate,omitempty"`
+	RateIntervalNs int64   `protobuf:"varint,4,opt,name=rate_interval_ns,json=rateIntervalNs,proto3" json:"rate_interval_ns,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BufferFill) Reset() {
+	*x = BufferFill{}
+	mi := &file_wirepb_wire_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BufferFill) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BufferFill) ProtoMessage() {}
+
+func (x *BufferFill) ProtoReflect() protoreflect.Message {
+	mi := &file_wirepb_wire_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BufferFill.ProtoReflect.Descriptor instead.
+func (*BufferFill) Descriptor() ([]byte, []int) {
+	return file_wirepb_wire_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BufferFill) GetCapacityBytes() uint64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *BufferFill) GetUsedBytes() uint64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *BufferFill) GetFillRate() float64 {
+	if x != nil {
+		return x.FillRate
+	}
+	return 0
+}
+
+func (x *BufferFill) GetRateIntervalNs() int64 {
+	if x != nil {
+		return x.RateIntervalNs
+	}
+	return 0
+}
+
 var File_wirepb_wire_proto protoreflect.FileDescriptor
 
 const file_wirepb_wire_proto_rawDesc = "" +
@@ -1067,7 +1151,7 @@ const file_wirepb_wire_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x13\n" +
 	"\x05t1_ns\x18\x02 \x01(\x03R\x04t1Ns\x12\x13\n" +
 	"\x05t2_ns\x18\x03 \x01(\x03R\x04t2Ns\x12\x13\n" +
-	"\x05t3_ns\x18\x04 \x01(\x03R\x04t3Ns\"\x99\x02\n" +
+	"\x05t3_ns\x18\x04 \x01(\x03R\x04t3Ns\"\xcf\x02\n" +
 	"\x06Status\x12\x1b\n" +
 	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\x12\x16\n" +
 	"\x06online\x18\x02 \x01(\bR\x06online\x12\x1b\n" +
@@ -1078,7 +1162,15 @@ const file_wirepb_wire_proto_rawDesc = "" +
 	"\aversion\x18\a \x01(\tR\aversion\x12\x1e\n" +
 	"\n" +
 	"connection\x18\b \x01(\x06R\n" +
-	"connection*\xa6\x01\n" +
+	"connection\x124\n" +
+	"\x06buffer\x18\t \x01(\v2\x1c.edgeflow.wire.v1.BufferFillR\x06buffer\"\x99\x01\n" +
+	"\n" +
+	"BufferFill\x12%\n" +
+	"\x0ecapacity_bytes\x18\x01 \x01(\x04R\rcapacityBytes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x02 \x01(\x04R\tusedBytes\x12\x1b\n" +
+	"\tfill_rate\x18\x03 \x01(\x01R\bfillRate\x12(\n" +
+	"\x10rate_interval_ns\x18\x04 \x01(\x03R\x0erateIntervalNs*\xa6\x01\n" +
 	"\n" +
 	"TimeMethod\x12\x19\n" +
 	"\x15TIME_METHOD_UNTRUSTED\x10\x00\x12\x13\n" +
@@ -1107,7 +1199,7 @@ func file_wirepb_wire_proto_rawDescGZIP() []byte {
 }
 
 var file_wirepb_wire_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_wirepb_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_wirepb_wire_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_wirepb_wire_proto_goTypes = []any{
 	(TimeMethod)(0),       // 0: edgeflow.wire.v1.TimeMethod
 	(AckStatus)(0),        // 1: edgeflow.wire.v1.AckStatus
@@ -1121,6 +1213,7 @@ var file_wirepb_wire_proto_goTypes = []any{
 	(*TimeRequest)(nil),   // 9: edgeflow.wire.v1.TimeRequest
 	(*TimeResponse)(nil),  // 10: edgeflow.wire.v1.TimeResponse
 	(*Status)(nil),        // 11: edgeflow.wire.v1.Status
+	(*BufferFill)(nil),    // 12: edgeflow.wire.v1.BufferFill
 }
 var file_wirepb_wire_proto_depIdxs = []int32{
 	2,  // 0: edgeflow.wire.v1.Event.tags:type_name -> edgeflow.wire.v1.Tag
@@ -1134,11 +1227,12 @@ var file_wirepb_wire_proto_depIdxs = []int32{
 	4,  // 8: edgeflow.wire.v1.Ack.refused:type_name -> edgeflow.wire.v1.Gap
 	6,  // 9: edgeflow.wire.v1.Status.backlog:type_name -> edgeflow.wire.v1.Backlog
 	5,  // 10: edgeflow.wire.v1.Status.clock:type_name -> edgeflow.wire.v1.ClockEstimate
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	12, // 11: edgeflow.wire.v1.Status.buffer:type_name -> edgeflow.wire.v1.BufferFill
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_wirepb_wire_proto_init() }
@@ -1152,7 +1246,7 @@ func file_wirepb_wire_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_wirepb_wire_proto_rawDesc), len(file_wirepb_wire_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
