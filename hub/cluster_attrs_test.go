@@ -20,7 +20,8 @@ import (
 // give group_by=attr.site equal to the brute-force join. A malformed
 // attribute entry in the stream is counted and not applied. The answers
 // hold after a crash (replay of the local log and the stream after its
-// committed positions) and on a hub with an empty data directory (a
+// committed positions), after a clean restart (the checkpoint), and on a
+// hub with an empty data directory (a
 // replay of the whole stream, as a takeover by another hub does).
 func TestClusterAttributes(t *testing.T) {
 	c := testnats.Start(t, 1)
@@ -115,6 +116,12 @@ func TestClusterAttributes(t *testing.T) {
 	publish(s2, "pump.2", 4, true, 21*time.Minute, 6*time.Minute) // one after the new version, one late
 	check(s2, "after the restart's writes")
 	stop2(false)
+
+	// A clean stop wrote a checkpoint: the next start restores the table
+	// from it.
+	s4, stop4 := startClusterHub(t, opts(dir))
+	check(s4, "after a restart from the checkpoint")
+	stop4(false)
 
 	// An empty data directory: the whole stream is replayed, versions in
 	// order with the batches, the malformed entry skipped again.
