@@ -106,8 +106,9 @@ func BenchmarkAttrIngest(b *testing.B) {
 }
 
 // BenchmarkAttrQuery measures the query-time cost of the attribute join:
-// 1,000 devices with two hours of one event every 10 s each (one live
-// partial per bucket: 720,000 partials), 10 attributes per device and a
+// 1,000 devices with two hours of one event every 10 s each, sent in time
+// order in batches of five minutes (one live partial per bucket, none
+// late: 720,000 partials), 10 attributes per device and a
 // new version per device per hour (staggered, on bucket boundaries), and a
 // query of 1m tumbling windows over the two hours grouped by attr.site
 // (20 sites), by the tag zone (20 values: the same groups' shape without
@@ -123,6 +124,7 @@ func BenchmarkAttrQuery(b *testing.B) {
 	opt.EvictAfter = 48 * time.Hour
 	opt.MaxQueryResults = 1 << 20 // group_by=device: 120,000 windows
 	opt.TagKeys = []string{"zone"}
+	opt.AllowedLateness = 10 * time.Minute // a batch's window (5 minutes) with room: none late
 	e := newEngine(b, opt)
 	tab := &memAttrs{dev: map[string][]AttrVersion{}}
 	e.SetAttrSource(tab)
@@ -137,15 +139,22 @@ func BenchmarkAttrQuery(b *testing.B) {
 			attrs["site"] = "site-" + strconv.Itoa((d+h+1)%20)
 			tab.put(dev, AttrVersion{From: at(time.Duration(h)*time.Hour + stagger), Attrs: attrs})
 		}
-		for h := 0; h < hours; h++ {
-			bt := &Batch{Device: dev, Stream: sid(d), ServerTime: at(time.Duration(h+1) * time.Hour)}
+	}
+	// Five minutes a batch, devices taking turns: events arrive in time
+	// order, none late.
+	for m := 0; m < hours*12; m++ {
+		for d := 0; d < attrBenchDevices; d++ {
+			bt := &Batch{Device: "dev-" + strconv.Itoa(d), Stream: sid(d), ServerTime: at(time.Duration(m+1) * 5 * time.Minute)}
 			zone := []Tag{{"zone", "zone-" + strconv.Itoa(d%20)}}
-			for s := 0; s < 360; s++ {
-				bt.Events = append(bt.Events, Event{Seq: uint64(h*360 + s + 1), Metric: "temp", Value: float64((s+d)%97) + 0.5,
-					Time: at(time.Duration(h)*time.Hour + time.Duration(s)*10*time.Second), Tags: zone})
+			for s := 0; s < 30; s++ {
+				bt.Events = append(bt.Events, Event{Seq: uint64(m*30 + s + 1), Metric: "temp", Value: float64((s+d)%97) + 0.5,
+					Time: at(time.Duration(m)*5*time.Minute + time.Duration(s)*10*time.Second), Tags: zone})
 			}
 			mustApply(b, e, bt)
 		}
+	}
+	if st := e.Stats(); st.Late+st.TooLate != 0 {
+		b.Fatalf("%d late events, %d too late", st.Late, st.TooLate)
 	}
 	aggs := AggCount | AggSum | AggMin | AggMax | AggAvg
 	queries := []struct {
