@@ -33,6 +33,8 @@ const clusterAttrApplyWait = 30 * time.Second
 type clusterAttrs struct {
 	mu    sync.Mutex
 	waits map[string]chan error
+	// applyWait replaces clusterAttrApplyWait when set (tests).
+	applyWait time.Duration
 }
 
 // add registers a write by its message ID; the returned channel takes
@@ -91,7 +93,11 @@ func (s *Server) writeClusterAttrs(ctx context.Context, ws []api.AttrWrite) erro
 	if err != nil {
 		return fmt.Errorf("cluster mode: storing attribute versions in the stream: %w", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, clusterAttrApplyWait)
+	wait := clusterAttrApplyWait
+	if s.cl.attrs.applyWait > 0 {
+		wait = s.cl.attrs.applyWait
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	n := s.opts.NATS.Log.Partitions
 	for i, ch := range chans {

@@ -135,3 +135,36 @@ func TestClusterAttributes(t *testing.T) {
 		t.Fatalf("history: %d %s", code, body)
 	}
 }
+
+// TestClusterAttributesStoredNotApplied: a write the stream stores while
+// this hub does not read its partition (its readers stopped, as a hub
+// falling behind or shutting down) answers 202 naming the partition and
+// sequence, nothing is applied here; the next hub on the data directory
+// reads it from the stream and applies it.
+func TestClusterAttributesStoredNotApplied(t *testing.T) {
+	c := testnats.Start(t, 1)
+	dir := t.TempDir()
+	o, _ := clusterOptions(t, dir, c, 1)
+	o.HTTPReadToken, o.HTTPWriteToken = attrReadToken, attrWriteToken
+	s, stop := startClusterHub(t, o)
+	from := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	putAttrs(t, s, "pump-1", "north", from)
+	s.stopCluster()
+	s.cl.attrs.applyWait = 100 * time.Millisecond
+	body := fmt.Sprintf(`{"attributes":{"site":"south"},"effective_from":%q}`, from.Add(time.Minute).Format(time.RFC3339))
+	code, resp := attrDo(t, s, "PUT", "/v1/devices/pump-1/attributes", attrWriteToken, body)
+	want := fmt.Sprintf("partition %d, sequence 2", natslog.PartitionOf("pump-1", o.NATS.Log.Partitions))
+	if code != 202 || !strings.Contains(resp, want) {
+		t.Fatalf("write with the readers stopped: %d %s, want 202 naming %s", code, resp, want)
+	}
+	if n := len(s.attrs.AttrVersions("pump-1")); n != 1 {
+		t.Fatalf("%d versions applied with the readers stopped, want 1", n)
+	}
+	stop(false)
+	o2, _ := clusterOptions(t, dir, c, 1)
+	s2, _ := startClusterHub(t, o2)
+	waitUntil(t, "the stored version applied after the restart", func() bool {
+		v, ok := s2.attrs.At("pump-1", from.Add(time.Minute).UnixNano())
+		return ok && v.Attrs["site"] == "south"
+	})
+}
