@@ -123,14 +123,18 @@ func (r *queryRun) collectAttrs(ids []uint32) error {
 			return err
 		}
 		vs := r.e.attrs.AttrVersions(s.device)
-		for i := 0; i < len(parts); {
-			attrs := AttrAt(vs, r.e.partTime(&parts[i]))
+		for i, vi := 0, -1; i < len(parts); {
+			vi = versionAt(vs, r.e.partTime(&parts[i]), vi)
 			j := i + 1
-			for j < len(parts) && sameMap(AttrAt(vs, r.e.partTime(&parts[j])), attrs) {
+			for j < len(parts) && versionAt(vs, r.e.partTime(&parts[j]), vi) == vi {
 				j++
 			}
 			run := parts[i:j:j]
 			i = j
+			var attrs map[string]string
+			if vi >= 0 {
+				attrs = vs[vi].Attrs
+			}
 			if !attrsMatch(attrs, r.p.AttrFilter) {
 				continue
 			}
@@ -151,22 +155,27 @@ func (r *queryRun) collectAttrs(ids []uint32) error {
 	return nil
 }
 
-// sameMap reports whether a and b are the same map (versions are shared,
-// so identity is the cheap test; equal contents in two versions only cost
-// a second run).
-func sameMap(a, b map[string]string) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
-	}
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
+// versionAt returns the index in vs (sorted by From) of the version in
+// force at t, -1 before the first, as AttrAt finds it. hint is the index
+// found for the previous partial: a series' partials come in time order,
+// so the answer is usually hint or a little after it, found without a
+// search. Consecutive versions with equal contents get distinct indexes
+// and so only cost a second run into the same group.
+func versionAt(vs []AttrVersion, t int64, hint int) int {
+	if hint < -1 || hint >= len(vs) || hint >= 0 && vs[hint].From > t {
+		i, found := slices.BinarySearchFunc(vs, t, func(v AttrVersion, t int64) int { return cmp.Compare(v.From, t) })
+		if found {
+			return i
 		}
+		return i - 1
 	}
-	return true
+	for steps := 0; hint+1 < len(vs) && vs[hint+1].From <= t; steps++ {
+		if steps == 8 { // far behind: search the rest
+			return hint + 1 + versionAt(vs[hint+1:], t, len(vs))
+		}
+		hint++
+	}
+	return hint
 }
 
 // attrsMatch reports whether attrs hold every key=value of filter.

@@ -227,3 +227,28 @@ func TestAttrQueriesRefused(t *testing.T) {
 		t.Fatalf("empty key: %v", err)
 	}
 }
+
+// TestVersionAt: versionAt finds the version AttrAt finds, from any hint
+// (partials in order, out of order, and far past the hint).
+func TestVersionAt(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	for n := 0; n < 40; n++ {
+		var vs []AttrVersion
+		for from := int64(r.IntN(5)); len(vs) < n; from += 1 + int64(r.IntN(3)) {
+			vs = append(vs, AttrVersion{From: from, Attrs: map[string]string{"v": fmt.Sprint(len(vs))}})
+		}
+		hint := -1
+		for k := 0; k < 200; k++ {
+			tm := int64(r.IntN(3*n+10)) - 3
+			if r.IntN(4) == 0 {
+				hint = r.IntN(n+3) - 2 // any hint, valid or not
+			}
+			got := versionAt(vs, tm, hint)
+			want := AttrAt(vs, tm)
+			if got < -1 || got >= len(vs) || (got == -1) != (want == nil) || got >= 0 && vs[got].Attrs["v"] != want["v"] {
+				t.Fatalf("%d versions, t %d, hint %d: index %d, AttrAt %v", n, tm, hint, got, want)
+			}
+			hint = got
+		}
+	}
+}

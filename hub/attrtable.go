@@ -124,12 +124,11 @@ func (s *Server) Attributes() *attrs.Table { return s.attrs }
 
 // WriteAttributes logs each write as an attribute entry and returns once
 // all are applied (or ctx ends). Writes the table refuses are refused
-// before any is logged. Cluster mode refuses writes (api.ErrAttrWritesUnsupported):
-// its log is the NATS stream of device batches, which this hub does not
-// publish to.
+// before any is logged. In cluster mode the log is the stream: each write
+// is published on its device's partition (writeClusterAttrs).
 func (s *Server) WriteAttributes(ctx context.Context, ws []api.AttrWrite) error {
 	if s.cl != nil {
-		return api.ErrAttrWritesUnsupported
+		return s.writeClusterAttrs(ctx, ws)
 	}
 	if !s.recovered.Load() || s.com == nil {
 		return api.ErrNotReady

@@ -132,9 +132,11 @@ func waitAttrApplied(t *testing.T, s *Server, base time.Time, n uint64) {
 
 // TestAttributesJoinCrashRebuild: a device moves from north to south with
 // some of its pre-move events sent after the move; a second device's site
-// is corrected retroactively after its events arrived; the hub is crashed
-// (no final checkpoint) and restarted, then rebuilt. group_by=attr.site
-// equals the brute-force join at every step.
+// is corrected retroactively after its events arrived; events are sent
+// again under sequence numbers already applied (in other batches, and
+// after the crash and the rebuild); the hub is crashed (no final
+// checkpoint) and restarted, then rebuilt. group_by=attr.site equals the
+// brute-force join at every step.
 func TestAttributesJoinCrashRebuild(t *testing.T) {
 	dir := t.TempDir()
 	s1 := startHub(t, attrHubOptions(t, dir))
@@ -157,11 +159,36 @@ func TestAttributesJoinCrashRebuild(t *testing.T) {
 			t.Fatalf("ack %v", a)
 		}
 	}
+	// resend sends events again under sequence numbers the stream already
+	// applied (fresh: how many of them, at the end, are new), in another
+	// batch than the first time: the hub applies only the new ones.
+	resend := func(d *device, first uint64, fresh int, offsets ...time.Duration) {
+		t.Helper()
+		var ts []int64
+		var vs []float64
+		for i, off := range offsets {
+			ts = append(ts, base.Add(off).UnixNano())
+			vs = append(vs, float64(int(first)+i))
+			if i >= len(offsets)-fresh {
+				sent = append(sent, sentEvent{d.id, ts[i], vs[i]})
+			}
+		}
+		want := wirepb.AckStatus_ACK_STATUS_OK
+		if fresh == 0 {
+			want = wirepb.AckStatus_ACK_STATUS_DUPLICATE
+		}
+		if a := d.send(timedBatch(d.id, d.stream, first, ts, vs)); a.Status != want {
+			t.Fatalf("ack %v, want %v", a, want)
+		}
+	}
 	send(d1, 1, time.Minute, 2*time.Minute)
 	send(d2, 1, time.Minute, 7*time.Minute, 12*time.Minute)
-	putAttrs(t, s1, "pump-1", "south", move)       // the move
-	send(d1, 3, 11*time.Minute, 12*time.Minute)    // after it
-	send(d1, 5, 9*time.Minute, 9*time.Minute+30e9) // from before it, sent after it
+	resend(d2, 2, 0, 7*time.Minute)                                    // 2 again, alone
+	putAttrs(t, s1, "pump-1", "south", move)                           // the move
+	send(d1, 3, 11*time.Minute, 12*time.Minute)                        // after it
+	send(d1, 5, 9*time.Minute, 9*time.Minute+30e9)                     // from before it, sent after it
+	resend(d1, 1, 0, time.Minute, 2*time.Minute)                       // 1..2 again
+	resend(d1, 5, 1, 9*time.Minute, 9*time.Minute+30e9, 3*time.Minute) // 5..6 again, 7 new (late)
 	waitAttrApplied(t, s1, base, uint64(len(sent)))
 	if got, want := querySites(t, s1, base), bruteSites(sent, versions); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after the move:\n got %v\nwant %v", got, want)
@@ -176,7 +203,7 @@ func TestAttributesJoinCrashRebuild(t *testing.T) {
 	// Enrichment: stored events carry the version of their event time.
 	code, body := attrDo(t, s1, "GET", fmt.Sprintf("/v1/events?device=pump-1&from=%d&to=%d", base.UnixMilli(), base.Add(time.Hour).UnixMilli()), attrReadToken, "")
 	var evs hubapi.EventsResponse
-	if code != 200 || json.Unmarshal([]byte(body), &evs) != nil || len(evs.Events) != 6 {
+	if code != 200 || json.Unmarshal([]byte(body), &evs) != nil || len(evs.Events) != 7 {
 		t.Fatalf("events: %d %s", code, body)
 	}
 	for _, e := range evs.Events {
@@ -199,6 +226,16 @@ func TestAttributesJoinCrashRebuild(t *testing.T) {
 	if got := querySites(t, s2, base); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after the crash:\n got %v\nwant %v", got, want)
 	}
+	// The same streams again after the restart: what they sent before it
+	// is still a duplicate.
+	d1, d2 = reconnect(t, s2, d1), reconnect(t, s2, d2)
+	resend(d1, 2, 0, 2*time.Minute, 11*time.Minute)
+	resend(d2, 1, 1, time.Minute, 7*time.Minute, 12*time.Minute, 14*time.Minute)
+	want = bruteSites(sent, versions)
+	waitAttrApplied(t, s2, base, uint64(len(sent)))
+	if got := querySites(t, s2, base); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after duplicates across the crash:\n got %v\nwant %v", got, want)
+	}
 	if err := s2.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +250,11 @@ func TestAttributesJoinCrashRebuild(t *testing.T) {
 	waitAttrApplied(t, s3, base, uint64(len(sent)))
 	if got := querySites(t, s3, base); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after the rebuild:\n got %v\nwant %v", got, want)
+	}
+	d1 = reconnect(t, s3, d1)
+	resend(d1, 3, 0, 11*time.Minute, 12*time.Minute, 9*time.Minute, 9*time.Minute+30e9)
+	if got := querySites(t, s3, base); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after duplicates across the rebuild:\n got %v\nwant %v", got, want)
 	}
 	code, body = attrDo(t, s3, "GET", "/v1/devices/pump-2/attributes/history", attrReadToken, "")
 	if code != 200 || strings.Count(body, `"site"`) != 2 || !strings.Contains(body, "east") {
@@ -266,4 +308,14 @@ func TestAttributesBadWrites(t *testing.T) {
 	if code, body := attrDo(t, s, "GET", "/v1/devices/d3/attributes?at=0", "", ""); code != 401 {
 		t.Fatalf("read without the read token: %d %s", code, body)
 	}
+}
+
+// reconnect connects d's device (its stream) to s's broker, as the agent
+// does after a hub restart.
+func reconnect(t *testing.T, s *Server, d *device) *device {
+	t.Helper()
+	d.c.Disconnect(0)
+	n := newDevice(t, "tcp://"+s.BrokerAddr(), d.id)
+	n.stream = d.stream
+	return n
 }

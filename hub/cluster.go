@@ -24,6 +24,7 @@ type clusterMode struct {
 	wg             sync.WaitGroup
 	snap           clusterSnap     // state snapshots (cluster_snapshot.go)
 	bf             clusterBackfill // the local log's backfill after a restore (cluster_backfill.go)
+	attrs          clusterAttrs    // attribute writes awaiting their apply (cluster_attrs.go)
 }
 
 // loadLogPositions reads each partition's committed position from the
@@ -109,7 +110,8 @@ func (s *Server) readPartition(ctx context.Context, l *natslog.Log, p int, from 
 		Skipped: func(seq, after uint64) { s.cl.CatchUp.Skipped(p, seq, after) },
 		Deliver: func(m natslog.Message) {
 			s.enqueue(func() {
-				worker <- inMsg{device: m.Device, payload: m.Data, serverTimeNs: m.Stored.UnixNano(), logPart: m.Partition, logSeq: m.Seq}
+				worker <- inMsg{device: m.Device, payload: m.Data, serverTimeNs: m.Stored.UnixNano(), logPart: m.Partition, logSeq: m.Seq,
+					streamKind: m.Kind, streamID: m.ID}
 			})
 		}}
 	r.ReadPartition(ctx, p, from)

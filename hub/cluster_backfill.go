@@ -266,6 +266,9 @@ func (w *backfillWriter) ranges(key hublog.StreamKey) (limit, done *ranges.Range
 // the snapshot) lists nothing either.
 func (w *backfillWriter) add(m natslog.Message) {
 	w.through = max(w.through, m.Seq)
+	if m.Kind != "" {
+		return // not a batch: an attribute version lists no event
+	}
 	v := &w.views
 	if batchview.ParseBatchFrame(v, m.Data, w.s.opts.Limits) != nil || batchview.ValidateBatch(v, m.Device) != nil || v.Len() == 0 {
 		return

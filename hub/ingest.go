@@ -20,6 +20,10 @@ type inMsg struct {
 	// cluster's stream (logSeq 0: not read from a stream).
 	logPart int
 	logSeq  uint64
+	// streamKind and streamID are the stream message's natslog.HeaderKind
+	// and Nats-Msg-Id: a kind set marks an entry that is not a batch
+	// (cluster_attrs.go).
+	streamKind, streamID string
 }
 
 // handle is the Transport's MessageHandler: it stamps the arrival time and
@@ -97,6 +101,9 @@ func (s *Server) decodeLoop(in <-chan inMsg) {
 // decode unframes, parses and validates one batch. A failure yields a
 // pending with a rejection (or an internal error, for a panic).
 func (s *Server) decode(msg inMsg) (p *pending) {
+	if msg.streamKind != "" {
+		return s.decodeStreamEntry(msg)
+	}
 	p = &pending{kind: hublog.KindBatch, device: msg.device, serverTimeNs: msg.serverTimeNs, payload: msg.payload,
 		logPart: msg.logPart, logSeq: msg.logSeq}
 	defer func() {

@@ -37,8 +37,14 @@ type AttrWriter interface {
 }
 
 // ErrAttrWritesUnsupported is returned by an AttrWriter that cannot log
-// attribute versions (a cluster-mode hub): the API answers 501.
-var ErrAttrWritesUnsupported = errors.New("attribute writes are not supported in cluster mode: the log is the NATS stream of device batches, which hubd does not publish attribute versions to; write attributes to a single-node hub")
+// attribute versions: the API answers 501.
+var ErrAttrWritesUnsupported = errors.New("this hub does not take attribute writes")
+
+// ErrStoredNotApplied is returned by a cluster-mode AttrWriter when the
+// stream stored a write (it is durable and will be applied by the hub
+// reading its partition) but this hub has not applied it yet: the API
+// answers 202, and writing the same version again is harmless.
+var ErrStoredNotApplied = errors.New("stored in the stream, not yet applied by this hub")
 
 // ErrNotReady is returned by an AttrWriter that is recovering or
 // shutting down: the API answers 503.
@@ -56,7 +62,7 @@ type attrMetrics struct {
 func newAttrMetrics(reg prometheus.Registerer) (*attrMetrics, error) {
 	m := &attrMetrics{writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgeflow_hub_attribute_writes_total",
-		Help: "Device attribute versions written through the HTTP API, by result (ok, bad_request, unauthorized, unsupported, failed).",
+		Help: "Device attribute versions written through the HTTP API, by result (ok; stored: in the cluster's stream, not yet applied by this hub; bad_request, unauthorized, unsupported, failed).",
 	}, []string{"result"})}
 	if reg == nil {
 		return m, nil
@@ -338,6 +344,9 @@ func (s *API) write(w http.ResponseWriter, r *http.Request, ws []AttrWrite) bool
 	case errors.As(err, &fe):
 		s.attrM.writes.WithLabelValues("bad_request").Add(float64(len(ws)))
 		writeJSON(w, http.StatusBadRequest, hubapi.APIError{Error: err.Error(), Param: fe.Field})
+	case errors.Is(err, ErrStoredNotApplied):
+		s.attrM.writes.WithLabelValues("stored").Add(float64(len(ws)))
+		writeJSON(w, http.StatusAccepted, hubapi.APIError{Error: err.Error()})
 	case errors.Is(err, ErrAttrWritesUnsupported):
 		s.attrM.writes.WithLabelValues("unsupported").Add(float64(len(ws)))
 		writeJSON(w, http.StatusNotImplemented, hubapi.APIError{Error: err.Error()})

@@ -9,6 +9,7 @@ type Metrics struct {
 	Position                               *prometheus.GaugeVec // by partition: last sequence committed here
 	CatchUpLag                             *prometheus.GaugeVec // by partition: sequences left to apply of what the stream held at start
 	BadMessages, ReadErrors                prometheus.Counter
+	AttrEntries                            *prometheus.CounterVec // attribute versions read from the stream, by result
 	Snap                                   *SnapshotMetrics
 }
 
@@ -32,8 +33,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Cluster mode: per partition, the partition's last stream sequence when the hub started minus the last one it applied (0 once applied; a sequence distance, not a message count)."}, []string{"partition"}),
 		BadMessages: c("stream_bad_messages_total", "Cluster mode: stream messages skipped because their subject names no valid device."),
 		ReadErrors:  c("stream_read_errors_total", "Cluster mode: failures to open or read a partition's reader (each is retried)."),
+		AttrEntries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "stream_attr_entries_total",
+			Help: "Cluster mode: device attribute versions read from the stream, by result (logged; malformed: not applied, logged at a limited rate)."}, []string{"result"}),
 	}
-	for _, col := range []prometheus.Collector{m.Bytes, m.MaxBytes, m.Fullness, m.LastSeq, m.Up, m.Position, m.CatchUpLag, m.BadMessages, m.ReadErrors} {
+	for _, col := range []prometheus.Collector{m.Bytes, m.MaxBytes, m.Fullness, m.LastSeq, m.Up, m.Position, m.CatchUpLag, m.BadMessages, m.ReadErrors, m.AttrEntries} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

@@ -124,6 +124,7 @@ func (r *AllReader) Next(ctx context.Context) (Message, error) {
 		// nothing more within the bounds follows it for now.
 		r.done = seq == r.end || md.NumPending == 0
 		m := Message{Seq: seq, Data: msg.Data(), Stored: md.Timestamp}
+		m.Kind, m.ID = kindAndID(msg)
 		m.Partition, m.Device, err = parseLogSubject(msg.Subject())
 		if err != nil {
 			return Message{Seq: seq}, fmt.Errorf("natslog: seq %d: %w", seq, err)

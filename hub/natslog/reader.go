@@ -8,7 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Message is one batch read from the log.
+// Message is one batch (or, with Kind set, another entry) read from the
+// log.
 type Message struct {
 	// Seq is the message's stream sequence: its position in the log,
 	// increasing within a partition.
@@ -20,6 +21,18 @@ type Message struct {
 	Data []byte
 	// Stored is when the stream stored it.
 	Stored time.Time
+	// Kind is the message's HeaderKind ("" for a device batch) and ID its
+	// Nats-Msg-Id ("" when it has none).
+	Kind, ID string
+}
+
+// kindAndID reads a stored message's HeaderKind and Nats-Msg-Id.
+func kindAndID(msg jetstream.Msg) (kind, id string) {
+	h := msg.Headers()
+	if h == nil {
+		return "", ""
+	}
+	return h.Get(HeaderKind), h.Get(jetstream.MsgIDHeader)
 }
 
 // Reader returns one partition's messages in stream order. It is an
@@ -71,6 +84,7 @@ func (r *Reader) Next(ctx context.Context) (Message, error) {
 		return Message{}, fmt.Errorf("natslog: partition %d: metadata: %w", r.partition, err)
 	}
 	m := Message{Seq: md.Sequence.Stream, Data: msg.Data(), Stored: md.Timestamp}
+	m.Kind, m.ID = kindAndID(msg)
 	m.Partition, m.Device, err = parseLogSubject(msg.Subject())
 	if err != nil {
 		return Message{Seq: m.Seq}, fmt.Errorf("natslog: partition %d seq %d: %w", r.partition, m.Seq, err)

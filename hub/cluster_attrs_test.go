@@ -1,0 +1,170 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"edgeflow/hub/natslog"
+	"edgeflow/internal/testnats"
+	"edgeflow/wire"
+)
+
+// TestClusterAttributes: on a cluster-mode hub (one real NATS server),
+// attribute versions written through the HTTP API (PUT and bulk) are
+// published to the stream on the device's partition and applied from it;
+// events before and after a move, late ones and duplicated ones (the same
+// stream and sequence numbers in other batches, again after each restart)
+// give group_by=attr.site equal to the brute-force join. A malformed
+// attribute entry in the stream is counted and not applied. The answers
+// hold after a crash (replay of the local log and the stream after its
+// committed positions), after a clean restart (the checkpoint), and on a
+// hub with an empty data directory (a
+// replay of the whole stream, as a takeover by another hub does).
+func TestClusterAttributes(t *testing.T) {
+	c := testnats.Start(t, 1)
+	dir := t.TempDir()
+	opts := func(dir string) Options {
+		o, _ := clusterOptions(t, dir, c, 1)
+		o.HTTPReadToken, o.HTTPWriteToken = attrReadToken, attrWriteToken
+		return o
+	}
+	s, stop := startClusterHub(t, opts(dir))
+	base := time.Now().UTC().Truncate(time.Minute).Add(-30 * time.Minute)
+	move := base.Add(10 * time.Minute)
+	streams := map[string]wire.StreamID{"pump-1": wire.NewStreamID(), "pump.2": wire.NewStreamID(), "pump-3": wire.NewStreamID()}
+	var sent []sentEvent
+	var versions []attrVersion
+	// publish puts a batch of device in the stream as NATS' MQTT listener
+	// would; record is false for a duplicate (the hub must drop it).
+	publish := func(s *Server, device string, first uint64, record bool, offsets ...time.Duration) {
+		t.Helper()
+		var ts []int64
+		var vs []float64
+		for i, off := range offsets {
+			ts = append(ts, base.Add(off).UnixNano())
+			vs = append(vs, float64(int(first)+i)+float64(len(device)))
+			if record {
+				sent = append(sent, sentEvent{device, ts[i], vs[i]})
+			}
+		}
+		if _, err := s.cl.Log().Publish(context.Background(), device, encodeBatch(t, timedBatch(device, streams[device], first, ts, vs))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put := func(s *Server, device, site string, from time.Time) {
+		t.Helper()
+		putAttrs(t, s, device, site, from)
+		versions = append(versions, attrVersion{device, site, from.UnixNano()})
+	}
+	check := func(s *Server, what string) {
+		t.Helper()
+		waitAttrApplied(t, s, base, uint64(len(sent)))
+		if got, want := querySites(t, s, base), bruteSites(sent, versions); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s:\n got %v\nwant %v", what, got, want)
+		}
+	}
+
+	put(s, "pump-1", "north", base)
+	put(s, "pump.2", "north", base)
+	publish(s, "pump-1", 1, true, time.Minute, 2*time.Minute)
+	publish(s, "pump.2", 1, true, time.Minute, 7*time.Minute, 12*time.Minute)
+	publish(s, "pump-3", 1, true, 3*time.Minute)                     // no version: site ""
+	put(s, "pump-1", "south", move)                                  // the move
+	publish(s, "pump-1", 3, true, 11*time.Minute, 12*time.Minute)    // after it
+	publish(s, "pump-1", 5, true, 9*time.Minute, 9*time.Minute+30e9) // late: from before it
+	publish(s, "pump-1", 1, false, time.Minute, 2*time.Minute)       // duplicate of 1..2
+	publish(s, "pump-1", 4, false, 12*time.Minute, 9*time.Minute)    // duplicate of 4..5, another batch
+	check(s, "after the move")
+
+	// Bulk: a retroactive correction of pump.2 and pump-3's first version.
+	bulk := fmt.Sprintf("{\"id\":\"pump.2\",\"attributes\":{\"site\":\"east\"},\"effective_from\":%q}\n{\"id\":\"pump-3\",\"attributes\":{\"site\":\"west\"},\"effective_from\":%d}\n",
+		base.Add(5*time.Minute).Format(time.RFC3339), base.UnixMilli())
+	if code, body := attrDo(t, s, "POST", "/v1/attributes/bulk", attrWriteToken, bulk); code != 200 || !strings.Contains(body, `"written": 2`) {
+		t.Fatalf("bulk: %d %s", code, body)
+	}
+	versions = append(versions, attrVersion{"pump.2", "east", base.Add(5 * time.Minute).UnixNano()}, attrVersion{"pump-3", "west", base.UnixNano()})
+	check(s, "after the bulk correction")
+
+	// A malformed attribute entry (written to the stream by something
+	// other than a hub) is counted and not applied.
+	before := s.attrs.AttrVersions("pump-1")
+	if _, err := s.cl.Log().PublishAttrs(context.Background(), []natslog.Entry{{Device: "pump-1", Data: []byte{1, 0x80}}}); err != nil {
+		t.Fatal(err)
+	}
+	publish(s, "pump-3", 2, true, 4*time.Minute) // behind it in another partition or the same: applied
+	check(s, "after a malformed entry")
+	waitUntil(t, "the malformed entry counted", func() bool {
+		return counterValue(t, s.clm.AttrEntries.WithLabelValues("malformed")) == 1
+	})
+	if got := s.attrs.AttrVersions("pump-1"); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Fatalf("a malformed entry changed pump-1's versions: %v, was %v", got, before)
+	}
+	if got := counterValue(t, s.clm.AttrEntries.WithLabelValues("logged")); got != 5 {
+		t.Fatalf("%v attribute entries logged, want 5", got)
+	}
+
+	// Crash: no final checkpoint; the restart replays the local log, and
+	// what the stream holds after the committed positions.
+	stop(true)
+	s2, stop2 := startClusterHub(t, opts(dir))
+	check(s2, "after the crash")
+	publish(s2, "pump.2", 2, false, 7*time.Minute) // duplicate across the restart
+	put(s2, "pump.2", "north", base.Add(20*time.Minute))
+	publish(s2, "pump.2", 4, true, 21*time.Minute, 6*time.Minute) // one after the new version, one late
+	check(s2, "after the restart's writes")
+	stop2(false)
+
+	// A clean stop wrote a checkpoint: the next start restores the table
+	// from it.
+	s4, stop4 := startClusterHub(t, opts(dir))
+	check(s4, "after a restart from the checkpoint")
+	stop4(false)
+
+	// An empty data directory: the whole stream is replayed, versions in
+	// order with the batches, the malformed entry skipped again.
+	s3, _ := startClusterHub(t, opts(t.TempDir()))
+	check(s3, "empty data directory")
+	if got := counterValue(t, s3.clm.AttrEntries.WithLabelValues("malformed")); got != 1 {
+		t.Fatalf("the replay counted %v malformed entries, want 1", got)
+	}
+	code, body := attrDo(t, s3, "GET", "/v1/devices/pump.2/attributes/history", attrReadToken, "")
+	if code != 200 || strings.Count(body, `"site"`) != 3 {
+		t.Fatalf("history: %d %s", code, body)
+	}
+}
+
+// TestClusterAttributesStoredNotApplied: a write the stream stores while
+// this hub does not read its partition (its readers stopped, as a hub
+// falling behind or shutting down) answers 202 naming the partition and
+// sequence, nothing is applied here; the next hub on the data directory
+// reads it from the stream and applies it.
+func TestClusterAttributesStoredNotApplied(t *testing.T) {
+	c := testnats.Start(t, 1)
+	dir := t.TempDir()
+	o, _ := clusterOptions(t, dir, c, 1)
+	o.HTTPReadToken, o.HTTPWriteToken = attrReadToken, attrWriteToken
+	s, stop := startClusterHub(t, o)
+	from := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	putAttrs(t, s, "pump-1", "north", from)
+	s.stopCluster()
+	s.cl.attrs.applyWait = 100 * time.Millisecond
+	body := fmt.Sprintf(`{"attributes":{"site":"south"},"effective_from":%q}`, from.Add(time.Minute).Format(time.RFC3339))
+	code, resp := attrDo(t, s, "PUT", "/v1/devices/pump-1/attributes", attrWriteToken, body)
+	want := fmt.Sprintf("partition %d, sequence 2", natslog.PartitionOf("pump-1", o.NATS.Log.Partitions))
+	if code != 202 || !strings.Contains(resp, want) {
+		t.Fatalf("write with the readers stopped: %d %s, want 202 naming %s", code, resp, want)
+	}
+	if n := len(s.attrs.AttrVersions("pump-1")); n != 1 {
+		t.Fatalf("%d versions applied with the readers stopped, want 1", n)
+	}
+	stop(false)
+	o2, _ := clusterOptions(t, dir, c, 1)
+	s2, _ := startClusterHub(t, o2)
+	waitUntil(t, "the stored version applied after the restart", func() bool {
+		v, ok := s2.attrs.At("pump-1", from.Add(time.Minute).UnixNano())
+		return ok && v.Attrs["site"] == "south"
+	})
+}
