@@ -21,11 +21,16 @@ type model struct {
 // reopen, with a small bound so drop_oldest fires, and checks every read and
 // every position against the model, and the oldest append time against a
 // seek in Badger; with the tail cache and, for some seeds, without it.
+// Short mode (the race run) runs a third of the seeds.
 func TestAgainstModel(t *testing.T) {
-	for seed := uint64(1); seed <= 8; seed++ {
+	cached, uncached := uint64(8), uint64(12)
+	if testing.Short() {
+		cached, uncached = 3, 10
+	}
+	for seed := uint64(1); seed <= cached; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 0) })
 	}
-	for seed := uint64(9); seed <= 12; seed++ {
+	for seed := uint64(9); seed <= uncached; seed++ {
 		t.Run(fmt.Sprint(seed, "_uncached"), func(t *testing.T) { runModel(t, seed, -1) })
 	}
 }

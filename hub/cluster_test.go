@@ -336,6 +336,9 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // over and resend what stays unanswered; every event is applied exactly
 // once and the windows equal the brute-force answer.
 func TestClusterNATSServerKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out NATS failures for seconds; runs without -short")
+	}
 	c := testnats.Start(t, 3)
 	o, cc := clusterOptions(t, t.TempDir(), c, 3)
 	s, _ := startClusterHub(t, o)
@@ -388,6 +391,9 @@ func TestClusterReadyzFollowsNATS(t *testing.T) {
 // and turns ready again once the servers are back; what the agents sent
 // meanwhile is applied exactly once.
 func TestClusterReadyzStreamQuorumLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out NATS failures for seconds; runs without -short")
+	}
 	c := testnats.Start(t, 3)
 	o, cc := clusterOptions(t, t.TempDir(), c, 3)
 	o.NATS.URLs = []string{c.Nodes[0].URL()}
@@ -535,6 +541,9 @@ func TestClusterStartsBeforeNATS(t *testing.T) {
 // with a larger limit raises the stream's, the agent's resends are stored,
 // and every event is applied once.
 func TestClusterStreamFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out NATS failures for seconds; runs without -short")
+	}
 	c := testnats.Start(t, 1)
 	dir := t.TempDir()
 	o, _ := clusterOptions(t, dir, c, 1)
