@@ -21,5 +21,8 @@ func (o *Options) validateNATS(bad func(field, format string, args ...any) error
 			return bad("MQTTAuthFile", "the embedded broker's authentication and TLS do not apply in cluster mode (NATS.URLs): the NATS servers authenticate devices")
 		}
 	}
+	if o.HubID != "" && !validHubID(o.HubID) {
+		return bad("HubID", "%q: want 1..64 letters, digits, '-' or '_'", o.HubID)
+	}
 	return o.NATS.Validate(bad)
 }

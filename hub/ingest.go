@@ -20,6 +20,13 @@ type inMsg struct {
 	// cluster's stream (logSeq 0: not read from a stream).
 	logPart int
 	logSeq  uint64
+	// logGen is the partition's ownership generation its reader was
+	// started under (own.go); the committer and the applier discard the
+	// message once the partition's generation has moved on.
+	logGen uint64
+	// ctl, when set, is handed to the committer as it is (an ownership
+	// entry or a barrier, own.go), in order with the worker's messages.
+	ctl *pending
 }
 
 // handle is the Transport's MessageHandler: it stamps the arrival time and
@@ -90,6 +97,10 @@ func (s *Server) handleStatus(device string, payload []byte, now int64) {
 // decodeLoop is one decode worker.
 func (s *Server) decodeLoop(in <-chan inMsg) {
 	for msg := range in {
+		if msg.ctl != nil {
+			s.com.in <- msg.ctl
+			continue
+		}
 		s.com.in <- s.decode(msg)
 	}
 }
@@ -98,7 +109,7 @@ func (s *Server) decodeLoop(in <-chan inMsg) {
 // pending with a rejection (or an internal error, for a panic).
 func (s *Server) decode(msg inMsg) (p *pending) {
 	p = &pending{kind: hublog.KindBatch, device: msg.device, serverTimeNs: msg.serverTimeNs, payload: msg.payload,
-		logPart: msg.logPart, logSeq: msg.logSeq}
+		logPart: msg.logPart, logSeq: msg.logSeq, logGen: msg.logGen}
 	defer func() {
 		if r := recover(); r != nil {
 			s.m.panics.Inc()

@@ -57,6 +57,11 @@ type Options struct {
 	// MQTT listeners (package cluster; cluster_options.go checks what it
 	// excludes). Default off.
 	NATS cluster.Options
+	// HubID names this hub among the hubs sharing the stream's partitions
+	// (cluster mode): its partition leases and heartbeat carry it. 1..64
+	// letters, digits, '-' or '_'. Default: an id generated once and kept
+	// in DataDir/hub-id, so a restart keeps it (hubid.go).
+	HubID string
 
 	// MQTTAuthFile is a credentials file ("device-id:bcrypt-hash" lines,
 	// see Credentials and `hubd passwd`) for the embedded broker: a client
