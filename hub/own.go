@@ -66,6 +66,8 @@ type ownPart struct {
 	local    bool               // this hub holds its devices' state (recovered, or imported)
 	lastSave time.Time
 	savedPos uint64
+	// lastCheck: when settleOthers last read the owner's checkpoint.
+	lastCheck time.Time
 }
 
 // ownMetrics are the ownership's counters (the lease package has the
@@ -89,7 +91,7 @@ func newOwnMetrics(reg prometheus.Registerer) (*ownMetrics, error) {
 		saves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgeflow_hub_partition_checkpoint_saves_total",
 			Help: "Fenced partition checkpoint saves, by result: ok, fenced (another owner claimed the partition), too_large, error."}, []string{"result"}),
 		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "edgeflow_hub_partition_drops_total",
-			Help: "Partitions whose devices' state this hub dropped, by reason: lost (lease), fenced (a checkpoint save refused), handoff."}, []string{"reason"}),
+			Help: "Partitions whose devices' state this hub dropped, by reason: lost (lease), fenced (a checkpoint save refused), handoff, not_owned (recovered state of a partition another hub owns, once its checkpoint is at or past it)."}, []string{"reason"}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "edgeflow_hub_partition_dropped_devices_total",
 			Help: "Devices whose state this hub dropped with their partition (registry entries)."}),
 		discarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "edgeflow_hub_partition_discarded_messages_total",
@@ -153,7 +155,11 @@ func (s *Server) startOwnership(ctx context.Context, js jetstream.JetStream, l *
 			Acquired: func(p int, epoch uint64) { o.push(func() { s.acquire(p, epoch) }) },
 			Lost: func(p int, epoch uint64, reason lease.Reason) {
 				o.gen[p].Add(1) // nothing more of p is committed or applied from now on
-				o.push(func() { s.lose(p, epoch, "lost", string(reason)) })
+				// Taken: another hub owns it; drop its state now. Otherwise
+				// (renewals failed, clock, stop) keep the state, applied no
+				// further, until another hub's checkpoint passes it or this
+				// hub takes the partition again (settleOthers, acquire).
+				o.push(func() { s.lose(p, epoch, "lost", string(reason), reason == lease.ReasonTaken) })
 			},
 			Handoff: func(p int, epoch uint64) {
 				done := make(chan struct{})
@@ -167,35 +173,6 @@ func (s *Server) startOwnership(ctx context.Context, js jetstream.JetStream, l *
 	o.wg.Add(2)
 	go func() { defer o.wg.Done(); o.runTasks() }()
 	go func() { defer o.wg.Done(); s.checkpointLoop() }()
-	// A partition another hub keeps does not hold /readyz back: once the
-	// first balancing had time to hand this hub its share, every
-	// partition it has not acquired counts as caught up, and the state
-	// this hub recovered of it (from before a restart) is dropped: its
-	// owner answers for those devices. Acquiring it later takes the
-	// owner's checkpoint.
-	go func() {
-		select {
-		case <-time.After(s.opts.NATS.LeaseTTL + s.opts.NATS.LeaseTTL/6):
-			o.push(func() {
-				for p := range o.parts {
-					pt := &o.parts[p]
-					if pt.owned {
-						continue
-					}
-					s.cl.CatchUp.Own(p, false)
-					if pt.local {
-						if err := s.dropPartition(p); err != nil {
-							s.log.Error("cluster mode: dropping the recovered state of a partition another hub owns", "partition", p, "err", err)
-							continue
-						}
-						pt.local = false
-						o.m.drops.WithLabelValues("not_acquired").Inc()
-					}
-				}
-			})
-		case <-o.stop:
-		}
-	}()
 	runCtx, cancel := context.WithCancel(context.Background())
 	o.runCtx = cancel
 	o.runWG.Add(1)
@@ -391,10 +368,16 @@ func (o *ownership) stopReader(p int) {
 
 // lose ends partition p's ownership without a final checkpoint (the lease
 // was lost, or a save was fenced): its generation has moved on, so what
-// is in the pipeline of it is discarded; its reader stops and its devices
-// are dropped from the committer's dedup state, the clock estimator, the
-// registry and the engine (a logged KindOwn entry).
-func (s *Server) lose(p int, epoch uint64, reason, detail string) {
+// is in the pipeline of it is discarded, and its reader stops. With drop
+// (a save fenced, the lease taken: another hub owns p) its devices are
+// dropped from the committer's dedup state, the clock estimator, the
+// registry and the engine (a logged KindOwn entry). Without (the lease
+// not renewed in time, as while the lease bucket is unavailable; the
+// hub stopping) the state stays, applied no further: whoever owns p next
+// starts from its checkpoint or its own state, whichever is further, so
+// keeping it loses nothing and counts nothing twice, and it spares this
+// hub's consumers a replay when it takes p back itself.
+func (s *Server) lose(p int, epoch uint64, reason, detail string, drop bool) {
 	o := s.own
 	pt := &o.parts[p]
 	if pt.owned && pt.epoch != epoch {
@@ -404,7 +387,8 @@ func (s *Server) lose(p int, epoch uint64, reason, detail string) {
 	o.stopReader(p)
 	pt.owned = false
 	s.cl.CatchUp.Own(p, false)
-	if !pt.local {
+	if !pt.local || !drop || o.stopping.Load() {
+		s.log.Warn("cluster mode: partition no longer this hub's: stopped applying it", "partition", p, "epoch", epoch, "reason", detail)
 		return
 	}
 	if err := s.dropPartition(p); err != nil {
@@ -633,13 +617,18 @@ func (s *Server) checkpointLoop() {
 
 // saveDue saves the checkpoint of every owned partition with
 // CheckpointEvery messages applied since its last save, or any applied
-// and CheckpointInterval passed.
+// and CheckpointInterval passed, and settles the partitions another hub
+// owns.
 func (s *Server) saveDue() {
 	o := s.own
 	now := time.Now()
+	st := o.mgr.Status()
 	for p := range o.parts {
 		pt := &o.parts[p]
 		if !pt.owned {
+			if ps := st.Partitions[p]; ps.Owner != "" && ps.Owner != st.HubID {
+				s.settleOthers(p, now)
+			}
 			continue
 		}
 		n := s.cl.appliedMsgs[p].Load()
@@ -648,6 +637,45 @@ func (s *Server) saveDue() {
 		}
 		_ = s.savePartition(p, pt.epoch, false)
 	}
+}
+
+// settleOthers handles partition p, which another hub owns: it does not
+// hold /readyz back, and the state this hub recovered of it (from before
+// a restart) is dropped once the owner's checkpoint is at or past it, so
+// nothing it holds is lost and its devices are answered for by one hub.
+// State no checkpoint covers yet is kept: if the owner died before
+// saving, this hub may still be the only holder of it.
+func (s *Server) settleOthers(p int, now time.Time) {
+	o := s.own
+	pt := &o.parts[p]
+	s.cl.CatchUp.Own(p, false)
+	if !pt.local || now.Sub(pt.lastCheck) < s.opts.NATS.CheckpointInterval {
+		return
+	}
+	pt.lastCheck = now
+	ctx, cancel := context.WithTimeout(o.ctx, s.opts.NATS.LeaseTTL/2)
+	rec, err := o.ckpts.Load(ctx, p)
+	cancel()
+	if err != nil || rec.Data == nil {
+		return
+	}
+	ck, err := decodePartCkpt(rec.Data)
+	if err != nil {
+		return
+	}
+	var localPos uint64
+	_ = s.inApplier(func() error { localPos = s.cl.snap.applied[p]; return nil })
+	if ck.pos < localPos {
+		return
+	}
+	if err := s.dropPartition(p); err != nil {
+		s.log.Error("cluster mode: dropping the recovered state of a partition another hub owns", "partition", p, "err", err)
+		return
+	}
+	pt.local = false
+	o.m.drops.WithLabelValues("not_owned").Inc()
+	s.log.Info("cluster mode: dropped this hub's older state of a partition another hub owns", "partition", p, "local_position", localPos,
+		"checkpoint_position", ck.pos)
 }
 
 // savePartition captures partition p's applied position and its devices'
@@ -701,7 +729,7 @@ func (s *Server) savePartition(p int, epoch uint64, final bool) error {
 	case errors.Is(err, natslog.ErrFenced):
 		o.m.saves.WithLabelValues("fenced").Inc()
 		s.log.Error("cluster mode: a partition's checkpoint save was fenced: another hub owns it", "partition", p, "epoch", epoch, "err", err)
-		s.lose(p, epoch, "fenced", err.Error())
+		s.lose(p, epoch, "fenced", err.Error(), true)
 	case errors.Is(err, natslog.ErrPartitionCheckpointTooLarge):
 		// The next owner starts from the last checkpoint that fitted (or
 		// the stream's start) and replays the stream after it.

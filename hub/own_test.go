@@ -288,6 +288,26 @@ func TestClusterFencedHubDrops(t *testing.T) {
 	}
 }
 
+// forgetPartitionCheckpoints deletes the partition checkpoint bucket, as
+// on a stream no hub ever saved one of.
+func forgetPartitionCheckpoints(t *testing.T, c *testnats.Cluster) {
+	t.Helper()
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := js.DeleteKeyValue(ctx, natslog.DefaultPartitionCheckpointBucket); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func mapsKeys(m map[int]uint64) []int {
 	var out []int
 	for k := range m {
