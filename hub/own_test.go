@@ -112,8 +112,8 @@ func waitOwners(t *testing.T, hubs []*Server, what string) time.Duration {
 // counts every event exactly once after a second hub joins (clean
 // handoffs), after a hub is stopped as if it crashed (its leases left to
 // expire: the survivor takes its partitions from their checkpoints and
-// the stream), after a third hub joins and after it stops cleanly (its
-// partitions handed back).
+// the stream), after the crashed hub restarts on its data directory and
+// after it stops cleanly (its partitions handed back).
 func TestClusterHubsShareTakeOver(t *testing.T) {
 	rounds := 1
 	if v := os.Getenv("EDGEFLOW_OWN_ROUNDS"); v != "" {
@@ -161,16 +161,24 @@ func TestClusterHubsShareTakeOver(t *testing.T) {
 		waitAcked(t, agents, "after the crash")
 		waitUnion(t, []*Server{survivor}, agents, base, fmt.Sprintf("round %d: after the crash", round))
 
-		// A new hub joins: partitions move to it by clean handoffs.
-		oc, _ := ownOptions(t, c, fmt.Sprintf("hub-c%d", round))
+		// The crashed hub restarts on its data directory: partitions move
+		// back to it by clean handoffs, each with a checkpoint ahead of
+		// the state it recovered (dropped, then the checkpoint imported),
+		// and what it recovered of the partitions it does not get back is
+		// dropped once their owner's checkpoint passes it.
+		oc, _ := ownOptions(t, c, victim.opts.HubID)
+		oc.DataDir = victim.opts.DataDir
 		nc, stopC := startClusterHub(t, oc)
 		stop = make(chan struct{})
 		done = produce(t, agents, base, 5, 30*time.Millisecond, stop)
-		t.Logf("round %d: %s joined, partitions shared after %v", round, oc.HubID, waitOwners(t, []*Server{survivor, nc}, "the new hub takes its share"))
+		t.Logf("round %d: %s restarted, partitions shared after %v", round, oc.HubID, waitOwners(t, []*Server{survivor, nc}, "the new hub takes its share"))
 		close(stop)
 		<-done
-		waitAcked(t, agents, "after the join")
-		waitUnion(t, []*Server{survivor, nc}, agents, base, fmt.Sprintf("round %d: after the join", round))
+		waitAcked(t, agents, "after the restart")
+		waitUnion(t, []*Server{survivor, nc}, agents, base, fmt.Sprintf("round %d: after the restart", round))
+		if counterValue(t, nc.own.m.takeovers.WithLabelValues("checkpoint")) == 0 {
+			t.Fatalf("round %d: the restarted hub imported no checkpoint", round)
+		}
 		live, stops = []*Server{survivor, nc}, []func(bool){stops[1], stopC}
 	}
 
