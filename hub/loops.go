@@ -42,6 +42,7 @@ func (s *Server) applyGroup(g []*pending) {
 			p.stale = true
 			s.app.lastSeq = p.entry.Seq
 			s.own.m.discarded.Inc()
+			s.own.skipped[p.logPart].Store(true)
 		} else if p.accepted {
 			before := s.app.events
 			err := s.app.applyEntry(&p.entry, p.view)

@@ -31,12 +31,18 @@ import (
 // it was started under, and the committer and the applier discard a
 // message whose partition has moved on since (stale).
 type ownership struct {
-	mgr   *lease.Manager
-	ckpts *natslog.PartitionCheckpoints
-	l     *natslog.Log
-	n     int
-	gen   []atomic.Uint64
-	m     *ownMetrics
+	mgr    *lease.Manager
+	mgrPub atomic.Pointer[lease.Manager] // mgr, for readers outside the start (LeaseManager)
+	ckpts  *natslog.PartitionCheckpoints
+	l      *natslog.Log
+	n      int
+	gen    []atomic.Uint64
+	// skipped marks a partition of which the applier skipped a message
+	// the committer had logged (stale after commit): the committer's dedup
+	// state and position are then ahead of the applied state, which
+	// therefore cannot be kept (lose).
+	skipped []atomic.Bool
+	m       *ownMetrics
 
 	qmu   sync.Mutex
 	queue []func()
@@ -170,6 +176,7 @@ func (s *Server) startOwnership(ctx context.Context, js jetstream.JetStream, l *
 	if err != nil {
 		return fmt.Errorf("cluster mode: partition leases (hub id %s): %w", s.opts.HubID, err)
 	}
+	o.mgrPub.Store(o.mgr)
 	o.wg.Add(2)
 	go func() { defer o.wg.Done(); o.runTasks() }()
 	go func() { defer o.wg.Done(); s.checkpointLoop() }()
@@ -262,7 +269,7 @@ func (s *Server) LeaseManager() *lease.Manager {
 	if s.own == nil {
 		return nil
 	}
-	return s.own.mgr
+	return s.own.mgrPub.Load()
 }
 
 // AppliedPositions returns, per partition this hub holds state of, the
@@ -342,6 +349,7 @@ func (s *Server) acquire(p int, epoch uint64) {
 	case pt.local:
 		from, how = localPos+1, "local"
 	}
+	o.skipped[p].Store(false)
 	g := o.gen[p].Add(1)
 	rctx, rcancel := context.WithCancel(o.ctx)
 	done := make(chan struct{})
@@ -387,6 +395,14 @@ func (s *Server) lose(p int, epoch uint64, reason, detail string, drop bool) {
 	o.stopReader(p)
 	pt.owned = false
 	s.cl.CatchUp.Own(p, false)
+	if !drop && !o.stopping.Load() {
+		// Once everything handed over is through the pipeline: if the
+		// applier skipped a message the committer logged, the committer
+		// is ahead of the state kept, so the state goes.
+		if err := s.barrier(p); err != nil || o.skipped[p].Load() {
+			drop = true
+		}
+	}
 	if !pt.local || !drop || o.stopping.Load() {
 		s.log.Warn("cluster mode: partition no longer this hub's: stopped applying it", "partition", p, "epoch", epoch, "reason", detail)
 		return
