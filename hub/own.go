@@ -43,6 +43,7 @@ type ownership struct {
 	// therefore cannot be kept (lose).
 	skipped []atomic.Bool
 	m       *ownMetrics
+	ckptMax int // tests: the checkpoints' MaxBytes (0: natslog's default)
 
 	qmu   sync.Mutex
 	queue []func()
@@ -150,7 +151,7 @@ func (s *Server) startOwnership(ctx context.Context, js jetstream.JetStream, l *
 	var err error
 	o.ckpts, err = natslog.OpenPartitionCheckpoints(ctx, js, natslog.PartitionCheckpointOptions{
 		Bucket:   bucketName(s.opts.NATS.Log.Stream, "PARTITION_CHECKPOINTS", natslog.DefaultPartitionCheckpointBucket),
-		Replicas: s.opts.NATS.Log.Replicas, Registerer: s.opts.Registerer})
+		Replicas: s.opts.NATS.Log.Replicas, MaxBytes: o.ckptMax, Registerer: s.opts.Registerer})
 	if err != nil {
 		return fmt.Errorf("cluster mode: partition checkpoints: %w", err)
 	}

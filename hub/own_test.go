@@ -296,6 +296,54 @@ func TestClusterFencedHubDrops(t *testing.T) {
 	}
 }
 
+// TestClusterCheckpointTooLarge: a hub whose partitions' state does not
+// fit a checkpoint counts each refused save (nothing is stored); when a
+// second hub joins, the partitions handed to it are read from the
+// stream's start, and the two hubs still count every event once.
+func TestClusterCheckpointTooLarge(t *testing.T) {
+	c := testnats.Start(t, 1)
+	oa, _ := ownOptions(t, c, "hub-small")
+	a, err := New(oa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.own.ckptMax = 64 // below any partition's state
+	ctx, cancel := context.WithTimeout(context.Background(), clusterWithin)
+	defer cancel()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	var ids []string
+	for i := range 8 {
+		ids = append(ids, "dev-"+strconv.Itoa(i))
+	}
+	agents := startClusterAgents(t, c, ids, 20)
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
+	for _, ag := range agents {
+		ag.appendEvents(t, base, 100)
+	}
+	waitAcked(t, agents, "one hub")
+	waitUntil(t, "a refused save", func() bool { return counterValue(t, a.own.m.saves.WithLabelValues("too_large")) > 0 })
+	if n := counterValue(t, a.own.m.saves.WithLabelValues("ok")); n != 0 {
+		t.Fatalf("%v checkpoints saved though none fits", n)
+	}
+	ob, _ := ownOptions(t, c, "hub-big")
+	b, _ := startClusterHub(t, ob)
+	waitOwners(t, []*Server{a, b}, "the second hub takes its share")
+	for _, ag := range agents {
+		ag.appendEvents(t, base, 50)
+	}
+	waitAcked(t, agents, "two hubs")
+	waitUnion(t, []*Server{a, b}, agents, base, "two hubs")
+	if n := counterValue(t, b.own.m.takeovers.WithLabelValues("stream")); n == 0 {
+		t.Fatal("the second hub took no partition from the stream's start")
+	}
+	if n := counterValue(t, b.own.m.takeovers.WithLabelValues("checkpoint")); n != 0 {
+		t.Fatalf("the second hub imported %v checkpoints, though none was stored", n)
+	}
+}
+
 // forgetPartitionCheckpoints deletes the partition checkpoint bucket, as
 // on a stream no hub ever saved one of.
 func forgetPartitionCheckpoints(t *testing.T, c *testnats.Cluster) {
