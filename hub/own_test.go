@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"edgeflow/hub/hubapi"
+	"edgeflow/hub/lease"
 	"edgeflow/hub/natslog"
 	"edgeflow/internal/testnats"
 )
@@ -140,6 +142,18 @@ func TestClusterHubsShareTakeOver(t *testing.T) {
 	t.Logf("two hubs own every partition %v after b started: a %v, b %v", waitOwners(t, []*Server{a, b}, "a and b share the partitions"), owned(a), owned(b))
 	waitAcked(t, agents, "two hubs")
 	waitUnion(t, []*Server{a, b}, agents, base, "two hubs")
+	// Each is ready: the partitions the other owns do not hold it back.
+	waitUntil(t, "both hubs ready", func() bool { return a.NotReadyReason() == "" && b.NotReadyReason() == "" })
+	// A third hub with a live hub's id is refused.
+	od, _ := ownOptions(t, c, "hub-a")
+	dup, err := New(od)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dup.Start(context.Background()); !errors.Is(err, lease.ErrDuplicateHub) {
+		t.Fatalf("a hub started with a live hub's id: %v, want lease.ErrDuplicateHub", err)
+	}
+	_ = dup.Shutdown(context.Background())
 
 	live := []*Server{a, b}
 	stops := []func(bool){stopA, stopB}
