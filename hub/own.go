@@ -309,10 +309,16 @@ func (s *Server) acquire(p int, epoch uint64) {
 	ctx, cancel := context.WithTimeout(o.ctx, s.opts.NATS.LeaseTTL/2)
 	defer cancel()
 	if err := o.ckpts.Claim(ctx, p, epoch); err != nil {
-		// Unclaimed, a zombie's save could still land; the lease
-		// expires or is lost, and the next owner claims it.
+		// Unclaimed, a zombie's save could still land: nothing is read
+		// until the claim succeeds. A fenced claim means a newer epoch
+		// exists (this lease is about to be found taken); anything else
+		// (NATS unreachable, a leader election) is tried again while the
+		// lease holds.
 		o.m.ckptErrors.WithLabelValues("claim").Inc()
-		s.log.Error("cluster mode: claiming a partition's checkpoint failed: not applying it", "partition", p, "epoch", epoch, "err", err)
+		s.log.Error("cluster mode: claiming a partition's checkpoint failed: not applying it yet", "partition", p, "epoch", epoch, "err", err)
+		if !errors.Is(err, natslog.ErrFenced) {
+			time.AfterFunc(s.opts.NATS.LeaseTTL/4, func() { o.push(func() { s.acquire(p, epoch) }) })
+		}
 		return
 	}
 	var ck *partCkpt
@@ -325,10 +331,12 @@ func (s *Server) acquire(p int, epoch uint64) {
 		}
 	case err != nil && !errors.Is(err, natslog.ErrNoCheckpoint):
 		// Claim just wrote the record, so a failed read is transient;
-		// without it the partition is read from the local state or the
-		// stream's start, which is exact but slower.
+		// reading the stream from an older state instead could need
+		// messages retention has dropped: try again while the lease holds.
 		o.m.ckptErrors.WithLabelValues("unreadable").Inc()
-		s.log.Error("cluster mode: reading a partition's checkpoint failed", "partition", p, "err", err)
+		s.log.Error("cluster mode: reading a partition's checkpoint failed: not applying it yet", "partition", p, "err", err)
+		time.AfterFunc(s.opts.NATS.LeaseTTL/4, func() { o.push(func() { s.acquire(p, epoch) }) })
+		return
 	}
 	var localPos uint64
 	_ = s.inApplier(func() error { localPos = s.cl.snap.applied[p]; return nil })
