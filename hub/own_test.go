@@ -385,3 +385,56 @@ func mapsKeys(m map[int]uint64) []int {
 	}
 	return out
 }
+
+// TestClusterImportReplayed: a hub that took its partitions from another
+// hub's checkpoints, applied more and crashed (no local or partition
+// checkpoint since) recovers by replaying its log, the imports included,
+// and resumes from its own state, further than the checkpoints: every
+// event counted once.
+func TestClusterImportReplayed(t *testing.T) {
+	c := testnats.Start(t, 1)
+	ox, _ := ownOptions(t, c, "hub-x")
+	_, stopX := startClusterHub(t, ox)
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, "dev-"+strconv.Itoa(i))
+	}
+	agents := startClusterAgents(t, c, ids, 20)
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
+	for _, ag := range agents {
+		ag.appendEvents(t, base, 100)
+	}
+	waitAcked(t, agents, "hub x")
+	stopX(false) // hands every partition over with a checkpoint
+
+	oy, _ := ownOptions(t, c, "hub-y")
+	oy.NATS.CheckpointEvery, oy.NATS.CheckpointInterval = 1<<30, time.Hour // none after the import
+	dir := oy.DataDir
+	y, stopY := startClusterHub(t, oy)
+	waitUnion(t, []*Server{y}, agents, base, "hub y after the import")
+	if n := counterValue(t, y.own.m.takeovers.WithLabelValues("checkpoint")); n == 0 {
+		t.Fatal("hub y imported no checkpoint")
+	}
+	for _, ag := range agents {
+		ag.appendEvents(t, base, 50)
+	}
+	waitAcked(t, agents, "hub y")
+	waitUnion(t, []*Server{y}, agents, base, "hub y")
+	y.crashLeases = true
+	stopY(true)
+
+	oy2, _ := ownOptions(t, c, "hub-y")
+	oy2.DataDir = dir
+	y2, _ := startClusterHub(t, oy2)
+	waitUnion(t, []*Server{y2}, agents, base, "hub y restarted, replayed")
+	waitUntil(t, "the restarted hub owns every partition", func() bool { return len(owned(y2)) == oy2.NATS.Log.Partitions })
+	waitUnion(t, []*Server{y2}, agents, base, "hub y restarted")
+	if n := counterValue(t, y2.own.m.takeovers.WithLabelValues("local")); n == 0 {
+		t.Fatal("the restarted hub did not resume from its own state")
+	}
+	for _, ag := range agents {
+		ag.appendEvents(t, base, 30)
+	}
+	waitAcked(t, agents, "hub y restarted")
+	waitUnion(t, []*Server{y2}, agents, base, "hub y restarted, more events")
+}
