@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"edgeflow/aggregate"
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/lease"
 	"edgeflow/hub/natslog"
@@ -559,24 +561,19 @@ func (c *committer) applyOwn(r *ownRecord) []kv {
 	return kvs
 }
 
-// applyOwnEntry is the applier's part of a KindOwn entry: the partition's
-// devices leave the registry and the engine and, for an import, the
-// checkpoint's enter them (the engine's partials renumbered to this log's
-// position of the entry); the partition's applied position follows.
+// applyOwnEntry is the applier's part of a KindOwn entry (applyOwnTo),
+// and the partition's applied position follows.
 func (s *Server) applyOwnEntry(e *hublog.Entry) error {
 	if s.cl == nil {
 		return fmt.Errorf("%w: log entry %d: a partition ownership entry outside cluster mode", hublog.ErrCorrupt, e.Seq)
 	}
-	r, err := decodeOwnRecord(e.Payload, s.opts.NATS.Log.Partitions)
-	if err != nil {
-		return fmt.Errorf("%w: log entry %d: %v", hublog.ErrCorrupt, e.Seq, err)
-	}
-	keep := partitionKeep(r.part, s.opts.NATS.Log.Partitions)
-	dropped := s.reg.DropDevices(keep)
+	var eng *aggregate.Engine
 	if s.agg != nil {
-		if _, err := s.agg.eng.DropDevices(keep); err != nil {
-			s.log.Error("cluster mode: dropping a partition's partials from the store", "partition", r.part, "err", err)
-		}
+		eng = s.agg.eng
+	}
+	r, dropped, err := applyOwnTo(s.reg, eng, e, s.opts.NATS.Log.Partitions, s.log)
+	if err != nil {
+		return err
 	}
 	if s.own != nil {
 		s.own.m.dropped.Add(float64(dropped))
@@ -588,17 +585,44 @@ func (s *Server) applyOwnEntry(e *hublog.Entry) error {
 		delete(s.cl.snap.applied, r.part)
 		return nil
 	}
-	if err := s.reg.ImportDevices(r.ckpt.reg); err != nil {
-		return fmt.Errorf("log entry %d: partition %d: %w", e.Seq, r.part, err)
-	}
-	if s.agg != nil && len(r.ckpt.engine) > 0 {
-		if err := s.agg.eng.ImportDevicesAt(r.ckpt.engine, e.Seq); err != nil {
-			return fmt.Errorf("log entry %d: partition %d: %w", e.Seq, r.part, err)
-		}
-	}
 	s.cl.snap.applied[r.part] = r.ckpt.pos
 	s.cl.CatchUp.Applied(r.part, r.ckpt.pos)
 	return nil
+}
+
+// applyOwnTo applies a KindOwn entry of a stream of n partitions to a
+// registry and an engine (nil: none): the partition's devices leave them
+// and, for an import, the checkpoint's enter them, the engine's partials
+// renumbered to this log's position of the entry. It returns the record
+// and how many registry entries were dropped. Live, recovery and
+// Rebuild apply the entries alike.
+func applyOwnTo(reg *registry.Registry, eng *aggregate.Engine, e *hublog.Entry, n int, log *slog.Logger) (*ownRecord, int, error) {
+	if n < 1 {
+		return nil, 0, fmt.Errorf("%w: log entry %d: a partition ownership entry outside cluster mode", hublog.ErrCorrupt, e.Seq)
+	}
+	r, err := decodeOwnRecord(e.Payload, n)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: log entry %d: %v", hublog.ErrCorrupt, e.Seq, err)
+	}
+	keep := partitionKeep(r.part, n)
+	dropped := reg.DropDevices(keep)
+	if eng != nil {
+		if _, err := eng.DropDevices(keep); err != nil {
+			log.Error("cluster mode: dropping a partition's partials from the store", "partition", r.part, "err", err)
+		}
+	}
+	if r.op == ownDrop {
+		return r, dropped, nil
+	}
+	if err := reg.ImportDevices(r.ckpt.reg); err != nil {
+		return nil, dropped, fmt.Errorf("log entry %d: partition %d: %w", e.Seq, r.part, err)
+	}
+	if eng != nil && len(r.ckpt.engine) > 0 {
+		if err := eng.ImportDevicesAt(r.ckpt.engine, e.Seq); err != nil {
+			return nil, dropped, fmt.Errorf("log entry %d: partition %d: %w", e.Seq, r.part, err)
+		}
+	}
+	return r, dropped, nil
 }
 
 // replayOwnEstimator replays a KindOwn entry's clock estimates in

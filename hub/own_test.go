@@ -437,4 +437,24 @@ func TestClusterImportReplayed(t *testing.T) {
 	}
 	waitAcked(t, agents, "hub y restarted")
 	waitUnion(t, []*Server{y2}, agents, base, "hub y restarted, more events")
+
+	// hubd rebuild replays the same log, the imports included, into the
+	// same engine state.
+	y2.crashLeases = false
+	if err := y2.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	or, _ := ownOptions(t, c, "hub-y")
+	or.DataDir = dir
+	res, err := Rebuild(context.Background(), or)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.FromLog && res.Events == 0 {
+		t.Fatalf("the rebuild replayed nothing: %+v", res)
+	}
+	oy3, _ := ownOptions(t, c, "hub-y")
+	oy3.DataDir = dir
+	y3, _ := startClusterHub(t, oy3)
+	waitUnion(t, []*Server{y3}, agents, base, "hub y after a rebuild")
 }
