@@ -217,11 +217,20 @@ func encodeLateRec(enc *encoder, r *lateRec) {
 // with its last stream renamed by ref; the sketch's bytes and the stored
 // quantiles are copied as they are.
 func remapStored(dst *encoder, data []byte, ref func(uint32) (uint32, error)) error {
+	return remapStoredAt(dst, data, ref, 0)
+}
+
+// remapStoredAt is remapStored that also sets the partial's batch Seq and
+// replay guard to seq when seq is not 0 (ImportDevicesAt).
+func remapStoredAt(dst *encoder, data []byte, ref func(uint32) (uint32, error), seq uint64) error {
 	d := decoder{b: data}
 	var p partial
 	skb := decodePartial(&d, nil, &p, false)
 	if d.err != nil {
 		return d.err
+	}
+	if seq != 0 {
+		p.seq, p.guard = seq, seq
 	}
 	if len(d.b) != 0 && len(d.b) != 24 {
 		return fmt.Errorf("%w: stored partial has %d trailing bytes", ErrCorruptSnapshot, len(d.b))
@@ -474,9 +483,27 @@ func (h *handover) devices() []string {
 // queries and partial sets over them are the exporter's, exactly, while
 // Final, Behind and lateness follow this engine's own watermark.
 func (e *Engine) ImportDevices(data []byte) error {
+	return e.ImportDevicesAt(data, 0)
+}
+
+// ImportDevicesAt is ImportDevices for an engine whose batches are
+// numbered by another log than the exporter's (hubs sharing a stream
+// each number their own local log): every imported partial, live and
+// stored, takes walSeq (the importing log's position of the import) as
+// its batch Seq and replay guard, so a batch of this log after walSeq is
+// merged and one at or before it (a replay of what preceded the import)
+// is not. walSeq 0 keeps the exporter's values (ImportDevices).
+func (e *Engine) ImportDevicesAt(data []byte, walSeq uint64) error {
 	h, err := e.decodeHandover(data)
 	if err != nil {
 		return err
+	}
+	if walSeq != 0 {
+		for i := range h.series {
+			for j := range h.series[i].parts {
+				h.series[i].parts[j].seq, h.series[i].parts[j].guard = walSeq, walSeq
+			}
+		}
 	}
 	devs := h.devices()
 	e.mu.Lock()
@@ -485,7 +512,7 @@ func (e *Engine) ImportDevices(data []byte) error {
 		return err
 	}
 	streamBase, seriesBase := uint32(len(e.streams)), uint32(len(e.series.list))
-	if err := e.putImported(h, streamBase, seriesBase); err != nil {
+	if err := e.putImported(h, streamBase, seriesBase, walSeq); err != nil {
 		return err
 	}
 	for _, st := range h.streams {
@@ -575,14 +602,14 @@ func (e *Engine) checkImport(h *handover, devs []string) error {
 // putImported writes the imported stored partials under the series ids
 // they will have, with their streams renamed; on a failed write it deletes
 // what it wrote. Callers hold mu.
-func (e *Engine) putImported(h *handover, streamBase, seriesBase uint32) error {
+func (e *Engine) putImported(h *handover, streamBase, seriesBase uint32, walSeq uint64) error {
 	rename := func(si uint32) (uint32, error) { return si + streamBase, nil }
 	var enc encoder
 	for i := range h.series {
 		id := seriesBase + uint32(i)
 		for _, en := range h.series[i].store {
 			enc.b = nil // the store keeps the slice
-			err := remapStored(&enc, en.data, rename)
+			err := remapStoredAt(&enc, en.data, rename, walSeq)
 			if err == nil {
 				err = e.opt.Store.Put(en.tier, id, en.bucket, enc.b)
 			}

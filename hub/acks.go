@@ -90,6 +90,9 @@ type ackItem struct {
 // messages.
 func (r *ackRound) add(s *Server, g []*pending) {
 	for _, p := range g {
+		if p.stale {
+			continue // its partition is no longer this hub's: its owner answers
+		}
 		if p.kind != hublog.KindBatch {
 			if p.kind == hublog.KindStatus {
 				s.m.statuses.Inc()

@@ -31,6 +31,8 @@ type applier struct {
 	lastSeq uint64 // position of the last applied entry
 	events  uint64 // events applied since start
 	onPanic func(consumer string, r any)
+	// own applies a KindOwn entry (own.go); nil outside cluster mode.
+	own func(e *hublog.Entry) error
 }
 
 // maxInterned bounds the intern table; past it, names are allocated.
@@ -78,6 +80,13 @@ func (a *applier) applyEntry(e *hublog.Entry, v *batchview.View) error {
 		a.retireStream(e)
 	case hublog.KindAttrs:
 		if err := a.applyAttrs(e); err != nil {
+			return err
+		}
+	case hublog.KindOwn:
+		if a.own == nil {
+			return fmt.Errorf("%w: log entry %d: a partition ownership entry outside cluster mode", hublog.ErrCorrupt, e.Seq)
+		}
+		if err := a.own(e); err != nil {
 			return err
 		}
 	default:

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,6 +26,9 @@ type clusterMode struct {
 	snap           clusterSnap     // state snapshots (cluster_snapshot.go)
 	bf             clusterBackfill // the local log's backfill after a restore (cluster_backfill.go)
 	attrs          clusterAttrs    // attribute writes awaiting their apply (cluster_attrs.go)
+	// appliedMsgs counts, per partition, the messages applied since its
+	// last partition checkpoint (own.go).
+	appliedMsgs []atomic.Uint64
 }
 
 // loadLogPositions reads each partition's committed position from the
@@ -63,8 +67,8 @@ func (s *Server) dialNATS() error {
 }
 
 // startCluster ensures the stream, retrying while NATS or the stream's
-// quorum is unreachable, then starts one reader per partition and the
-// fullness poll. A stream whose layout differs (another partition count)
+// quorum is unreachable, then takes partition leases (a reader runs per
+// partition this hub owns, own.go) and starts the fullness poll. A stream whose layout differs (another partition count)
 // fails the start with natslog's error, which says what the stream has.
 func (s *Server) startCluster(ctx context.Context) error {
 	if s.cl == nil {
@@ -83,9 +87,8 @@ func (s *Server) startCluster(ctx context.Context) error {
 	if err := s.startBackfill(rctx, l); err != nil {
 		return err
 	}
-	for p := range s.opts.NATS.Log.Partitions {
-		s.cl.wg.Add(1)
-		go func() { defer s.cl.wg.Done(); s.readPartition(rctx, l, p, s.cl.from[p]+1) }()
+	if err := s.startOwnership(ctx, js, l); err != nil {
+		return err
 	}
 	s.cl.wg.Add(3)
 	go func() { defer s.cl.wg.Done(); s.cl.CatchUp.ReadTargets(rctx, l, s.opts.PublishTimeout) }()
@@ -103,7 +106,7 @@ func (s *Server) startCluster(ctx context.Context) error {
 // ahead of a message not yet committed. A message's server time is the
 // time the stream stored it, so a replay of the stream decides as the
 // first reading did.
-func (s *Server) readPartition(ctx context.Context, l *natslog.Log, p int, from uint64) {
+func (s *Server) readPartition(ctx context.Context, l *natslog.Log, p int, from, gen uint64) {
 	worker := s.workers[p%len(s.workers)]
 	r := cluster.Reader{Log: l, Timeout: s.opts.PublishTimeout, Metrics: s.clm,
 		Report:  func(msg string, err error) { s.rejLog.log(s.log, "stream", "", msg, err) },
@@ -111,7 +114,7 @@ func (s *Server) readPartition(ctx context.Context, l *natslog.Log, p int, from 
 		Deliver: func(m natslog.Message) {
 			s.enqueue(func() {
 				worker <- inMsg{device: m.Device, payload: m.Data, serverTimeNs: m.Stored.UnixNano(), logPart: m.Partition, logSeq: m.Seq,
-					streamKind: m.Kind, streamID: m.ID}
+					logGen: gen, streamKind: m.Kind, streamID: m.ID}
 			})
 		}}
 	r.ReadPartition(ctx, p, from)

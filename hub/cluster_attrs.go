@@ -120,12 +120,16 @@ func (s *Server) writeClusterAttrs(ctx context.Context, ws []api.AttrWrite) erro
 	return nil
 }
 
-// appliesPartition reports whether this hub reads and applies partition
-// p, so a write to it waits for the apply. One hub reads every partition
-// (docs/CLUSTER.md, "Not built yet"); with partition leases it is the
-// lease's ownership, and a write to another hub's partition answers once
-// the stream stored it.
-func (s *Server) appliesPartition(int) bool { return true }
+// appliesPartition reports whether this hub owns partition p now (its
+// lease), so a write to it waits for the apply; a write to another hub's
+// partition answers once the stream stored it, and its owner applies it.
+func (s *Server) appliesPartition(p int) bool {
+	if m := s.LeaseManager(); m != nil {
+		_, owns := m.Owns(p)
+		return owns
+	}
+	return false
+}
 
 // errStreamEntry marks a stream entry that is not applied.
 var errStreamEntry = errors.New("stream entry not applied")
@@ -138,7 +142,7 @@ var errStreamEntry = errors.New("stream entry not applied")
 // depend on the message alone, so a replay decides alike.
 func (s *Server) decodeStreamEntry(msg inMsg) *pending {
 	p := &pending{kind: hublog.KindAttrs, device: msg.device, serverTimeNs: msg.serverTimeNs, payload: msg.payload,
-		logPart: msg.logPart, logSeq: msg.logSeq}
+		logPart: msg.logPart, logSeq: msg.logSeq, logGen: msg.logGen}
 	if s.cl != nil && msg.streamID != "" {
 		p.applied = s.cl.attrs.take(msg.streamID)
 	}

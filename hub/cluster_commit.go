@@ -18,7 +18,10 @@ import (
 func (c *committer) positionKVs(group []*pending) []kv {
 	var last map[int]uint64
 	for _, p := range group {
-		if p.logSeq == 0 {
+		if p.own != nil && last != nil {
+			delete(last, p.own.part) // the ownership entry writes its own position
+		}
+		if p.logSeq == 0 || p.stale {
 			continue
 		}
 		if last == nil {
@@ -40,7 +43,7 @@ func (c *committer) showPositions(group []*pending) {
 		return
 	}
 	for _, p := range group {
-		if p.logSeq == 0 {
+		if p.logSeq == 0 || p.stale {
 			continue
 		}
 		if p.logPart >= len(c.posGauges) {

@@ -1,6 +1,9 @@
 package hub
 
-import "edgeflow/hub/natsbus"
+import (
+	"edgeflow/hub/lease"
+	"edgeflow/hub/natsbus"
+)
 
 // busOptions are the cluster transport's options.
 func (o *Options) busOptions() natsbus.Options {
@@ -20,6 +23,14 @@ func (o *Options) validateNATS(bad func(field, format string, args ...any) error
 		case o.MQTTAuthFile != "" || o.MQTTTLSCertFile != "" || o.MQTTDenyAnonymous:
 			return bad("MQTTAuthFile", "the embedded broker's authentication and TLS do not apply in cluster mode (NATS.URLs): the NATS servers authenticate devices")
 		}
+	}
+	if o.HTTPAdvertiseURL != "" {
+		if err := lease.CheckURL(o.HTTPAdvertiseURL); err != nil {
+			return bad("HTTPAdvertiseURL", "%v", err)
+		}
+	}
+	if o.HubID != "" && !validHubID(o.HubID) {
+		return bad("HubID", "%q: want 1..64 letters, digits, '-' or '_'", o.HubID)
 	}
 	return o.NATS.Validate(bad)
 }

@@ -44,13 +44,14 @@ type clusterSnap struct {
 	failAfterCheckpoint bool // tests: a restore stops as if the hub died after writing its checkpoint
 }
 
-// noteApplied records the stream positions of an applied group (applier
-// goroutine).
-func (c *clusterMode) noteApplied(g []*pending) {
-	for _, p := range g {
-		if p.logSeq != 0 && p.logSeq > c.snap.applied[p.logPart] {
-			c.snap.applied[p.logPart] = p.logSeq
-			c.CatchUp.Applied(p.logPart, p.logSeq)
+// noteApplied records the stream position of an applied (or decided)
+// message (applier goroutine); a stale one is not this hub's to count.
+func (c *clusterMode) noteApplied(p *pending) {
+	if p.logSeq != 0 && !p.stale && p.logSeq > c.snap.applied[p.logPart] {
+		c.snap.applied[p.logPart] = p.logSeq
+		c.CatchUp.Applied(p.logPart, p.logSeq)
+		if c.appliedMsgs != nil {
+			c.appliedMsgs[p.logPart].Add(1)
 		}
 	}
 }

@@ -28,11 +28,22 @@ type pending struct {
 	payload      []byte // as received
 	logPart      int    // cluster mode: the stream partition it was read from
 	logSeq       uint64 // and its sequence there (0: not from a stream)
-	view         *batchview.View
-	stream       wire.StreamID
-	first, last  uint64
-	rangeAcks    bool              // the agent takes one ack for a run of batches
-	times        eventtime.Buckets // its events' event-time index buckets
+	logGen       uint64 // the partition's ownership generation its reader ran under (own.go)
+	// stale: the partition's ownership moved on since its reader handed
+	// the batch over; it is neither logged, acknowledged nor applied.
+	stale bool
+	// barrier: not a message; it reaches the applier after everything
+	// its worker handed over before it (own.go), and is never logged.
+	barrier bool
+	// own is a KindOwn entry's decoded record; ownKVs the dedup and
+	// position keys the committer writes with it.
+	own         *ownRecord
+	ownKVs      []kv
+	view        *batchview.View
+	stream      wire.StreamID
+	first, last uint64
+	rangeAcks   bool              // the agent takes one ack for a run of batches
+	times       eventtime.Buckets // its events' event-time index buckets
 	// retryAfterNs, when set, is the RETRY_LATER ack's retry_after_ns
 	// (a device at its bound of streams); else the rate limiter says.
 	retryAfterNs int64
@@ -71,6 +82,10 @@ type committer struct {
 	lastEnd   time.Time
 	waitTimer *time.Timer
 	cap       streamCap // streams per device and their expiry (streamcap.go)
+	// gens, with partition leases, is each partition's ownership
+	// generation (own.go): a stream batch read under another generation
+	// is stale.
+	gens []atomic.Uint64
 	// posGauge, in cluster mode, shows each partition's committed position;
 	// posGauges holds its children by partition, made on first use so the
 	// commit path does not format and look up a label per batch.
@@ -220,6 +235,13 @@ func (c *committer) collect() (group []*pending, more bool) {
 // commit classifies and writes one group, then syncs.
 func (c *committer) commit(group []*pending) error {
 	start := time.Now()
+	if c.gens != nil {
+		for _, p := range group {
+			if p.logSeq != 0 && c.gens[p.logPart].Load() != p.logGen {
+				p.stale = true
+			}
+		}
+	}
 	txn := c.st.DB.NewTransaction(true)
 	defer func() { txn.Discard() }()
 	write := func(kvs []kv, what func() string) error {
@@ -264,7 +286,7 @@ func (c *committer) commit(group []*pending) error {
 // write; it returns how many were logged, or write's first error.
 func (c *committer) eachEntry(group []*pending, write func(p *pending, kvs []kv) error) (logged int, err error) {
 	for _, p := range group {
-		if p.rej != nil {
+		if p.rej != nil || p.stale || p.barrier {
 			continue
 		}
 		key, ok := c.classify(p)
@@ -321,6 +343,9 @@ func (c *committer) entryKVs(p *pending, key hublog.StreamKey) []kv {
 	if p.kind == hublog.KindRetire {
 		return retireKVs(p)
 	}
+	if p.kind == hublog.KindOwn {
+		return append([]kv{{k: hublog.WALKey(p.entry.Seq, p.serverTimeNs), v: p.entry.Encode()}}, p.ownKVs...)
+	}
 	out := make([]kv, 1, 2+eventtime.MaxKeys)
 	out[0] = kv{k: hublog.WALKey(p.entry.Seq, p.serverTimeNs), v: p.entry.Encode()}
 	if p.kind == hublog.KindBatch {
@@ -341,6 +366,10 @@ func (c *committer) classify(p *pending) (key hublog.StreamKey, ok bool) {
 	if p.kind == hublog.KindRetire {
 		p.entry.Stream = p.stream
 		return hublog.StreamKey{Device: p.device, ID: p.stream}, true
+	}
+	if p.kind == hublog.KindOwn {
+		p.ownKVs = c.applyOwn(p.own)
+		return key, true
 	}
 	if p.kind != hublog.KindBatch {
 		return key, true

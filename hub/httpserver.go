@@ -34,9 +34,10 @@ func (s *Server) newAPI() (*api.API, error) {
 	cfg := api.Config{Engine: eng, Gatherer: s.opts.Gatherer, Registerer: s.opts.Registerer, Logger: s.log,
 		StreamHeartbeat: s.opts.StreamHeartbeat, MaxQueries: s.opts.HTTPMaxQueries, QueryWait: s.opts.HTTPQueryWait,
 		QueryTimeout: s.opts.HTTPQueryTimeout, Attrs: s.attrs, WriteToken: s.opts.HTTPWriteToken,
-		// Cluster stays nil until the partition leases are wired: a hub
-		// answers from its own state alone.
 		ClusterWait: s.opts.HTTPClusterWait, PeerToken: s.opts.HTTPReadToken}
+	if s.cl != nil {
+		cfg.Cluster = &clusterAPI{s: s} // any hub answers for the whole fleet
+	}
 	if s.rules != nil {
 		cfg.Alerts = s
 	}

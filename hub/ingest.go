@@ -24,6 +24,13 @@ type inMsg struct {
 	// and Nats-Msg-Id: a kind set marks an entry that is not a batch
 	// (cluster_attrs.go).
 	streamKind, streamID string
+	// logGen is the partition's ownership generation its reader was
+	// started under (own.go); the committer and the applier discard the
+	// message once the partition's generation has moved on.
+	logGen uint64
+	// ctl, when set, is handed to the committer as it is (an ownership
+	// entry or a barrier, own.go), in order with the worker's messages.
+	ctl *pending
 }
 
 // handle is the Transport's MessageHandler: it stamps the arrival time and
@@ -94,6 +101,10 @@ func (s *Server) handleStatus(device string, payload []byte, now int64) {
 // decodeLoop is one decode worker.
 func (s *Server) decodeLoop(in <-chan inMsg) {
 	for msg := range in {
+		if msg.ctl != nil {
+			s.com.in <- msg.ctl
+			continue
+		}
 		s.com.in <- s.decode(msg)
 	}
 }
@@ -105,7 +116,7 @@ func (s *Server) decode(msg inMsg) (p *pending) {
 		return s.decodeStreamEntry(msg)
 	}
 	p = &pending{kind: hublog.KindBatch, device: msg.device, serverTimeNs: msg.serverTimeNs, payload: msg.payload,
-		logPart: msg.logPart, logSeq: msg.logSeq}
+		logPart: msg.logPart, logSeq: msg.logSeq, logGen: msg.logGen}
 	defer func() {
 		if r := recover(); r != nil {
 			s.m.panics.Inc()

@@ -25,9 +25,6 @@ func (s *Server) applyLoop() {
 				return
 			}
 			s.applyGroup(g)
-			if s.cl != nil {
-				s.cl.noteApplied(g)
-			}
 			s.com.lag.release(groupBytes(g))
 		case req := <-s.applierReqs:
 			req.reply <- req.fn()
@@ -38,7 +35,15 @@ func (s *Server) applyLoop() {
 // applyGroup applies the logged entries of one group and recycles views.
 func (s *Server) applyGroup(g []*pending) {
 	for _, p := range g {
-		if p.accepted {
+		if p.accepted && p.logSeq != 0 && s.own != nil && s.own.gen[p.logPart].Load() != p.logGen {
+			// Committed before its partition was lost, applied after: the
+			// partition's devices are being dropped; the log's KindOwn
+			// entry after it drops them in a replay too.
+			p.stale = true
+			s.app.lastSeq = p.entry.Seq
+			s.own.m.discarded.Inc()
+			s.own.skipped[p.logPart].Store(true)
+		} else if p.accepted {
 			before := s.app.events
 			err := s.app.applyEntry(&p.entry, p.view)
 			if err != nil {
@@ -50,6 +55,9 @@ func (s *Server) applyGroup(g []*pending) {
 			s.m.events.Add(float64(s.app.events - before))
 		} else if p.applied != nil {
 			p.applied <- errNotLogged
+		}
+		if s.cl != nil {
+			s.cl.noteApplied(p)
 		}
 		if p.view != nil {
 			s.views.Put(p.view)

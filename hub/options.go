@@ -58,6 +58,15 @@ type Options struct {
 	// MQTT listeners (package cluster; cluster_options.go checks what it
 	// excludes). Default off.
 	NATS cluster.Options
+	// HubID names this hub among the hubs sharing the stream's partitions
+	// (cluster mode): its partition leases and heartbeat carry it. 1..64
+	// letters, digits, '-' or '_'. Default: an id generated once and kept
+	// in DataDir/hub-id, so a restart keeps it (hubid.go).
+	HubID string
+	// HTTPAdvertiseURL is the base URL the other hubs of a cluster reach
+	// this hub's API at (cluster mode), e.g. http://hub-a:8080. Default:
+	// derived from the address the API listens on (clusterview.AdvertiseURL).
+	HTTPAdvertiseURL string
 
 	// MQTTAuthFile is a credentials file ("device-id:bcrypt-hash" lines,
 	// see Credentials and `hubd passwd`) for the embedded broker: a client

@@ -226,6 +226,10 @@ func replayInto(ctx context.Context, st *hublog.Store, agg *aggregates, rc *aler
 	app.onPanic = func(name string, r any) {
 		opts.Logger.Error("recovered panic in consumer", "consumer", name, "panic", r)
 	}
+	app.own = func(e *hublog.Entry) error {
+		_, _, err := applyOwnTo(reg, agg.eng, e, opts.NATS.Log.Partitions, opts.Logger)
+		return err
+	}
 	upTo := pos
 	if full {
 		upTo = 0

@@ -118,6 +118,9 @@ func (s *Server) recoverState(ctx context.Context) error {
 		toApply: make(chan []*pending, applyQueueGroups), st: s.st, streams: dedup, nextSeq: max(last, s.app.lastSeq, known.Positions.Max()) + 1,
 		estimator: s.opts.ClockEstimator, opts: &s.opts, m: s.m}
 	s.com.committed.Store(s.com.nextSeq - 1)
+	if s.own != nil {
+		s.com.gens = s.own.gen
+	}
 	s.com.lag.limit = s.opts.Memory.ApplyLag
 	s.com.initStreams(s.opts.Now().UnixNano())
 	if fellBack || full || dmg.Any() {
@@ -245,6 +248,11 @@ func (s *Server) forceCheckpoint() error {
 
 // replayEntry applies one logged entry during recovery.
 func (s *Server) replayEntry(e *hublog.Entry) error {
+	if e.Kind == hublog.KindOwn {
+		if err := s.replayOwnEstimator(e); err != nil {
+			return err
+		}
+	}
 	if e.Kind != hublog.KindBatch {
 		return s.app.applyEntry(e, nil)
 	}

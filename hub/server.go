@@ -69,12 +69,14 @@ type Server struct {
 	httpLn      net.Listener
 	brokerLn    net.Listener             // the embedded broker's, bound by Start; the transport owns it once created
 	cl          *clusterMode             // cluster mode (Options.NATS) only
+	own         *ownership               // cluster mode: the partitions this hub owns (own.go)
 	sinks       atomic.Pointer[hubSinks] // Options.Sinks, once started
 	clm         *cluster.Metrics         // registered in every mode
 	shutdown    sync.Once
 	shutErr     error
 
 	skipFinalCheckpoint bool // tests: make Shutdown look like a crash after the last sync
+	crashLeases         bool // tests: Shutdown hands no partition over (leases left to expire)
 }
 
 // New checks opts (after EnsureDefaults) and builds a Server; nothing is
@@ -114,6 +116,12 @@ func New(opts Options) (*Server, error) {
 		if s.cl.bf.m, err = newBackfillMetrics(opts.Registerer); err != nil {
 			return nil, fmt.Errorf("register hub metrics: %w", err)
 		}
+		n := opts.NATS.Log.Partitions
+		s.cl.appliedMsgs = make([]atomic.Uint64, n)
+		s.own = &ownership{n: n, gen: make([]atomic.Uint64, n), skipped: make([]atomic.Bool, n), parts: make([]ownPart, n), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+		if s.own.m, err = newOwnMetrics(opts.Registerer); err != nil {
+			return nil, fmt.Errorf("register hub metrics: %w", err)
+		}
 	}
 	if s.dm, err = newDamageMetrics(opts.Registerer); err != nil {
 		return nil, fmt.Errorf("register hub metrics: %w", err)
@@ -135,6 +143,9 @@ func New(opts Options) (*Server, error) {
 	}
 	s.app = newApplier(s.reg, s.opts.Consumers, s.opts.ClockEstimator, s.opts.Limits)
 	s.app.attrs = s.attrs
+	if s.cl != nil {
+		s.app.own = s.applyOwnEntry
+	}
 	if s.agg != nil {
 		s.app.revise = engineReviser(s.agg.eng)
 	}
@@ -266,6 +277,13 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	if err := s.bindBroker(); err != nil {
 		return err
+	}
+	if s.cl != nil {
+		id, err := ensureHubID(s.opts.DataDir, s.opts.HubID)
+		if err != nil {
+			return err
+		}
+		s.opts.HubID = id
 	}
 	st, err := hublog.OpenStoreSized(s.opts.DataDir, !s.opts.NoSync, s.log, badgerSizes(s.opts.Memory))
 	if err != nil {
@@ -423,6 +441,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) doShutdown(ctx context.Context) error {
 	s.ready.Store(false)
 	var errs []error
+	s.stopOwnership(s.crashLeases)
 	if s.tr != nil {
 		s.tr.Pause()
 	}

@@ -5,6 +5,7 @@ import (
 	"github.com/spf13/viper"
 
 	"edgeflow/hub"
+	hubcluster "edgeflow/hub/cluster"
 	"edgeflow/hub/natslog"
 	"edgeflow/internal/confval"
 )
@@ -28,6 +29,11 @@ func addClusterFlags(fs *pflag.FlagSet) {
 	fs.Int("nats-replicas", natslog.DefaultReplicas, "cluster mode: servers holding each message, 1..5 (a write needs a majority)")
 	fs.String("nats-max-age", "168h", "cluster mode: the stream drops messages older than this, applied or not (at least 1m)")
 	fs.String("nats-snapshot-interval", "5m", "cluster mode: time between state snapshots put into NATS' object store, which a hub started on an empty data directory restores (at least 10s)")
+	fs.String("hub-id", "", "cluster mode: this hub's id among the hubs sharing the stream's partitions (1..64 letters, digits, '-' or '_'); default: generated once and kept in <data-dir>/hub-id")
+	fs.String("http-advertise-url", "", "cluster mode: the base URL the other hubs reach this hub's API at (e.g. http://hub-a:8080); default: derived from http-addr (its host, or this machine's host name when it listens on every interface)")
+	fs.String("cluster-lease-ttl", "4s", "cluster mode: how long a partition lease outlives its hub's last renewal; a dead hub is taken over about this long after (at least 1s; the same on every hub)")
+	fs.Int("cluster-checkpoint-every", hubcluster.DefaultCheckpointEvery, "cluster mode: save an owned partition's fenced checkpoint after this many applied messages of it")
+	fs.String("cluster-checkpoint-interval", "10s", "cluster mode: save an owned partition's fenced checkpoint at least this often while it applies messages (at least 100ms)")
 	fs.String("nats-max-bytes", "1GiB", "cluster mode: the stream's size bound per server; when full it refuses new batches, which agents keep and resend (at least 1MiB)")
 }
 
@@ -52,6 +58,11 @@ func clusterFromViper(v *viper.Viper, o *hub.Options) error {
 	n.Log.MaxAge = k.Duration("nats-max-age", false)
 	n.Log.MaxBytes = k.Size("nats-max-bytes")
 	n.SnapshotInterval = k.Duration("nats-snapshot-interval", false)
+	o.HubID = v.GetString("hub-id")
+	o.HTTPAdvertiseURL = v.GetString("http-advertise-url")
+	n.LeaseTTL = k.Duration("cluster-lease-ttl", false)
+	n.CheckpointEvery = k.Int("cluster-checkpoint-every", 1)
+	n.CheckpointInterval = k.Duration("cluster-checkpoint-interval", false)
 	if len(n.URLs) > 0 && v.GetString("mqtt-url") != "" {
 		k.Fail("nats-url", "cluster mode (nats-url) and an external MQTT broker (mqtt-url) exclude each other: devices connect to the NATS servers' MQTT listeners")
 	}

@@ -198,8 +198,9 @@ var optionKeys = map[string]string{
 	"MQTTAuthThrottle.SourceFailures": "mqtt-auth-source-failures",
 	"NATS.URLs":                       "nats-url", "NATS.Stream": "nats-stream", "NATS.Partitions": "nats-partitions",
 	"NATS.Replicas": "nats-replicas", "NATS.MaxAge": "nats-max-age", "NATS.MaxBytes": "nats-max-bytes",
-	"NATS.SnapshotInterval": "nats-snapshot-interval",
-	"NATS.CredsFile":        "nats-creds", "NATS.User": "nats-user", "NATS.Password": "nats-password", "NATS.Token": "nats-token",
+	"NATS.SnapshotInterval": "nats-snapshot-interval", "HubID": "hub-id", "HTTPAdvertiseURL": "http-advertise-url", "NATS.LeaseTTL": "cluster-lease-ttl",
+	"NATS.CheckpointEvery": "cluster-checkpoint-every", "NATS.CheckpointInterval": "cluster-checkpoint-interval",
+	"NATS.CredsFile": "nats-creds", "NATS.User": "nats-user", "NATS.Password": "nats-password", "NATS.Token": "nats-token",
 	"NATS.TLSCertFile": "nats-tls-cert", "NATS.TLSKeyFile": "nats-tls-key",
 }
 

@@ -29,6 +29,31 @@ type CatchUp struct {
 	skip []struct{ seq, after uint64 }
 	done bool
 	lag  *prometheus.GaugeVec
+	// notOwned marks the partitions another hub applies (Own): they
+	// count as caught up here.
+	notOwned []bool
+}
+
+// Own says whether this hub applies partition p (several hubs sharing
+// the stream): a partition it does not own counts as caught up.
+func (c *CatchUp) Own(p int, owned bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p < 0 || p >= len(c.applied) {
+		return
+	}
+	if c.notOwned == nil {
+		c.notOwned = make([]bool, len(c.applied))
+	}
+	c.notOwned[p] = !owned
+	if c.target != nil && !c.done {
+		c.update()
+	}
+}
+
+// behindAt reports whether partition p is behind its target (under mu).
+func (c *CatchUp) behindAt(p int) bool {
+	return c.applied[p] < c.target[p] && (c.notOwned == nil || !c.notOwned[p])
 }
 
 // Init sizes the tracker for n partitions starting at the positions from
@@ -88,7 +113,7 @@ func (c *CatchUp) update() {
 	behind := 0
 	for p, t := range c.target {
 		lag := uint64(0)
-		if c.applied[p] < t {
+		if c.behindAt(p) {
 			lag = t - c.applied[p]
 			behind++
 		}
@@ -119,8 +144,8 @@ func (c *CatchUp) Behind() (int, bool) {
 		return 0, false
 	}
 	n := 0
-	for p, t := range c.target {
-		if c.applied[p] < t {
+	for p := range c.target {
+		if c.behindAt(p) {
 			n++
 		}
 	}

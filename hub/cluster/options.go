@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"edgeflow/hub/lease"
 	"log/slog"
 	"strings"
 	"time"
@@ -37,7 +38,26 @@ type Options struct {
 	// empty data directory restores. Default 5 minutes, at least 10
 	// seconds.
 	SnapshotInterval time.Duration
+	// LeaseTTL is how long a partition lease outlives its hub's last
+	// renewal (hub/lease Options.TTL): a hub that died is taken over
+	// about LeaseTTL later. Every hub of a stream must use the same.
+	// Default lease.DefaultTTL (4s), at least 1s.
+	LeaseTTL time.Duration
+	// CheckpointEvery and CheckpointInterval: a hub saves an owned
+	// partition's fenced checkpoint (its position and its devices' state)
+	// after CheckpointEvery applied messages of it, or CheckpointInterval
+	// after the last save when anything was applied since. Defaults
+	// 10,000 messages and 10s.
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
 }
+
+// DefaultCheckpointEvery and DefaultCheckpointInterval are the defaults
+// of Options.CheckpointEvery and CheckpointInterval.
+const (
+	DefaultCheckpointEvery    = 10000
+	DefaultCheckpointInterval = 10 * time.Second
+)
 
 // DefaultSnapshotInterval is Options.SnapshotInterval's default.
 const DefaultSnapshotInterval = 5 * time.Minute
@@ -65,6 +85,15 @@ func (n *Options) EnsureDefaults() {
 		n.Log.EnsureDefaults()
 		if n.SnapshotInterval == 0 {
 			n.SnapshotInterval = DefaultSnapshotInterval
+		}
+		if n.LeaseTTL == 0 {
+			n.LeaseTTL = lease.DefaultTTL
+		}
+		if n.CheckpointEvery == 0 {
+			n.CheckpointEvery = DefaultCheckpointEvery
+		}
+		if n.CheckpointInterval == 0 {
+			n.CheckpointInterval = DefaultCheckpointInterval
 		}
 	}
 }
@@ -96,6 +125,14 @@ func (n *Options) Validate(bad func(field, format string, args ...any) error) er
 	}
 	if n.SnapshotInterval != 0 && n.SnapshotInterval < MinSnapshotInterval {
 		return bad("NATS.SnapshotInterval", "%v: want at least %v", n.SnapshotInterval, MinSnapshotInterval)
+	}
+	switch {
+	case n.LeaseTTL != 0 && n.LeaseTTL < time.Second:
+		return bad("NATS.LeaseTTL", "%v: want at least 1s", n.LeaseTTL)
+	case n.CheckpointEvery < 0:
+		return bad("NATS.CheckpointEvery", "%d: want a positive count", n.CheckpointEvery)
+	case n.CheckpointInterval < 0 || (n.CheckpointInterval != 0 && n.CheckpointInterval < 100*time.Millisecond):
+		return bad("NATS.CheckpointInterval", "%v: want at least 100ms", n.CheckpointInterval)
 	}
 	bo := n.BusOptions("", 0, nil) // Validate checks URLs, credentials and TLS only
 	if err := bo.Validate(); err != nil {

@@ -30,6 +30,12 @@ const (
 	// time is the entry's server time). The applier puts it in the
 	// attribute table in log order, so replay rebuilds the table.
 	KindAttrs Kind = 5
+	// KindOwn changes which stream partitions' devices this hub holds
+	// (cluster mode with several hubs; payload: package hub's ownership
+	// record): it drops a partition's devices, or drops them and imports
+	// another hub's checkpoint of them. Logged, so replay and the
+	// committer's dedup state follow the same order as the live run.
+	KindOwn Kind = 6
 )
 
 // entryVersion is the version byte that starts every log entry value.

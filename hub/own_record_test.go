@@ -1,0 +1,71 @@
+package hub
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestHubIDKept: an id is generated once and kept in the data directory;
+// a configured id wins; a damaged file is an error naming it.
+func TestHubIDKept(t *testing.T) {
+	dir := t.TempDir()
+	id, err := ensureHubID(dir, "")
+	if err != nil || !validHubID(id) || !strings.HasPrefix(id, "hub-") {
+		t.Fatalf("generated id %q, %v", id, err)
+	}
+	again, err := ensureHubID(dir, "")
+	if err != nil || again != id {
+		t.Fatalf("second start: %q, %v; want %q", again, err, id)
+	}
+	if got, _ := ensureHubID(dir, "east-1"); got != "east-1" {
+		t.Fatalf("configured id: got %q", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, hubIDFile), []byte("no dots.here\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ensureHubID(dir, ""); err == nil || !strings.Contains(err.Error(), hubIDFile) {
+		t.Fatalf("damaged id file: %v", err)
+	}
+	o := Options{HubID: "a.b"}
+	if err := o.validateNATS(func(field, format string, args ...any) error { return errors.New(field) }); err == nil || err.Error() != "HubID" {
+		t.Fatalf("invalid HubID: %v", err)
+	}
+}
+
+// TestPartCkptRecord: checkpoints and ownership records round-trip, and
+// every truncation or bad length of one is refused, not read past.
+func TestPartCkptRecord(t *testing.T) {
+	ck := &partCkpt{pos: 12345, engine: []byte("engine-state"), reg: []byte("registry"), clock: nil}
+	b := ck.encode()
+	got, err := decodePartCkpt(b)
+	if err != nil || got.pos != ck.pos || !bytes.Equal(got.engine, ck.engine) || !bytes.Equal(got.reg, ck.reg) || len(got.clock) != 0 {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for i := range len(b) {
+		if _, err := decodePartCkpt(b[:i]); !errors.Is(err, errBadPartCkpt) {
+			t.Fatalf("truncated at %d: %v", i, err)
+		}
+	}
+	if _, err := decodePartCkpt(append(b, 0)); !errors.Is(err, errBadPartCkpt) {
+		t.Fatalf("trailing byte: %v", err)
+	}
+	rec := &ownRecord{op: ownImport, part: 5, ckpt: ck}
+	r2, err := decodeOwnRecord(rec.encode(), 8)
+	if err != nil || r2.op != ownImport || r2.part != 5 || r2.ckpt.pos != ck.pos {
+		t.Fatalf("ownership record: %+v, %v", r2, err)
+	}
+	if _, err := decodeOwnRecord(rec.encode(), 4); !errors.Is(err, errBadPartCkpt) {
+		t.Fatalf("partition beyond the stream's count: %v", err)
+	}
+	drop := (&ownRecord{op: ownDrop, part: 3}).encode()
+	if r3, err := decodeOwnRecord(drop, 8); err != nil || r3.op != ownDrop || r3.part != 3 {
+		t.Fatalf("drop record: %+v, %v", r3, err)
+	}
+	if _, err := decodeOwnRecord([]byte{9, 1}, 8); !errors.Is(err, errBadPartCkpt) {
+		t.Fatalf("unknown operation: %v", err)
+	}
+}
