@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub/attrs"
 	"edgeflow/hub/hublog"
 	"edgeflow/hub/lease"
 	"edgeflow/hub/natslog"
@@ -503,11 +504,21 @@ func (s *Server) dropPartition(p int) error {
 }
 
 // importPartition logs and applies a KindOwn entry replacing partition
-// p's devices with a checkpoint's. The registry export is checked first,
-// so the committer's dedup state never takes what the applier refuses.
+// p's devices with a checkpoint's. The registry and attribute exports are
+// checked first, so the committer's dedup state never takes what the
+// applier refuses.
 func (s *Server) importPartition(p int, ck *partCkpt) error {
 	if err := registry.New(s.opts.MaxStreamsPerDevice).ImportDevices(ck.reg); err != nil {
 		return err
+	}
+	if ck.hasAttrs && s.attrs != nil {
+		if err := s.attrs.CheckExport(partitionKeep(p, s.opts.NATS.Log.Partitions), ck.attrs); err != nil {
+			return fmt.Errorf("attribute versions: %w", err)
+		}
+	}
+	if !ck.hasAttrs {
+		s.log.Warn("cluster mode: a partition checkpoint written by an older build carries no attribute versions: this hub has none for the partition's devices until they are written again (attr.* joins leave them out)",
+			"partition", p, "position", ck.pos)
 	}
 	rec := &ownRecord{op: ownImport, part: p, ckpt: ck}
 	return s.sendCtl(p, &pending{kind: hublog.KindOwn, serverTimeNs: s.opts.Now().UnixNano(), payload: rec.encode(), own: rec, applied: make(chan error, 1)})
@@ -571,7 +582,7 @@ func (s *Server) applyOwnEntry(e *hublog.Entry) error {
 	if s.agg != nil {
 		eng = s.agg.eng
 	}
-	r, dropped, err := applyOwnTo(s.reg, eng, e, s.opts.NATS.Log.Partitions, s.log)
+	r, dropped, err := applyOwnTo(s.reg, eng, s.attrs, e, s.opts.NATS.Log.Partitions, s.log)
 	if err != nil {
 		return err
 	}
@@ -591,12 +602,15 @@ func (s *Server) applyOwnEntry(e *hublog.Entry) error {
 }
 
 // applyOwnTo applies a KindOwn entry of a stream of n partitions to a
-// registry and an engine (nil: none): the partition's devices leave them
-// and, for an import, the checkpoint's enter them, the engine's partials
-// renumbered to this log's position of the entry. It returns the record
-// and how many registry entries were dropped. Live, recovery and
-// Rebuild apply the entries alike.
-func applyOwnTo(reg *registry.Registry, eng *aggregate.Engine, e *hublog.Entry, n int, log *slog.Logger) (*ownRecord, int, error) {
+// registry, an engine and an attribute table (nil: none): the
+// partition's devices leave them and, for an import, the checkpoint's
+// enter them, the engine's partials renumbered to this log's position of
+// the entry, the attribute versions as the exporter held them (a record
+// without the attribute section, from an older build, leaves the
+// partition's devices without versions). It returns the record and how
+// many registry entries were dropped. Live, recovery and Rebuild apply
+// the entries alike.
+func applyOwnTo(reg *registry.Registry, eng *aggregate.Engine, tbl *attrs.Table, e *hublog.Entry, n int, log *slog.Logger) (*ownRecord, int, error) {
 	if n < 1 {
 		return nil, 0, fmt.Errorf("%w: log entry %d: a partition ownership entry outside cluster mode", hublog.ErrCorrupt, e.Seq)
 	}
@@ -611,11 +625,24 @@ func applyOwnTo(reg *registry.Registry, eng *aggregate.Engine, e *hublog.Entry, 
 			log.Error("cluster mode: dropping a partition's partials from the store", "partition", r.part, "err", err)
 		}
 	}
+	if r.op == ownDrop || !r.ckpt.hasAttrs {
+		if tbl != nil {
+			tbl.DropDevices(keep)
+		}
+	}
 	if r.op == ownDrop {
 		return r, dropped, nil
 	}
 	if err := reg.ImportDevices(r.ckpt.reg); err != nil {
 		return nil, dropped, fmt.Errorf("log entry %d: partition %d: %w", e.Seq, r.part, err)
+	}
+	if tbl != nil && r.ckpt.hasAttrs {
+		// Replaced, not revised: the versions were applied (and their
+		// revisions announced) by the exporter in stream order, and the
+		// imported partials are the state they were joined with there.
+		if _, _, err := tbl.ReplaceDevices(keep, r.ckpt.attrs); err != nil {
+			return nil, dropped, fmt.Errorf("log entry %d: partition %d: attribute versions: %w", e.Seq, r.part, err)
+		}
 	}
 	if eng != nil && len(r.ckpt.engine) > 0 {
 		if err := eng.ImportDevicesAt(r.ckpt.engine, e.Seq); err != nil {
@@ -752,6 +779,9 @@ func (s *Server) savePartition(p int, epoch uint64, final bool) error {
 		}
 		if ck.reg, err = s.reg.ExportDevices(keep); err != nil {
 			return err
+		}
+		if s.attrs != nil {
+			ck.hasAttrs, ck.attrs = true, s.attrs.ExportDevices(keep)
 		}
 		if est, ok := s.opts.ClockEstimator.(devicesHandover); ok {
 			ck.clock, err = est.ExportDevices(keep)

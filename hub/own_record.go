@@ -11,19 +11,28 @@ import (
 //
 // A partition checkpoint is "EFPCK", a version byte, the partition's
 // stream position (the last sequence of it whose message the state
-// includes) and three length-prefixed exports of the partition's devices:
-// the event-time engine's (empty without one), the registry's and the
-// clock estimator's (empty when the estimator cannot export).
+// includes) and length-prefixed exports of the partition's devices: the
+// event-time engine's (empty without one), the registry's, the clock
+// estimator's (empty when the estimator cannot export) and, from version
+// 2 on, the attribute table's (attrs.Table.ExportDevices). Version 1 (a
+// build before the attribute section) is still read: its record has no
+// attribute versions (hasAttrs false) and is written back as version 1
+// into a KindOwn entry, so a replay decides as the live run did.
 
 const (
-	partCkptMagic   = "EFPCK"
-	partCkptVersion = 1
+	partCkptMagic     = "EFPCK"
+	partCkptVersionV1 = 1
+	partCkptVersion   = 2
 )
 
 // partCkpt is one decoded partition checkpoint.
 type partCkpt struct {
 	pos                uint64
 	engine, reg, clock []byte
+	// hasAttrs: the record carries the attribute section (version 2), in
+	// attrs (an empty table's export when the devices have no versions).
+	hasAttrs bool
+	attrs    []byte
 }
 
 // errBadPartCkpt is wrapped by every decode failure of a checkpoint or an
@@ -31,11 +40,17 @@ type partCkpt struct {
 var errBadPartCkpt = errors.New("bad partition checkpoint")
 
 func (c *partCkpt) encode() []byte {
-	b := make([]byte, 0, len(partCkptMagic)+1+4*binary.MaxVarintLen64+len(c.engine)+len(c.reg)+len(c.clock))
+	b := make([]byte, 0, len(partCkptMagic)+1+5*binary.MaxVarintLen64+len(c.engine)+len(c.reg)+len(c.clock)+len(c.attrs))
 	b = append(b, partCkptMagic...)
-	b = append(b, partCkptVersion)
+	sections := [][]byte{c.engine, c.reg, c.clock}
+	if c.hasAttrs {
+		b = append(b, partCkptVersion)
+		sections = append(sections, c.attrs)
+	} else {
+		b = append(b, partCkptVersionV1)
+	}
 	b = binary.AppendUvarint(b, c.pos)
-	for _, x := range [][]byte{c.engine, c.reg, c.clock} {
+	for _, x := range sections {
 		b = binary.AppendUvarint(b, uint64(len(x)))
 		b = append(b, x...)
 	}
@@ -48,17 +63,22 @@ func decodePartCkpt(b []byte) (*partCkpt, error) {
 	if len(b) < len(partCkptMagic)+1 || string(b[:len(partCkptMagic)]) != partCkptMagic {
 		return nil, fmt.Errorf("%w: bad magic", errBadPartCkpt)
 	}
-	if v := b[len(partCkptMagic)]; v != partCkptVersion {
-		return nil, fmt.Errorf("%w: version %d, this build reads %d", errBadPartCkpt, v, partCkptVersion)
+	v := b[len(partCkptMagic)]
+	if v != partCkptVersionV1 && v != partCkptVersion {
+		return nil, fmt.Errorf("%w: version %d, this build reads %d and %d", errBadPartCkpt, v, partCkptVersionV1, partCkptVersion)
 	}
 	b = b[len(partCkptMagic)+1:]
-	c := &partCkpt{}
+	c := &partCkpt{hasAttrs: v == partCkptVersion}
+	sections := []*[]byte{&c.engine, &c.reg, &c.clock}
+	if c.hasAttrs {
+		sections = append(sections, &c.attrs)
+	}
 	pos, n := binary.Uvarint(b)
 	if n <= 0 {
 		return nil, fmt.Errorf("%w: truncated position", errBadPartCkpt)
 	}
 	c.pos, b = pos, b[n:]
-	for i, dst := range []*[]byte{&c.engine, &c.reg, &c.clock} {
+	for i, dst := range sections {
 		l, n := binary.Uvarint(b)
 		if n <= 0 || l > uint64(len(b)-n) {
 			return nil, fmt.Errorf("%w: truncated export %d", errBadPartCkpt, i)

@@ -69,3 +69,39 @@ func TestPartCkptRecord(t *testing.T) {
 		t.Fatalf("unknown operation: %v", err)
 	}
 }
+
+// TestPartCkptAttrsSection: a checkpoint with the attribute section
+// (version 2) round-trips and refuses every truncation; one of version 1
+// (a build before the section) still decodes, without it, and encodes
+// back to the same bytes, so a KindOwn entry holding it replays alike.
+func TestPartCkptAttrsSection(t *testing.T) {
+	ck := &partCkpt{pos: 77, engine: []byte("e"), reg: []byte("r"), clock: []byte("c"), hasAttrs: true, attrs: []byte("attribute-versions")}
+	b := ck.encode()
+	got, err := decodePartCkpt(b)
+	if err != nil || !got.hasAttrs || !bytes.Equal(got.attrs, ck.attrs) || !bytes.Equal(got.clock, ck.clock) || got.pos != 77 {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for i := range len(b) {
+		if _, err := decodePartCkpt(b[:i]); !errors.Is(err, errBadPartCkpt) {
+			t.Fatalf("truncated at %d: %v", i, err)
+		}
+	}
+	old := &partCkpt{pos: 77, engine: []byte("e"), reg: []byte("r"), clock: []byte("c")}
+	ob := old.encode()
+	if ob[len(partCkptMagic)] != partCkptVersionV1 {
+		t.Fatalf("a record without the attribute section is written as version %d", ob[len(partCkptMagic)])
+	}
+	got, err = decodePartCkpt(ob)
+	if err != nil || got.hasAttrs || got.attrs != nil || !bytes.Equal(got.encode(), ob) {
+		t.Fatalf("version 1: %+v, %v", got, err)
+	}
+	// Version 1's bytes with a fourth section appended are trailing bytes.
+	if _, err := decodePartCkpt(append(ob, 1, 'x')); !errors.Is(err, errBadPartCkpt) {
+		t.Fatalf("version 1 with an extra section: %v", err)
+	}
+	bad := bytes.Clone(b)
+	bad[len(partCkptMagic)] = 3
+	if _, err := decodePartCkpt(bad); !errors.Is(err, errBadPartCkpt) {
+		t.Fatalf("version 3: %v", err)
+	}
+}

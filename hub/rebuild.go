@@ -227,7 +227,7 @@ func replayInto(ctx context.Context, st *hublog.Store, agg *aggregates, rc *aler
 		opts.Logger.Error("recovered panic in consumer", "consumer", name, "panic", r)
 	}
 	app.own = func(e *hublog.Entry) error {
-		_, _, err := applyOwnTo(reg, agg.eng, e, opts.NATS.Log.Partitions, opts.Logger)
+		_, _, err := applyOwnTo(reg, agg.eng, app.attrs, e, opts.NATS.Log.Partitions, opts.Logger)
 		return err
 	}
 	upTo := pos

@@ -116,6 +116,11 @@ type Table struct {
 	mu  sync.RWMutex
 	lim Limits
 	dev map[string][]Version
+	// held marks the devices whose versions came from another hub's
+	// partition checkpoint (ReplaceDevices): this hub's event index
+	// does not hold their older events, so Compact cannot tell which
+	// versions the imported partials still need, and leaves them.
+	held map[string]bool
 }
 
 // New returns an empty table with lim (zero fields take DefaultLimits').
@@ -136,7 +141,7 @@ func New(lim Limits) *Table {
 	if lim.MaxDevices <= 0 {
 		lim.MaxDevices = d.MaxDevices
 	}
-	return &Table{lim: lim, dev: map[string][]Version{}}
+	return &Table{lim: lim, dev: map[string][]Version{}, held: map[string]bool{}}
 }
 
 // Limits returns the table's limits.
@@ -232,7 +237,7 @@ func (t *Table) Put(device string, v Version) Change {
 	return ch
 }
 
-// Compact folds, for each device whose oldest stored event time oldest
+// Compact folds, for each device (not held: see ReplaceDevices) whose oldest stored event time oldest
 // reports, the versions in force only before it into the version in
 // force then: that version takes the effective time of the oldest one
 // folded, so windows older than the device's stored events (still held
@@ -243,6 +248,9 @@ func (t *Table) Compact(oldest func(device string) (int64, bool)) int {
 	defer t.mu.Unlock()
 	removed := 0
 	for d, vs := range t.dev {
+		if t.held[d] {
+			continue
+		}
 		ns, ok := oldest(d)
 		if !ok {
 			continue
@@ -260,4 +268,89 @@ func (t *Table) Compact(oldest func(device string) (int64, bool)) int {
 		removed += i
 	}
 	return removed
+}
+
+// DropDevices removes the versions of the devices keep selects (a
+// partition this hub no longer applies) and returns how many devices it
+// removed.
+func (t *Table) DropDevices(keep func(device string) bool) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dropLocked(keep)
+}
+
+func (t *Table) dropLocked(keep func(string) bool) int {
+	n := 0
+	for d := range t.dev {
+		if keep(d) {
+			delete(t.dev, d)
+			n++
+		}
+	}
+	for d := range t.held {
+		if keep(d) {
+			delete(t.held, d)
+		}
+	}
+	return n
+}
+
+// CheckExport reports why ReplaceDevices would refuse an export: it does
+// not decode, or it holds a device keep does not select.
+func (t *Table) CheckExport(keep func(device string) bool, b []byte) error {
+	dev, _, err := t.decodeTable(b)
+	if err != nil {
+		return err
+	}
+	return checkKept(dev, keep)
+}
+
+func checkKept(dev map[string][]Version, keep func(string) bool) error {
+	for d := range dev {
+		if !keep(d) {
+			return fmt.Errorf("%w: the export holds device %s, which is not among the devices it replaces", ErrCorrupt, d)
+		}
+	}
+	return nil
+}
+
+// ReplaceDevices makes the versions of the devices keep selects exactly
+// an ExportDevices' (a partition taken over from another hub's
+// checkpoint): those devices' versions leave the table and the export's
+// enter it, each with the Written time the exporter had. It is
+// idempotent, and changes nothing when the export does not decode or
+// holds a device keep does not select. The devices imported are held:
+// Compact leaves their versions (this hub's log holds none of their
+// events before the import, so its event index cannot bound them). It
+// returns how many devices were removed and how many imported. The
+// versions are not changes (Put's): the exporter applied them in stream
+// order and announced them then, so nothing is revised here.
+func (t *Table) ReplaceDevices(keep func(device string) bool, b []byte) (removed, imported int, err error) {
+	dev, _, err := t.decodeTable(b)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := checkKept(dev, keep); err != nil {
+		return 0, 0, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	removed = t.dropLocked(keep)
+	for d, vs := range dev {
+		if len(vs) == 0 {
+			continue
+		}
+		t.dev[d] = vs
+		t.held[d] = true
+		imported++
+	}
+	return removed, imported, nil
+}
+
+// Held returns how many devices hold versions imported from another
+// hub's checkpoint (not compacted here).
+func (t *Table) Held() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.held)
 }
