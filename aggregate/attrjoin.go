@@ -115,7 +115,7 @@ func (r *queryRun) collectAttrs(ids []uint32) error {
 			return err
 		}
 		s := &r.e.series.list[id]
-		if r.p.Device != "" && s.device != r.p.Device || !r.mayHaveData(s) {
+		if !r.p.wants(s.device) || !r.mayHaveData(s) {
 			continue
 		}
 		parts, err := r.seriesParts(id, s)

@@ -107,7 +107,7 @@ func (r *queryRun) precheck(ids []uint32) error {
 			return err
 		}
 		s := &r.e.series.list[id]
-		if r.p.Device != "" && s.device != r.p.Device {
+		if !r.p.wants(s.device) {
 			continue
 		}
 		live := r.liveInRange(s)

@@ -109,7 +109,7 @@ func (e *Engine) ExportPartialsContext(ctx context.Context, q Query) (*PartialSe
 		AllowedLateness: e.opt.AllowedLateness, watermark: e.clk.final, hasWatermark: e.clk.hasFinal}
 	refs := map[uint32]uint32{} // engine stream -> set stream
 	for i := range e.streams {
-		if st := &e.streams[i]; e.known(st) {
+		if st := &e.streams[i]; e.known(st) && (q.Keep == nil || q.Keep(st.device)) {
 			refs[uint32(i)] = uint32(len(ps.streams))
 			ps.streams = append(ps.streams, setStream{device: st.device, id: st.id, wm: st.wm, known: true})
 		}

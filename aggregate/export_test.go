@@ -135,3 +135,49 @@ func FuzzDecodePartialSet(f *testing.F) {
 		}
 	})
 }
+
+// TestKeepRestrictsToDevices: an engine holding every device, asked with
+// Keep for half of them, answers (query, partial set, behind counts) as
+// an engine that holds only that half; the two halves' sets merge into
+// the whole fleet's answer. A hub of a cluster answers so for the
+// partitions it owns while it still holds the state of one it lost.
+func TestKeepRestrictsToDevices(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	batches := deliver(r, genFleet(r))
+	half1, _ := splitByDevice(batches)
+	inHalf1 := map[string]bool{}
+	for _, b := range half1 {
+		inHalf1[b.Device] = true
+	}
+	keep1 := func(d string) bool { return inHalf1[d] }
+	keep2 := func(d string) bool { return !inHalf1[d] }
+	opt := propOptions()
+	opt.TagKeys = nil
+	all := runAll(t, opt, batches)
+	only1 := runAll(t, opt, half1)
+	export := func(keep func(string) bool) *PartialSet {
+		ps, err := all.ExportPartials(Query{Metric: "m", From: t0.Add(-2 * time.Hour), To: t0.Add(30 * time.Hour),
+			GroupBy: []string{"device", "room"}, Keep: keep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ps
+	}
+	for _, q := range allQueries() {
+		kept := q
+		kept.Keep = keep1
+		if d := diffResults(mustQuery(t, only1, q), mustQuery(t, all, kept)); d != "" {
+			t.Fatalf("%v group_by %v with Keep: %s", q.Window, q.GroupBy, d)
+		}
+		if !isSubset(q.GroupBy, []string{"device", "room"}) {
+			continue
+		}
+		got, err := QueryPartials([]*PartialSet{export(keep1), export(keep2)}, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := diffResults(withoutLateness(mustQuery(t, all, q)), withoutLateness(got)); d != "" {
+			t.Fatalf("merged halves, %v group_by %v: %s", q.Window, q.GroupBy, d)
+		}
+	}
+}

@@ -33,6 +33,11 @@ type Query struct {
 	// dashboard (or a load test's probe) following one device does not
 	// pay for the whole fleet.
 	Device string
+	// Keep, if set, restricts the query to the series of the devices it
+	// returns true for (and a partial set to their streams): a hub of a
+	// cluster answers only for the partitions it owns now, though its
+	// engine may still hold the state of one it lost.
+	Keep func(device string) bool
 	// AttrFilter keeps only the events whose device's attribute version
 	// in force at their event time holds every key=value in it (the
 	// query parameter attr.KEY=VALUE; see SetAttrSource).
@@ -75,6 +80,11 @@ type WindowResult struct {
 }
 
 // queryPlan is a validated query.
+// wants reports whether the query covers device's series (Device, Keep).
+func (p *queryPlan) wants(device string) bool {
+	return (p.Device == "" || device == p.Device) && (p.Keep == nil || p.Keep(device))
+}
+
 type queryPlan struct {
 	Query
 	spec     WindowSpec
@@ -215,7 +225,7 @@ func (r *queryRun) collect(ids []uint32) error {
 			return err
 		}
 		s := &r.e.series.list[id]
-		if r.p.Device != "" && s.device != r.p.Device || !r.mayHaveData(s) {
+		if !r.p.wants(s.device) || !r.mayHaveData(s) {
 			continue // a series with no partial in range adds nothing to its group
 		}
 		groups[i] = r.groupOf(s, &kb)
@@ -614,7 +624,7 @@ func shared(p *partial) partial {
 // windows evaluates every group's windows and sorts them by start, then
 // group.
 func (r *queryRun) windows() ([]WindowResult, error) {
-	r.behind = r.e.newBehindIndex(r.p.GroupBy, r.groups)
+	r.behind = r.e.newBehindIndex(r.p.GroupBy, r.groups, r.p.Keep)
 	out := make([]WindowResult, 0, r.estimate())
 	slices.SortFunc(r.groups, func(a, b *group) int { return strings.Compare(a.key, b.key) })
 	for _, g := range r.groups {
@@ -806,7 +816,9 @@ type behindIndex struct {
 // newBehindIndex indexes the known streams' watermarks. Grouped by
 // device, it indexes only the devices of groups (a query for one device of
 // a large fleet touches that device's streams, not the fleet's).
-func (e *Engine) newBehindIndex(groupBy []string, groups []*group) behindIndex {
+// keep, if set, leaves out the streams of the devices it refuses
+// (Query.Keep).
+func (e *Engine) newBehindIndex(groupBy []string, groups []*group, keep func(string) bool) behindIndex {
 	var b behindIndex
 	if slices.Contains(groupBy, "device") {
 		b.byDevice = make(map[string][]int64, len(groups))
@@ -816,7 +828,7 @@ func (e *Engine) newBehindIndex(groupBy []string, groups []*group) behindIndex {
 	}
 	for i := range e.streams {
 		st := &e.streams[i]
-		if !e.known(st) {
+		if !e.known(st) || keep != nil && !keep(st.device) {
 			continue
 		}
 		if b.byDevice == nil {

@@ -24,15 +24,17 @@ import (
 )
 
 // clusterHubsTTL is the lease TTL of the multi-hub test: short, so a
-// killed hub's partitions are taken over within seconds.
-const clusterHubsTTL = 2 * time.Second
+// killed hub's partitions are taken over within seconds
+// (E2E_CLUSTER_TTL sets another, e.g. hubd's default 4s for its figures).
+var clusterHubsTTL = 2 * time.Second
 
 // TestClusterHubsShareTheFleet runs three nats-server processes, three
 // hubd processes sharing the stream's 8 partitions under leases, and six
 // edgeagent processes posting events all along, while hubs are killed
 // with SIGKILL and restarted (E2E_CLUSTER_KILLS times, 2 by default), one
 // is paused with SIGSTOP past its lease and continued, a fourth joins and
-// the first stops cleanly. After each change every partition has one
+// the first stops cleanly (E2E_CLUSTER_TTL sets the lease TTL, 2s by
+// default). After each change every partition has one
 // owner among the live hubs; at the end every event any agent accepted is
 // applied exactly once, every 10 s window of every device equals the
 // ground truth on every live hub, and every live hub answers
@@ -48,6 +50,13 @@ func TestClusterHubsShareTheFleet(t *testing.T) {
 			t.Fatalf("E2E_CLUSTER_KILLS=%q: want a count", v)
 		}
 		kills = n
+	}
+	if v := os.Getenv("E2E_CLUSTER_TTL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			t.Fatalf("E2E_CLUSTER_TTL=%q: want a duration of at least 1s", v)
+		}
+		clusterHubsTTL = d
 	}
 	c := testnats.Start(t, 3)
 	agentBin := testproc.Build(t, "edgeflow/cmd/edgeagent", "edgeagent")

@@ -137,10 +137,12 @@ func TestClusterAttributes(t *testing.T) {
 }
 
 // TestClusterAttributesStoredNotApplied: a write the stream stores while
-// this hub does not read its partition (its readers stopped, as a hub
-// falling behind or shutting down) answers 202 naming the partition and
-// sequence, nothing is applied here; the next hub on the data directory
-// reads it from the stream and applies it.
+// this hub, the partition's owner, does not get to apply it (its applier
+// held, as a hub falling behind) answers 202 naming the partition and
+// sequence, and the version is applied once the applier runs again. A
+// write while the hub owns no partition (its cluster side stopped)
+// answers once the stream stored it, and the next hub on the data
+// directory reads it from the stream and applies it.
 func TestClusterAttributesStoredNotApplied(t *testing.T) {
 	c := testnats.Start(t, 1)
 	dir := t.TempDir()
@@ -148,23 +150,44 @@ func TestClusterAttributesStoredNotApplied(t *testing.T) {
 	o.HTTPReadToken, o.HTTPWriteToken = attrReadToken, attrWriteToken
 	s, stop := startClusterHub(t, o)
 	from := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	waitUntil(t, "this hub owns pump-1's partition", func() bool {
+		m := s.LeaseManager()
+		if m == nil {
+			return false
+		}
+		_, owns := m.Owns(natslog.PartitionOf("pump-1", o.NATS.Log.Partitions))
+		return owns
+	})
 	putAttrs(t, s, "pump-1", "north", from)
-	s.stopCluster()
 	s.cl.attrs.applyWait = 100 * time.Millisecond
+	release, held := make(chan struct{}), make(chan struct{})
+	go func() {
+		_ = s.inApplier(func() error { close(held); <-release; return nil })
+	}()
+	<-held
 	body := fmt.Sprintf(`{"attributes":{"site":"south"},"effective_from":%q}`, from.Add(time.Minute).Format(time.RFC3339))
 	code, resp := attrDo(t, s, "PUT", "/v1/devices/pump-1/attributes", attrWriteToken, body)
 	want := fmt.Sprintf("partition %d, sequence 2", natslog.PartitionOf("pump-1", o.NATS.Log.Partitions))
 	if code != 202 || !strings.Contains(resp, want) {
-		t.Fatalf("write with the readers stopped: %d %s, want 202 naming %s", code, resp, want)
+		close(release)
+		t.Fatalf("write with the applier held: %d %s, want 202 naming %s", code, resp, want)
 	}
-	if n := len(s.attrs.AttrVersions("pump-1")); n != 1 {
-		t.Fatalf("%d versions applied with the readers stopped, want 1", n)
+	close(release)
+	waitUntil(t, "the stored version applied once the applier runs", func() bool {
+		v, ok := s.attrs.At("pump-1", from.Add(time.Minute).UnixNano())
+		return ok && v.Attrs["site"] == "south"
+	})
+
+	s.stopCluster()
+	body = fmt.Sprintf(`{"attributes":{"site":"east"},"effective_from":%q}`, from.Add(2*time.Minute).Format(time.RFC3339))
+	if code, resp := attrDo(t, s, "PUT", "/v1/devices/pump-1/attributes", attrWriteToken, body); code != 200 {
+		t.Fatalf("write while this hub owns no partition: %d %s, want 200 once stored", code, resp)
 	}
 	stop(false)
 	o2, _ := clusterOptions(t, dir, c, 1)
 	s2, _ := startClusterHub(t, o2)
 	waitUntil(t, "the stored version applied after the restart", func() bool {
-		v, ok := s2.attrs.At("pump-1", from.Add(time.Minute).UnixNano())
-		return ok && v.Attrs["site"] == "south"
+		v, ok := s2.attrs.At("pump-1", from.Add(2*time.Minute).UnixNano())
+		return ok && v.Attrs["site"] == "east"
 	})
 }

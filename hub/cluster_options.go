@@ -24,6 +24,20 @@ func (o *Options) validateNATS(bad func(field, format string, args ...any) error
 			return bad("MQTTAuthFile", "the embedded broker's authentication and TLS do not apply in cluster mode (NATS.URLs): the NATS servers authenticate devices")
 		}
 	}
+	if o.NATS.Enabled() {
+		// Each hub of a cluster holds only the state of the partitions it
+		// owns, and that state moves between hubs through checkpoints the
+		// rules' and sinks' positions are not part of: a rule or sink would
+		// see part of the fleet and lose what a takeover moved.
+		switch {
+		case len(o.Rules) > 0:
+			return bad("Rules", "rules do not run in cluster mode (NATS.URLs): each hub holds only its partitions' state; run them on a single hub")
+		case len(o.AlertOutputs) > 0:
+			return bad("AlertOutputs", "alert outputs need rules, which do not run in cluster mode (NATS.URLs)")
+		case len(o.Sinks) > 0:
+			return bad("Sinks", "sinks do not run in cluster mode (NATS.URLs): each hub holds only its partitions' state, and a takeover does not move a sink's position; run them on a single hub")
+		}
+	}
 	if o.HTTPAdvertiseURL != "" {
 		if err := lease.CheckURL(o.HTTPAdvertiseURL); err != nil {
 			return bad("HTTPAdvertiseURL", "%v", err)

@@ -186,6 +186,11 @@ func waitAllApplied(t testing.TB, cc *countingConsumer, agents []*clusterAgent, 
 // answer.
 func checkClusterState(t *testing.T, s *Server, agents []*clusterAgent, base time.Time, what string) {
 	t.Helper()
+	// The API answers for the whole fleet through the leases: a crashed
+	// earlier hub's leases expire first (a single hub then owns all).
+	waitUntil(t, what+": this hub owns every partition", func() bool {
+		return s.LeaseManager() != nil && len(owned(s)) == s.opts.NATS.Log.Partitions
+	})
 	var r hubapi.DevicesResponse
 	if code, body := getJSON(t, s.Handler(), "/v1/devices", &r); code != 200 {
 		t.Fatalf("%s: /v1/devices: %d %s", what, code, body)

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"edgeflow/hub/hubapi"
+	"edgeflow/aggregate"
 	"edgeflow/hub/lease"
 	"edgeflow/hub/natslog"
 	"edgeflow/internal/testnats"
@@ -43,15 +43,18 @@ func owned(s *Server) []int {
 }
 
 // deviceCounts is each device's event count in s's engine (every 1m
-// window around base, grouped by device).
+// window around base, grouped by device), the state it holds whatever it
+// owns: asked of the engine, since any hub's HTTP answer covers the whole
+// fleet and a local one only the partitions it owns now.
 func deviceCounts(t *testing.T, s *Server, base time.Time) map[string]uint64 {
 	t.Helper()
-	var r hubapi.AggregatesResponse
-	if code, body := getJSON(t, s.Handler(), aggPath("temp", "tumbling:1m", base.Add(-time.Hour), base.Add(time.Hour), "&group_by=device&aggs=count"), &r); code != 200 {
-		t.Fatalf("/v1/aggregates: %d %s", code, body)
+	res, err := s.agg.eng.Query(aggregate.Query{Metric: "temp", Window: aggregate.WindowSpec{Kind: aggregate.Tumbling, Size: time.Minute},
+		From: base.Add(-time.Hour), To: base.Add(time.Hour), GroupBy: []string{"device"}, Aggs: aggregate.AggCount})
+	if err != nil {
+		t.Fatal(err)
 	}
 	out := map[string]uint64{}
-	for _, w := range r.Windows {
+	for _, w := range res {
 		out[w.Group["device"]] += w.Count
 	}
 	return out

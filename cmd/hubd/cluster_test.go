@@ -59,6 +59,13 @@ func TestBadClusterConfigNamesKey(t *testing.T) {
 	cert := filepath.Join(t.TempDir(), "cert.pem")
 	_ = os.WriteFile(cert, []byte("x"), 0o600)
 	url := []string{"--nats-url", "nats://127.0.0.1:4222"}
+	withYAML := func(name, yaml string) []string {
+		f := filepath.Join(t.TempDir(), name+".yaml")
+		if err := os.WriteFile(f, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return append([]string{"--config", f}, url...)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -78,6 +85,9 @@ func TestBadClusterConfigNamesKey(t *testing.T) {
 		{"creds missing", append([]string{"--nats-creds", "/no/such/file"}, url...), []string{"nats-creds"}},
 		{"group", append([]string{"--group", "g"}, url...), []string{"group"}},
 		{"demo", append([]string{"--demo"}, url...), []string{"nats-url", "demo"}},
+		{"advertise url", append([]string{"--http-advertise-url", "ftp://x"}, url...), []string{"http-advertise-url"}},
+		{"rules", withYAML("rules", "rules:\n  - {name: hot, metric: temp, window: tumbling:10s, agg: avg, op: \">\", value: 80}\n"), []string{"rules", "cluster mode"}},
+		{"sinks", withYAML("sinks", "sinks:\n  - {name: ev, kind: postgres_events, dsn: postgres://x@127.0.0.1/test, table: t}\n"), []string{"sinks", "cluster mode"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

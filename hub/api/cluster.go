@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"edgeflow/aggregate"
 	"edgeflow/hub/hubapi"
 )
 
@@ -88,13 +89,37 @@ func (s *API) readView() *view {
 	return v
 }
 
-// ownPartitions is this hub's Edgeflow-Partitions header.
-func (s *API) ownPartitions() string {
+// ownPartitions is this hub's partitions now, with their epochs: what a
+// local answer covers and its Edgeflow-Partitions header names.
+func (s *API) ownPartitions() map[int]uint64 {
 	v := s.readView()
 	if v.self < 0 {
-		return ""
+		return nil
 	}
-	return hubapi.FormatPartitions(v.members[v.self].Owned)
+	return v.members[v.self].Owned
+}
+
+// ownedKey carries a local request's owned partitions (ownPartitions, read
+// once with its header) to the handler, which answers for them only.
+type ownedKey struct{}
+
+// keepOwned is the engine's Query.Keep for the devices of owned: a hub's
+// engine may still hold the state of a partition it lost (until the new
+// owner's checkpoint passes it), which its answers must not count.
+func (s *API) keepOwned(owned map[int]uint64) func(device string) bool {
+	c := s.cfg.Cluster
+	return func(device string) bool {
+		_, ok := owned[c.PartitionOf(device)]
+		return ok
+	}
+}
+
+// restrictToOwned sets q.Keep for a local request of a hub in a cluster
+// (its owned partitions, from the request's context); nothing otherwise.
+func (s *API) restrictToOwned(r *http.Request, q *aggregate.Query) {
+	if owned, ok := r.Context().Value(ownedKey{}).(map[int]uint64); ok {
+		q.Keep = s.keepOwned(owned)
+	}
 }
 
 // accepts reports whether an answer of member m naming claimed covers
@@ -127,8 +152,9 @@ func (s *API) clustered(local, fanout http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		if isLocal || fanout == nil {
-			w.Header().Set(hubapi.PartitionsHeader, s.ownPartitions())
-			local(w, r2)
+			owned := s.ownPartitions()
+			w.Header().Set(hubapi.PartitionsHeader, hubapi.FormatPartitions(owned))
+			local(w, r2.WithContext(context.WithValue(r2.Context(), ownedKey{}, owned)))
 			return
 		}
 		fanout(w, r2)

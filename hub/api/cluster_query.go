@@ -61,8 +61,10 @@ func (s *API) serveClusterAggregates(w http.ResponseWriter, r *http.Request) {
 	answers, missing := s.gather(r.Context(), "/v1/aggregates", need, func(ctx context.Context, v *view, m int) (map[int]uint64, any, error) {
 		if m == v.self {
 			var ps *aggregate.PartialSet
+			own := pq
+			own.Keep = s.keepOwned(v.members[m].Owned)
 			err := s.inSlot(ctx, func() (err error) {
-				ps, err = s.eng.ExportPartialsContext(ctx, pq)
+				ps, err = s.eng.ExportPartialsContext(ctx, own)
 				return err
 			})
 			return v.members[m].Owned, ps, err
@@ -288,7 +290,7 @@ func (s *API) proxyToOwner(w http.ResponseWriter, r *http.Request, endpoint, dev
 		writeJSON(w, http.StatusServiceUnavailable, hubapi.APIError{Error: fmt.Sprintf(
 			"partition %d (of device %q) has no current owner after waiting %v: a hub is taking it over; ask again", part, device, s.cfg.ClusterWait)})
 	case self && answers[0].val == nil:
-		w.Header().Set(hubapi.PartitionsHeader, s.ownPartitions())
+		w.Header().Set(hubapi.PartitionsHeader, hubapi.FormatPartitions(s.ownPartitions()))
 		local(w, r)
 	default:
 		a := answers[0].val.(proxied)

@@ -89,6 +89,7 @@ func (s *API) serveAggregates(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
+	s.restrictToOwned(r, &q)
 	res, err := s.eng.QueryContext(r.Context(), q)
 	if err != nil {
 		s.writeQueryError(w, r, err, func(le *aggregate.LimitError) error {
@@ -163,6 +164,7 @@ func (s *API) servePartials(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
+	s.restrictToOwned(r, &q)
 	ps, err := s.eng.ExportPartialsContext(r.Context(), q)
 	if err != nil {
 		s.writeQueryError(w, r, err, nil)
