@@ -207,15 +207,16 @@ func TestClusterAttributesMove(t *testing.T) {
 		m.events(b, d, 29*time.Minute, 31*time.Minute, 40*time.Minute)
 	}
 	m.check(b, "after the crash, events past the checkpoint")
-	if err := b.Checkpoint(); err != nil {
-		t.Fatal(err)
-	}
-	m.check(b, "after b's checkpoint")
 
-	// b killed and restarted on its data directory: the local log's
-	// ownership entries are replayed after its checkpoint.
+	// b killed and restarted on its data directory before any checkpoint
+	// of its own since its start: the local log's ownership entries, the
+	// imports with their versions, are replayed.
 	m.events(b, m.devices[0], 41*time.Minute)
 	m.check(b, "before b's crash")
+	held := b.attrs.Held()
+	if held == 0 {
+		t.Fatal("hub b holds no imported versions")
+	}
 	b.crashLeases = true
 	stopB(true)
 	ob2, _ := ownOptions(t, c, "hub-b")
@@ -223,6 +224,18 @@ func TestClusterAttributesMove(t *testing.T) {
 	b2, stopB2 := startClusterHub(t, ob2)
 	waitUntil(t, "the restarted hub b owns every partition", func() bool { return len(owned(b2)) == n })
 	m.check(b2, "after b's restart")
+	if n := counterValue(t, b2.own.m.takeovers.WithLabelValues("checkpoint")); n != 0 {
+		t.Fatalf("the restarted hub b imported %v checkpoints; its own replayed state is at or past each", n)
+	}
+	if got := b2.attrs.Held(); got != held {
+		t.Fatalf("after the replay %d devices are held, before the crash %d", got, held)
+	}
+
+	// b's own checkpoint compacts its table: the imported versions stay.
+	if err := b2.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	m.check(b2, "after b's checkpoint")
 
 	// hubd rebuild replays the same log, imports included.
 	stopB2(false)
