@@ -11,6 +11,7 @@ import (
 
 	"edgeflow/aggregate"
 	"edgeflow/hub/attrs"
+	"edgeflow/hub/hubapi"
 	"edgeflow/hub/natslog"
 	"edgeflow/internal/testnats"
 	"edgeflow/wire"
@@ -71,8 +72,24 @@ func engineSites(t *testing.T, s *Server, base time.Time) map[string]string {
 	return out
 }
 
+// localSites is engineSites through the HTTP API's local=1 answer (the
+// hub's own partitions; a fleet-wide answer refuses attr.* dimensions).
+func localSites(t *testing.T, s *Server, base time.Time) map[string]string {
+	t.Helper()
+	var r hubapi.AggregatesResponse
+	if code, body := getJSON(t, s.Handler(), aggPath("temp", "1m", base.Add(-time.Hour), base.Add(time.Hour), "&group_by=attr.site&aggs=count,sum&local=1"), &r); code != 200 {
+		t.Fatalf("/v1/aggregates?local=1: %d %s", code, body)
+	}
+	out := map[string]string{}
+	for _, w := range r.Windows {
+		out[w.Start+" "+w.Group["attr.site"]] = fmt.Sprintf("n=%d sum=%g", w.Count, *w.Sum)
+	}
+	return out
+}
+
 // check waits until s's group_by=attr.site over its partitions' devices
-// equals the brute-force join of what was sent to them.
+// equals the brute-force join of what was sent to them, from its engine
+// and then from its API's local=1 answer.
 func (m *attrMove) check(s *Server, what string) {
 	m.t.Helper()
 	parts := owned(s)
@@ -88,6 +105,9 @@ func (m *attrMove) check(s *Server, what string) {
 	for {
 		got := engineSites(m.t, s, m.base)
 		if maps.Equal(got, want) {
+			if api := localSites(m.t, s, m.base); !maps.Equal(api, want) {
+				m.t.Fatalf("%s: %s's /v1/aggregates?local=1 differs from its engine:\n got %v\nwant %v", what, s.opts.HubID, api, want)
+			}
 			m.t.Logf("%s: %s (partitions %v) joins %d events into %d windows as brute force does", what, s.opts.HubID, parts, len(sent), len(want))
 			return
 		}

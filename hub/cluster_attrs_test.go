@@ -20,9 +20,11 @@ import (
 // give group_by=attr.site equal to the brute-force join. A malformed
 // attribute entry in the stream is counted and not applied. The answers
 // hold after a crash (replay of the local log and the stream after its
-// committed positions), after a clean restart (the checkpoint), and on a
-// hub with an empty data directory (a
-// replay of the whole stream, as a takeover by another hub does).
+// committed positions), after a clean restart (the checkpoint), on a hub
+// with an empty data directory that imports the partition checkpoints
+// (versions included), and on one without them (a replay of the whole
+// stream). The joins are asked with local=1: the fleet-wide answer
+// merges partials, which refuse attr.* dimensions.
 func TestClusterAttributes(t *testing.T) {
 	c := testnats.Start(t, 1)
 	dir := t.TempDir()
@@ -62,7 +64,10 @@ func TestClusterAttributes(t *testing.T) {
 	check := func(s *Server, what string) {
 		t.Helper()
 		waitAttrApplied(t, s, base, uint64(len(sent)))
-		if got, want := querySites(t, s, base), bruteSites(sent, versions); fmt.Sprint(got) != fmt.Sprint(want) {
+		waitUntil(t, what+": the hub owns every partition", func() bool { return len(owned(s)) == s.opts.NATS.Log.Partitions })
+		// local=1: a fleet-wide answer merges partials, which refuse attr.*
+		// dimensions; this hub owns every partition.
+		if got, want := localSites(t, s, base), bruteSites(sent, versions); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("%s:\n got %v\nwant %v", what, got, want)
 		}
 	}
@@ -123,14 +128,30 @@ func TestClusterAttributes(t *testing.T) {
 	check(s4, "after a restart from the checkpoint")
 	stop4(false)
 
-	// An empty data directory: the whole stream is replayed, versions in
-	// order with the batches, the malformed entry skipped again.
-	s3, _ := startClusterHub(t, opts(t.TempDir()))
-	check(s3, "empty data directory")
-	if got := counterValue(t, s3.clm.AttrEntries.WithLabelValues("malformed")); got != 1 {
-		t.Fatalf("the replay counted %v malformed entries, want 1", got)
+	// An empty data directory while the partition checkpoints the clean
+	// stop saved are there: the hub imports them, the versions with the
+	// engine state (it reads none of them from the stream).
+	s3, stop3 := startClusterHub(t, opts(t.TempDir()))
+	check(s3, "empty data directory, partition checkpoints imported")
+	if n := counterValue(t, s3.own.m.takeovers.WithLabelValues("checkpoint")); n == 0 {
+		t.Fatal("the hub on an empty data directory imported no partition checkpoint")
 	}
 	code, body := attrDo(t, s3, "GET", "/v1/devices/pump.2/attributes/history", attrReadToken, "")
+	if code != 200 || strings.Count(body, `"site"`) != 3 {
+		t.Fatalf("history: %d %s", code, body)
+	}
+	stop3(false)
+
+	// Without partition checkpoints: the whole stream is replayed,
+	// versions in order with the batches, the malformed entry skipped
+	// again.
+	forgetPartitionCheckpoints(t, c)
+	s5, _ := startClusterHub(t, opts(t.TempDir()))
+	check(s5, "empty data directory, the whole stream replayed")
+	if got := counterValue(t, s5.clm.AttrEntries.WithLabelValues("malformed")); got != 1 {
+		t.Fatalf("the replay counted %v malformed entries, want 1", got)
+	}
+	code, body = attrDo(t, s5, "GET", "/v1/devices/pump.2/attributes/history", attrReadToken, "")
 	if code != 200 || strings.Count(body, `"site"`) != 3 {
 		t.Fatalf("history: %d %s", code, body)
 	}
