@@ -80,8 +80,11 @@ func (s *API) registerAttrsAPI(mux *http.ServeMux) {
 	}
 	mux.HandleFunc("PUT /v1/devices/{id}/attributes", s.whenRecovered(s.servePutAttrs))
 	mux.HandleFunc("POST /v1/attributes/bulk", s.whenRecovered(s.serveBulkAttrs))
-	mux.HandleFunc("GET /v1/devices/{id}/attributes", s.whenRecovered(s.serveAttrsAt))
-	mux.HandleFunc("GET /v1/devices/{id}/attributes/history", s.whenRecovered(s.serveAttrsHistory))
+	// In a cluster a device's versions are in its partition owner's table.
+	mux.HandleFunc("GET /v1/devices/{id}/attributes", s.whenRecovered(s.clustered(s.serveAttrsAt,
+		s.ownerAnswers("/v1/devices/{id}/attributes", s.serveAttrsAt))))
+	mux.HandleFunc("GET /v1/devices/{id}/attributes/history", s.whenRecovered(s.clustered(s.serveAttrsHistory,
+		s.ownerAnswers("/v1/devices/{id}/attributes/history", s.serveAttrsHistory))))
 }
 
 // attrWriteRequest reports whether r is an attribute write: it is

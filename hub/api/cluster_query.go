@@ -228,6 +228,20 @@ func (s *API) serveClusterDevice(w http.ResponseWriter, r *http.Request) {
 	s.proxyToOwner(w, r, "/v1/devices/{id}", id, s.serveDevice)
 }
 
+// ownerAnswers answers a GET about the device in the path ({id}) from
+// the owner of its partition (proxyToOwner): its attribute versions are
+// in that hub's table.
+func (s *API) ownerAnswers(endpoint string, local http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if err := wire.ValidateDeviceID(id); err != nil {
+			writeAPIError(w, hubapi.BadParam("id", "is not a device id: %v", err))
+			return
+		}
+		s.proxyToOwner(w, r, endpoint, id, local)
+	}
+}
+
 // serveClusterEvents answers GET /v1/events from the device's owner.
 func (s *API) serveClusterEvents(w http.ResponseWriter, r *http.Request) {
 	q, err := s.parseEvents(r)
