@@ -55,10 +55,15 @@ func AttrAt(vs []AttrVersion, t int64) map[string]string {
 // attrDim returns the attribute key of an "attr.KEY" dimension.
 func attrDim(d string) (string, bool) { return strings.CutPrefix(d, AttrPrefix) }
 
-// joinsAttrs reports whether a plan needs the attribute join.
+// joinsAttrs reports whether a plan needs the attribute join. A plan of
+// an engine merging partial sets reads attribute dimensions as tags: the
+// sets' owners joined them already (see QueryPartials).
 func (p *queryPlan) joinsAttrs() bool {
 	if len(p.AttrFilter) > 0 {
 		return true
+	}
+	if p.attrsJoined {
+		return false
 	}
 	for _, d := range p.GroupBy {
 		if _, ok := attrDim(d); ok {
@@ -69,6 +74,9 @@ func (p *queryPlan) joinsAttrs() bool {
 }
 
 // checkAttrs refuses attribute dimensions and filters without a table.
+// Exported partials join like a query: a base bucket's partial has one
+// version (see partTime), so the owner's join is exact and its sets merge
+// as any others.
 func (e *Engine) checkAttrs(p *queryPlan) error {
 	if !p.joinsAttrs() {
 		return nil
@@ -78,9 +86,6 @@ func (e *Engine) checkAttrs(p *queryPlan) error {
 			return paramErr("attr", "attribute filters need the hub's device attribute table, which this engine does not have")
 		}
 		return paramErr("group_by", "attribute dimensions need the hub's device attribute table, which this engine does not have")
-	}
-	if p.sketches {
-		return paramErr("group_by", "attribute dimensions and filters are not available for exported partials: partials are kept per device series, and the join is done where the table is")
 	}
 	for k := range p.AttrFilter {
 		if k == "" {
@@ -103,11 +108,12 @@ func (e *Engine) partTime(p *partial) int64 {
 
 // collectAttrs is collect for plans that join attributes: each series'
 // partials are split into runs that share a version, and each run goes
-// to the group (or is filtered out) by that version's attributes.
+// to the group (or is filtered out) by that version's attributes. Queries
+// and exported partial sets (ExportPartialsContext) both collect so.
 func (r *queryRun) collectAttrs(ids []uint32) error {
 	r.p.need = needNone
-	if r.p.Aggs.quantiles() {
-		r.p.need = needSketch // groups are known only once read
+	if r.p.sketches || r.p.Aggs.quantiles() {
+		r.p.need = needSketch // groups are known only once read; sets carry sketches
 	}
 	var kb strings.Builder
 	for _, id := range ids {

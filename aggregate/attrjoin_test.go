@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -209,8 +210,9 @@ func TestAttrReviseMarksFinalWindows(t *testing.T) {
 	}
 }
 
-// TestAttrQueriesRefused: without a table, and for exported partials,
-// attribute dimensions are refused with the parameter named.
+// TestAttrQueriesRefused: without a table, attribute dimensions are
+// refused (queries and exported partials), and an empty key, with the
+// parameter named.
 func TestAttrQueriesRefused(t *testing.T) {
 	e := newEngine(t, testOptions())
 	mustApply(t, e, batchOf("d1", 1, at(time.Minute), ev{1, "m", nil, 1, at(5 * time.Second)}))
@@ -218,10 +220,10 @@ func TestAttrQueriesRefused(t *testing.T) {
 	if _, err := e.Query(q); err == nil || !strings.Contains(err.Error(), "attribute table") {
 		t.Fatalf("no table: %v", err)
 	}
-	e.SetAttrSource(&memAttrs{dev: map[string][]AttrVersion{}})
-	if _, err := e.ExportPartials(q); err == nil || !strings.Contains(err.Error(), "partial sets") {
-		t.Fatalf("partials: %v", err)
+	if _, err := e.ExportPartials(q); err == nil || !strings.Contains(err.Error(), "attribute table") {
+		t.Fatalf("partials without a table: %v", err)
 	}
+	e.SetAttrSource(&memAttrs{dev: map[string][]AttrVersion{}})
 	q.GroupBy = []string{"attr."}
 	if _, err := e.Query(q); err == nil || !strings.Contains(err.Error(), "group_by") {
 		t.Fatalf("empty key: %v", err)
@@ -249,6 +251,116 @@ func TestVersionAt(t *testing.T) {
 				t.Fatalf("%d versions, t %d, hint %d: index %d, AttrAt %v", n, tm, hint, got, want)
 			}
 			hint = got
+		}
+	}
+}
+
+// TestAttrPartialSetsMerge: two hubs, each holding half the devices and
+// the attribute versions of its own devices, export partial sets grouped
+// by attribute dimensions (and filtered); the merged sets answer every
+// window kind and every coarser grouping exactly as one engine holding
+// everything answers its own attribute query: counts, sums, min, max,
+// last, quantiles, Final and Behind. A set merged into a query with
+// another filter, or none, is refused naming attr.
+func TestAttrPartialSetsMerge(t *testing.T) {
+	exports := []struct {
+		groupBy []string
+		filter  map[string]string
+	}{
+		{[]string{"attr.site", "device"}, nil},
+		{[]string{"attr.site", "room"}, nil},
+		{[]string{"attr.site", "attr.model"}, nil},
+		{[]string{"attr.site"}, map[string]string{"model": "x1"}},
+		{[]string{"device"}, map[string]string{"site": "north"}},
+	}
+	windows := make([]int, len(exports)) // compared, per export
+	for seed := uint64(1); seed <= 3; seed++ {
+		r := rand.New(rand.NewPCG(seed, 41))
+		streams := genFleet(r)
+		versions := genVersions(r, []string{"dev-0", "dev-1", "dev-2", "dev-3"})
+		batches := deliver(r, streams)
+		half1, half2 := splitByDevice(batches)
+		table := func(batches []*Batch) *memAttrs {
+			tab := &memAttrs{dev: map[string][]AttrVersion{}}
+			for _, b := range batches {
+				if _, done := tab.dev[b.Device]; done {
+					continue
+				}
+				tab.dev[b.Device] = nil
+				for _, v := range versions[b.Device] {
+					tab.put(b.Device, v)
+				}
+			}
+			return tab
+		}
+		opt := propOptions()
+		opt.TagKeys = nil
+		all, hubA, hubB := runAll(t, opt, batches), runAll(t, opt, half1), runAll(t, opt, half2)
+		all.SetAttrSource(table(batches))
+		hubA.SetAttrSource(table(half1))
+		hubB.SetAttrSource(table(half2))
+		for i, ex := range exports {
+			export := func(e *Engine) *PartialSet {
+				ps, err := e.ExportPartials(Query{Metric: "m", From: t0.Add(-2 * time.Hour), To: t0.Add(30 * time.Hour),
+					GroupBy: ex.groupBy, AttrFilter: ex.filter})
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := ps.MarshalBinary()
+				if err != nil {
+					t.Fatal(err)
+				}
+				back, err := DecodePartialSet(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return back
+			}
+			sets := []*PartialSet{export(hubA), export(hubB)}
+			merged := 0
+			for _, spec := range propSpecs {
+				for mask := 0; mask < 1<<len(ex.groupBy); mask++ {
+					// the export's grouping and every coarser one
+					var gb []string
+					for i, d := range ex.groupBy {
+						if mask&(1<<i) != 0 {
+							gb = append(gb, d)
+						}
+					}
+					q := Query{Metric: "m", Window: spec, GroupBy: gb, AttrFilter: ex.filter,
+						From: t0.Add(-time.Hour), To: t0.Add(3 * time.Hour)}
+					got, err := QueryPartials(sets, q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := mustQuery(t, all, q)
+					windows[i] += len(want)
+					if d := diffResults(withoutLateness(want), withoutLateness(got)); d != "" {
+						t.Fatalf("seed %d, exported by %v filter %v, %v group_by %v: %s", seed, ex.groupBy, ex.filter, spec, q.GroupBy, d)
+					}
+					merged++
+				}
+			}
+			other := map[string]string{"site": "south"}
+			if ex.filter == nil {
+				other = nil
+			}
+			for _, f := range []map[string]string{other, {"site": "east"}} {
+				if fmt.Sprint(f) == fmt.Sprint(ex.filter) {
+					continue
+				}
+				q := Query{Metric: "m", Window: propSpecs[1], GroupBy: ex.groupBy, AttrFilter: f, From: t0, To: t0.Add(time.Hour)}
+				var pe *ParamError
+				if _, err := QueryPartials(sets, q); !errors.As(err, &pe) || pe.Param != "attr" {
+					t.Fatalf("sets filtered by %v merged into a query filtered by %v: %v, want a ParamError for attr", ex.filter, f, err)
+				}
+			}
+			t.Logf("seed %d, exported by %v filter %v: %d merged queries equal the engine's", seed, ex.groupBy, ex.filter, merged)
+		}
+	}
+	for i, n := range windows {
+		if n == 0 {
+			t.Errorf("exported by %v filter %v: no window compared in any seed", exports[i].groupBy, exports[i].filter)
 		}
 	}
 }

@@ -55,6 +55,9 @@ type Engine struct {
 	// attrs is the device attribute table queries join with (nil: none;
 	// see SetAttrSource).
 	attrs AttrSource
+	// attrsJoined is set on the engines QueryPartials merges sets with:
+	// attribute dimensions are tags there (the owners joined them).
+	attrsJoined bool
 }
 
 // counters are the engine's monotonic counts (see Stats).

@@ -3,6 +3,7 @@ package aggregate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -18,8 +19,13 @@ import (
 // makes it exact.
 
 const (
-	partialSetMagic   = "EFPS"
-	partialSetVersion = 1
+	partialSetMagic = "EFPS"
+	// partialSetVersion is the encoding of a set without an attribute
+	// filter; partialSetVersionFiltered adds the filter. A set without
+	// one is written as version 1 so that hubs reading version 1 only
+	// still merge it.
+	partialSetVersion         = 1
+	partialSetVersionFiltered = 2
 )
 
 // PartialSet is one hub's partials of one metric, grouped, at the base
@@ -28,8 +34,14 @@ const (
 // the streams that hold a group's last value. Encode it with
 // MarshalBinary; it is versioned.
 type PartialSet struct {
-	Metric  string
+	Metric string
+	// GroupBy may hold attribute dimensions (attr.KEY): the exporting hub
+	// joined each partial with its device's attribute version in force
+	// then, and the labels carry the values.
 	GroupBy []string
+	// AttrFilter is the attribute filter (attr.KEY=VALUE) the exporting
+	// hub applied; a set merges only into a query with the same filter.
+	AttrFilter map[string]string
 	// From and To are the bucket range exported, [From, To) in time.
 	From, To time.Time
 	// Resolution, SketchAccuracy, SketchMaxBins and AllowedLateness are
@@ -69,7 +81,10 @@ func (ps *PartialSet) Groups() (groups, partials int) {
 
 // ExportPartials returns the partials of q.Metric with From <= bucket
 // start < To (widened to whole buckets), merged per group of q.GroupBy.
-// q.Window, Aggs and Limit are ignored. Bad parameters give a *ParamError;
+// q.Window, Aggs and Limit are ignored. Attribute dimensions (attr.KEY)
+// and q.AttrFilter join each partial with its device's attribute version
+// in force at the partial's time, as Query does; they need the engine's
+// attribute table (SetAttrSource). Bad parameters give a *ParamError;
 // more than max_query_partials partials a *LimitError. A range that
 // reaches downsampled data (see Options.Downsample) is a *ParamError for
 // from: sets carry base-resolution partials only.
@@ -92,8 +107,8 @@ func (e *Engine) ExportPartialsContext(ctx context.Context, q Query) (*PartialSe
 		return nil, err
 	}
 	p := &queryPlan{Query: q, sketches: true, limit: e.opt.MaxQueryResults}
-	if p.joinsAttrs() {
-		return nil, paramErr("group_by", "attribute dimensions and filters (attr.KEY) are not available for partial sets: a hub's partials hold device series, and the attribute join needs the table each hub keeps; query /v1/aggregates of the hub that holds the devices instead")
+	if err := e.checkAttrs(p); err != nil {
+		return nil, err
 	}
 	p.from, p.to = q.From.UnixNano(), q.To.UnixNano()
 	p.b0, p.b1 = floorDiv(p.from, e.res), -floorDiv(-p.to, e.res)
@@ -104,7 +119,8 @@ func (e *Engine) ExportPartialsContext(ctx context.Context, q Query) (*PartialSe
 			ts(e.tierCut(1)*e.res).Format(time.RFC3339), e.opt.Downsample[t-1].Resolution, e.opt.Downsample[t-1].After,
 			e.opt.Resolution, ts(e.tierCut(1)*e.res).Format(time.RFC3339), e.opt.Downsample[t-1].Resolution)
 	}
-	ps := &PartialSet{Metric: q.Metric, GroupBy: slices.Clone(q.GroupBy), From: ts(p.b0 * e.res), To: ts(p.b1 * e.res),
+	ps := &PartialSet{Metric: q.Metric, GroupBy: slices.Clone(q.GroupBy), AttrFilter: maps.Clone(q.AttrFilter),
+		From: ts(p.b0 * e.res), To: ts(p.b1 * e.res),
 		Resolution: e.opt.Resolution, SketchAccuracy: e.opt.SketchAccuracy, SketchMaxBins: e.opt.SketchMaxBins,
 		AllowedLateness: e.opt.AllowedLateness, watermark: e.clk.final, hasWatermark: e.clk.hasFinal}
 	refs := map[uint32]uint32{} // engine stream -> set stream
@@ -123,7 +139,11 @@ func (e *Engine) ExportPartialsContext(ctx context.Context, q Query) (*PartialSe
 	if err := r.precheck(e.series.metrics[m].series); err != nil {
 		return nil, err
 	}
-	if err := r.collect(e.series.metrics[m].series); err != nil {
+	collect := r.collect
+	if p.joinsAttrs() {
+		collect = r.collectAttrs
+	}
+	if err := collect(e.series.metrics[m].series); err != nil {
 		return nil, err
 	}
 	slices.SortFunc(r.groups, func(a, b *group) int { return strings.Compare(a.key, b.key) })
@@ -156,11 +176,23 @@ func (e *Engine) ExportPartialsContext(ctx context.Context, q Query) (*PartialSe
 func (ps *PartialSet) MarshalBinary() ([]byte, error) {
 	enc := &encoder{}
 	enc.b = append(enc.b, partialSetMagic...)
-	enc.uvarint(partialSetVersion)
+	if len(ps.AttrFilter) > 0 {
+		enc.uvarint(partialSetVersionFiltered)
+	} else {
+		enc.uvarint(partialSetVersion)
+	}
 	enc.str(ps.Metric)
 	enc.uvarint(uint64(len(ps.GroupBy)))
 	for _, g := range ps.GroupBy {
 		enc.str(g)
+	}
+	if len(ps.AttrFilter) > 0 {
+		keys := slices.Sorted(maps.Keys(ps.AttrFilter))
+		enc.uvarint(uint64(len(keys)))
+		for _, k := range keys {
+			enc.str(k)
+			enc.str(ps.AttrFilter[k])
+		}
 	}
 	enc.varint(ps.From.UnixNano())
 	enc.varint(ps.To.UnixNano())
@@ -198,12 +230,31 @@ func DecodePartialSet(b []byte) (*PartialSet, error) {
 		return nil, fmt.Errorf("%w: partial set: bad magic", ErrCorruptSnapshot)
 	}
 	d := &decoder{b: b[len(partialSetMagic):]}
-	if v := d.uvarint(); d.err == nil && v != partialSetVersion {
-		return nil, fmt.Errorf("%w: partial set version %d, this build reads %d", ErrIncompatibleSnapshot, v, partialSetVersion)
+	v := d.uvarint()
+	if d.err == nil && v != partialSetVersion && v != partialSetVersionFiltered {
+		return nil, fmt.Errorf("%w: partial set version %d, this build reads %d and %d", ErrIncompatibleSnapshot, v, partialSetVersion, partialSetVersionFiltered)
 	}
 	ps := &PartialSet{Metric: d.str()}
 	for n := d.count(1); n > 0; n-- {
 		ps.GroupBy = append(ps.GroupBy, d.str())
+	}
+	if v == partialSetVersionFiltered {
+		n := d.count(2)
+		if d.err == nil && n == 0 {
+			d.fail("empty attribute filter")
+		}
+		prev := ""
+		for i := 0; i < n && d.err == nil; i++ {
+			k, val := d.str(), d.str()
+			if d.err == nil && (k == "" || i > 0 && k <= prev) {
+				d.fail("attribute filter keys (empty, repeated or out of order)")
+				break
+			}
+			if ps.AttrFilter == nil {
+				ps.AttrFilter = make(map[string]string, n)
+			}
+			ps.AttrFilter[k], prev = val, k
+		}
 	}
 	ps.From, ps.To = ts(d.varint()), ts(d.varint())
 	ps.Resolution, ps.SketchAccuracy = time.Duration(d.varint()), d.f64()
@@ -259,8 +310,11 @@ func DecodePartialSet(b []byte) (*PartialSet, error) {
 // across hubs, a window is Final once every hub's watermark has passed it,
 // Behind counts the known streams of every hub, and revisions count the
 // distinct (hub, Apply) pairs that brought late events. q.GroupBy must be
-// a subset of the sets' group_by; the sets must share metric, resolution,
-// sketch accuracy and allowed lateness.
+// a subset of the sets' group_by, which may hold attribute dimensions
+// (attr.KEY: the exporting hubs joined them); the sets must share metric,
+// resolution, sketch accuracy and allowed lateness, and their attribute
+// filter must be q.AttrFilter (a *ParamError for attr otherwise: a set
+// filtered otherwise, or not at all, cannot answer the query).
 func QueryPartials(sets []*PartialSet, q Query) ([]WindowResult, error) {
 	if len(sets) == 0 {
 		return nil, paramErr("hubs", "no partial sets to merge")
@@ -277,6 +331,12 @@ func QueryPartials(sets []*PartialSet, q Query) ([]WindowResult, error) {
 	if q.Metric != first.Metric {
 		return nil, paramErr("metric", "the partial sets hold metric %q, not %q", first.Metric, q.Metric)
 	}
+	for i, ps := range sets {
+		if !maps.Equal(ps.AttrFilter, q.AttrFilter) {
+			return nil, paramErr("attr", "partial set %d was exported with attribute filter %s, the query has %s: a set merges only into a query with its own filter",
+				i, formatFilter(ps.AttrFilter), formatFilter(q.AttrFilter))
+		}
+	}
 	for _, d := range q.GroupBy {
 		if !slices.Contains(first.GroupBy, d) {
 			return nil, paramErr("group_by", "%q is not among the partial sets' group_by (%s)", d, strings.Join(first.GroupBy, ", "))
@@ -287,8 +347,25 @@ func QueryPartials(sets []*PartialSet, q Query) ([]WindowResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.attrsJoined = true
+	q.AttrFilter = nil // the owners applied it
 	e.loadSets(sets)
 	return e.Query(q)
+}
+
+// formatFilter writes an attribute filter as its query parameters.
+func formatFilter(f map[string]string) string {
+	if len(f) == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(f)) {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(AttrPrefix + k + "=" + f[k])
+	}
+	return b.String()
 }
 
 // loadSets fills a fresh engine with the sets: one series per set and

@@ -125,6 +125,9 @@ func FuzzDecodePartialSet(f *testing.F) {
 	}
 	seed, _ := ps.MarshalBinary()
 	f.Add(seed)
+	ps.AttrFilter = map[string]string{"site": "north", "model": "x1"} // version 2
+	seed, _ = ps.MarshalBinary()
+	f.Add(seed)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ps, err := DecodePartialSet(b)
 		if err != nil {

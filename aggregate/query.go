@@ -93,6 +93,9 @@ type queryPlan struct {
 	limit    int
 	need     need // quantile state read from the store (set by collect)
 	sketches bool // decode every sketch (partials exported for merging)
+	// attrsJoined: attribute dimensions are tags of the series (an engine
+	// merging partial sets, whose owners joined them).
+	attrsJoined bool
 }
 
 // Query computes the windows of q. Invalid parameters give a *ParamError
@@ -105,7 +108,7 @@ func (e *Engine) Query(q Query) ([]WindowResult, error) {
 
 // plan validates q against the options.
 func (e *Engine) plan(q Query) (*queryPlan, error) {
-	p := &queryPlan{Query: q, spec: q.Window}
+	p := &queryPlan{Query: q, spec: q.Window, attrsJoined: e.attrsJoined}
 	if q.Metric == "" {
 		return nil, paramErr("metric", "is required")
 	}

@@ -47,7 +47,7 @@ func newQueryFlags() *pflag.FlagSet {
 	fs.String("window", "", "window as kind:size (tumbling:1m, hopping:5m/1m, sliding:5m, session:30s) or a duration for a tumbling window (10s); required, a multiple of the hubs' resolution")
 	fs.String("from", "", "windows starting at or after this time: RFC 3339 or Unix milliseconds (required)")
 	fs.String("to", "", "windows starting before this time (required)")
-	fs.String("group-by", "", "comma-separated dimensions: device, metric or a tag key (empty: one group)")
+	fs.String("group-by", "", "comma-separated dimensions: device, metric, a tag key or attr.KEY (a device attribute, joined by each hub with its table) (empty: one group)")
 	fs.String("aggs", "", "comma-separated aggregates: count, sum, min, max, avg, last, p50, p95, p99 (empty: all)")
 	fs.String("device", "", "only this device's series")
 	fs.Int("limit", 0, "most windows to answer, more is an error (0: max_query_results, 100000)")
@@ -243,9 +243,6 @@ func parseGroupBy(s string) ([]string, error) {
 		}
 		if slices.Contains(dims[:i], d) {
 			return nil, &flagError{"group-by", fmt.Sprintf("dimension %q repeated", d)}
-		}
-		if strings.HasPrefix(d, aggregate.AttrPrefix) {
-			return nil, &flagError{"group-by", fmt.Sprintf("attribute dimension %q is not available here: hubd query merges the hubs' partials of device series, and the attribute join needs the table each hub keeps; ask a hub's /v1/aggregates?group_by=%s instead", d, d)}
 		}
 	}
 	return dims, nil

@@ -23,9 +23,11 @@ const maxPeerJSON = 256 << 20
 
 // serveClusterAggregates answers GET /v1/aggregates for the whole fleet:
 // the partials of every partition, from their owners' local=1
-// /v1/partials (this hub's own from its engine), merged exactly.
+// /v1/partials (this hub's own from its engine), merged exactly. Each
+// owner joins attribute dimensions and filters (attr.KEY) with its own
+// devices' attribute table.
 func (s *API) serveClusterAggregates(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "metric", "window", "from", "to", "group_by", "aggs", "limit", "device")
+	p, err := newParams(r, "metric", "window", "from", "to", "group_by", "aggs", "limit", "device", "attr.*")
 	if err != nil {
 		writeAPIError(w, err)
 		return
@@ -35,6 +37,7 @@ func (s *API) serveClusterAggregates(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, err)
 		return
 	}
+	q.AttrFilter = attrFilter(p)
 	maxResults := s.eng.Options().MaxQueryResults
 	if q.Limit, err = p.intIn("limit", 0, 1, maxResults); err != nil {
 		writeAPIError(w, err)
@@ -54,7 +57,7 @@ func (s *API) serveClusterAggregates(w http.ResponseWriter, r *http.Request) {
 		q.WindowName = ""
 	}
 	from, to := hubapi.PartialsRange(q)
-	pq := aggregate.Query{Metric: q.Metric, GroupBy: q.GroupBy, Device: q.Device, From: from, To: to}
+	pq := aggregate.Query{Metric: q.Metric, GroupBy: q.GroupBy, Device: q.Device, AttrFilter: q.AttrFilter, From: from, To: to}
 	// Every partition, even for one device's windows: Final and Behind
 	// are about the whole fleet's watermarks and streams, as on one hub.
 	need := allPartitions(s.cfg.Cluster.Partitions())

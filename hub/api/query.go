@@ -146,16 +146,18 @@ func (s *API) serveLate(w http.ResponseWriter, r *http.Request) {
 }
 
 // servePartials answers GET /v1/partials?metric=&from=&to=&group_by=&device=
-// with the mergeable partial states of the metric (see
-// aggregate.PartialSet), of one device's series when device is set, so a
-// client can merge several hubs' answers exactly (QueryHubs).
+// (and attr.KEY=VALUE filters) with the mergeable partial states of the
+// metric (see aggregate.PartialSet), of one device's series when device is
+// set, so a client can merge several hubs' answers exactly (QueryHubs).
+// Attribute dimensions and filters are joined here, with this hub's table
+// of the devices it holds.
 func (s *API) servePartials(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "metric", "from", "to", "group_by", "device")
+	p, err := newParams(r, "metric", "from", "to", "group_by", "device", "attr.*")
 	if err != nil {
 		writeAPIError(w, err)
 		return
 	}
-	q := aggregate.Query{GroupBy: p.list("group_by"), Device: p.str("device")}
+	q := aggregate.Query{GroupBy: p.list("group_by"), Device: p.str("device"), AttrFilter: attrFilter(p)}
 	if q.Metric, err = p.required("metric"); err != nil {
 		writeAPIError(w, err)
 		return

@@ -151,7 +151,8 @@ func StreamHex(id aggregate.StreamID) string { return wire.StreamID(id).String()
 const PartialsContentType = "application/vnd.edgeflow.partials.v1"
 
 // FetchPartials gets one hub's partial set of q.Metric over [from, to)
-// grouped by q.GroupBy (of q.Device's series only, when set) from GET
+// grouped by q.GroupBy (of q.Device's series only, when set; attribute
+// dimensions and q.AttrFilter joined by that hub) from GET
 // /v1/partials at baseURL (e.g. http://hub-a:8080). token, when set, is
 // sent as a bearer token. A hub busy with other queries (429) is asked
 // again after its Retry-After, up to fetchBusyTries times within ctx.
@@ -170,6 +171,9 @@ func fetchPartialsWith(ctx context.Context, client *http.Client, baseURL, token 
 	}
 	if q.Device != "" {
 		v.Set("device", q.Device)
+	}
+	for k, val := range q.AttrFilter {
+		v.Set(aggregate.AttrPrefix+k, val)
 	}
 	for k, vs := range extra {
 		v[k] = vs
