@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -82,39 +80,8 @@ func TestClusterHubsShareTheFleet(t *testing.T) {
 	}
 
 	devices := []string{"dev-1", "dev-2", "dev-3", "dev-4", "dev-5", "dev-6"}
-	var agents []*agentBinProc
-	for i, d := range devices {
-		var brokers []string
-		for k := range c.Nodes {
-			brokers = append(brokers, c.Nodes[(i+k)%len(c.Nodes)].MQTTURL())
-		}
-		agents = append(agents, startAgentBin(t, agentBin, d, filepath.Join(dir, d), strings.Join(brokers, ",")))
-	}
-	truth := make([]clusterTruth, len(agents))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, a := range agents {
-		truth[i].windows = map[int64]uint64{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-				}
-				ts := clusterEventTimes(time.Now(), 20)
-				if err := postEvents(a, ts, int(truth[i].posted)); err != nil {
-					t.Errorf("%s: %v", a.device, err)
-					return
-				}
-				truth[i].add(ts)
-			}
-		}()
-	}
+	load := startClusterLoad(t, c, agentBin, dir, devices, 100*time.Millisecond, 20)
+	agents, truth := load.agents, load.truth
 
 	// owned waits until every partition has an owner among the live hubs,
 	// as the first live hub's GET /v1/cluster says, each live hub owning
@@ -181,8 +148,7 @@ func TestClusterHubsShareTheFleet(t *testing.T) {
 	t.Logf("hub-a stopped cleanly, its partitions owned again after %v", owned("hub-a stopped", true))
 
 	time.Sleep(time.Second)
-	close(stop)
-	wg.Wait()
+	load.stop()
 	if t.Failed() {
 		return
 	}

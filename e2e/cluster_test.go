@@ -46,41 +46,9 @@ func TestClusterProcessesExactlyOnce(t *testing.T) {
 	hub := startClusterHub(t, hubDir, c.URLs())
 
 	devices := []string{"nats-a", "nats-b", "nats-c"}
-	var agents []*agentBinProc
-	for i, d := range devices {
-		var brokers []string
-		for k := range c.Nodes {
-			brokers = append(brokers, c.Nodes[(i+k)%len(c.Nodes)].MQTTURL())
-		}
-		agents = append(agents, startAgentBin(t, agentBin, d, filepath.Join(dir, d), strings.Join(brokers, ",")))
-	}
-
-	// Load: each agent gets 50 events every 50 ms until stop closes.
-	truth := make([]clusterTruth, len(agents))
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, a := range agents {
-		truth[i].windows = map[int64]uint64{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(50 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-				}
-				ts := clusterEventTimes(time.Now(), 50)
-				if err := postEvents(a, ts, int(truth[i].posted)); err != nil {
-					t.Errorf("%s: %v", a.device, err)
-					return
-				}
-				truth[i].add(ts)
-			}
-		}()
-	}
+	// Load: each agent gets 50 events every 50 ms until stop.
+	load := startClusterLoad(t, c, agentBin, dir, devices, 50*time.Millisecond, 50)
+	agents, truth := load.agents, load.truth
 	phase := func(what string, d time.Duration) {
 		t.Logf("%s; load for %v", what, d)
 		time.Sleep(d)
@@ -99,8 +67,7 @@ func TestClusterProcessesExactlyOnce(t *testing.T) {
 	phase("hubd killed, its data directory deleted", 2*time.Second)
 	hub.start()
 	phase("hubd restarted on an empty data directory", 3*time.Second)
-	close(stop)
-	wg.Wait()
+	load.stop()
 	if t.Failed() {
 		return
 	}
@@ -146,6 +113,58 @@ func TestClusterProcessesExactlyOnce(t *testing.T) {
 
 // clusterHTTP posts to the agents; a stuck request fails the test.
 var clusterHTTP = &http.Client{Timeout: 10 * time.Second}
+
+// clusterLoad is one edgeagent process per device, each connected to
+// another NATS server's MQTT listener first and the others after it, and
+// a goroutine per agent posting events to it until stop.
+type clusterLoad struct {
+	agents []*agentBinProc
+	truth  []clusterTruth // what each agent accepted; read after stop
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// startClusterLoad starts the agents and posts n events to each every
+// interval (times in the second before now, see clusterEventTimes).
+func startClusterLoad(t *testing.T, c *testnats.Cluster, agentBin, dir string, devices []string, every time.Duration, n int) *clusterLoad {
+	l := &clusterLoad{truth: make([]clusterTruth, len(devices)), done: make(chan struct{})}
+	for i, d := range devices {
+		var brokers []string
+		for k := range c.Nodes {
+			brokers = append(brokers, c.Nodes[(i+k)%len(c.Nodes)].MQTTURL())
+		}
+		l.agents = append(l.agents, startAgentBin(t, agentBin, d, filepath.Join(dir, d), strings.Join(brokers, ",")))
+	}
+	for i, a := range l.agents {
+		l.truth[i].windows = map[int64]uint64{}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			for {
+				select {
+				case <-l.done:
+					return
+				case <-tick.C:
+				}
+				ts := clusterEventTimes(time.Now(), n)
+				if err := postEvents(a, ts, int(l.truth[i].posted)); err != nil {
+					t.Errorf("%s: %v", a.device, err)
+					return
+				}
+				l.truth[i].add(ts)
+			}
+		}()
+	}
+	return l
+}
+
+// stop ends the posting and waits for it.
+func (l *clusterLoad) stop() {
+	close(l.done)
+	l.wg.Wait()
+}
 
 // clusterTruth is what was posted to one agent: the count, and the count
 // per window start (unix ms).
