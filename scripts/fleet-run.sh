@@ -195,8 +195,16 @@ trap stop_all EXIT
 for ((i = 0; i < nhubs; i++)); do
 	for _ in $(seq 600); do
 		curl -sf "http://127.0.0.1:${http_ports[i]}/readyz" >/dev/null && break
+		kill -0 "$(cat "$dir/${hub_names[i]}.pid")" 2>/dev/null || break
 		sleep 0.1
 	done
+done
+for ((i = 0; i < nhubs; i++)); do
+	if ! kill -0 "$(cat "$dir/${hub_names[i]}.pid")" 2>/dev/null; then
+		echo "fleet-run: ${hub_names[i]} exited before the fleet started; its log ($dir/${hub_names[i]}.log) ends:" >&2
+		tail -3 "$dir/${hub_names[i]}.log" >&2
+		exit 1
+	fi
 done
 hub_urls=$(for ((i = 0; i < nhubs; i++)); do printf '127.0.0.1:%s,' "${http_ports[i]}"; done)
 hub_urls=${hub_urls%,}
