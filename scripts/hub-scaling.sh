@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # hubd's CPU per event with 1, 2 and 3 hubs sharing one NATS stream: the
 # same fleet load (configs/fleetsim-steady.yaml, SCALE_DEVICES devices,
-# default 1000, at SCALE_RATE events/s each, default 20, for SCALE_DURATION,
-# default 75s) through scripts/fleet-run.sh with FLEET_BROKER=nats (three
+# default 300, at SCALE_RATE events/s each, default 20, for SCALE_DURATION,
+# default 75s; acks subscribed at QoS SCALE_ACK_QOS, default 0, so that
+# NATS' MQTT side creates no JetStream consumer per device) through scripts/fleet-run.sh with FLEET_BROKER=nats (three
 # NATS servers, stream R3) and FLEET_HUBS=N for each N in SCALE_HUBS
 # (default "1 2 3"), one run after the other, each verified; then a table.
 #
@@ -22,7 +23,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${SCALE_DIR:-$(mktemp -d /tmp/hub-scaling.XXXXXX)}
 mkdir -p "$out"
-devices=${SCALE_DEVICES:-1000}
+devices=${SCALE_DEVICES:-300}
+ackqos=${SCALE_ACK_QOS:-0}
 rate=${SCALE_RATE:-20}
 duration=${SCALE_DURATION:-75s}
 from=${SCALE_FROM:-45}
@@ -33,9 +35,9 @@ for n in $hubs; do
 	rm -rf "$run"
 	mkdir -p "$run"
 	cut -d' ' -f1-3 /proc/loadavg >"$run/loadavg.txt"
-	echo "hub-scaling: $n hub(s), $devices devices x $rate events/s for $duration ($run)" >&2
+	echo "hub-scaling: $n hub(s), $devices devices x $rate events/s for $duration, ack QoS $ackqos ($run)" >&2
 	FLEET_RUN_DIR=$run FLEET_BROKER=nats FLEET_HUBS=$n FLEET_MEASURE_FROM=$from \
-		scripts/fleet-run.sh configs/fleetsim-steady.yaml --devices "$devices" --rate "$rate" --duration "$duration" \
+		scripts/fleet-run.sh configs/fleetsim-steady.yaml --devices "$devices" --rate "$rate" --duration "$duration" --mqtt-ack-qos "$ackqos" \
 		>"$run/report.txt" 2>"$run/progress.txt" && echo OK >"$run/status.txt" || echo FAILED >"$run/status.txt"
 done
 
@@ -56,7 +58,7 @@ row() {
 
 {
 	echo
-	echo "hub-scaling $(date -u +%FT%TZ), $(nproc) cores, $devices devices x $rate events/s for $duration, measured from ${from}s; runs in $out"
+	echo "hub-scaling $(date -u +%FT%TZ), $(nproc) cores, $devices devices x $rate events/s for $duration (ack QoS $ackqos), measured from ${from}s; runs in $out"
 	echo
 	echo "| hubs | events/s applied | span | hubd CPU/event (all hubs) | per hub (µs/event) | NATS CPU/event (3 servers) | verify | load average before |"
 	echo "|---|---|---|---|---|---|---|---|"
