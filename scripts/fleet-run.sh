@@ -239,11 +239,12 @@ if [[ -n ${NATS_KILL_AT:-} ]]; then
 	) &
 	crash+=($!)
 fi
-# cpu_seconds PIDFILE: the process's user + system CPU time so far.
+# cpu_seconds PIDFILE: the process's user + system CPU time so far ("dead"
+# when it is not running).
 cpu_seconds() {
 	local pid
 	pid=$(cat "$1" 2>/dev/null) || return 0
-	[[ -r /proc/$pid/stat ]] || return 0
+	[[ -r /proc/$pid/stat ]] || { printf 'dead'; return 0; }
 	awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$pid/stat"
 }
 # report_cpu: the CPU time the hub and its broker used so far (the
