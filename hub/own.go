@@ -151,14 +151,22 @@ func (s *Server) startOwnership(ctx context.Context, js jetstream.JetStream, l *
 	for p := range o.parts {
 		_, o.parts[p].local = s.cl.from[p]
 	}
-	var err error
-	o.ckpts, err = natslog.OpenPartitionCheckpoints(ctx, js, natslog.PartitionCheckpointOptions{
+	// Both buckets are opened retrying (a JetStream cluster still electing
+	// leaders times the requests out); only errors a retry cannot fix stop
+	// the start.
+	ckptOpts := natslog.PartitionCheckpointOptions{
 		Bucket:   bucketName(s.opts.NATS.Log.Stream, "PARTITION_CHECKPOINTS", natslog.DefaultPartitionCheckpointBucket),
-		Replicas: s.opts.NATS.Log.Replicas, MaxBytes: o.ckptMax, Registerer: s.opts.Registerer})
+		Replicas: s.opts.NATS.Log.Replicas, MaxBytes: o.ckptMax, Registerer: s.opts.Registerer}
+	err := s.cl.Open(ctx, "the partition checkpoint bucket "+ckptOpts.Bucket, true,
+		func(err error) bool { return errors.Is(err, natslog.ErrInvalidOption) },
+		func(actx context.Context) (err error) {
+			o.ckpts, err = natslog.OpenPartitionCheckpoints(actx, js, ckptOpts)
+			return err
+		})
 	if err != nil {
 		return fmt.Errorf("cluster mode: partition checkpoints: %w", err)
 	}
-	o.mgr, err = lease.Open(ctx, js, lease.Options{HubID: s.opts.HubID, URL: s.advertiseURL(), Partitions: o.n, TTL: s.opts.NATS.LeaseTTL,
+	leaseOpts := lease.Options{HubID: s.opts.HubID, URL: s.advertiseURL(), Partitions: o.n, TTL: s.opts.NATS.LeaseTTL,
 		Bucket: bucketName(s.opts.NATS.Log.Stream, "LEASES", lease.DefaultBucket), Replicas: s.opts.NATS.Log.Replicas,
 		Logger: s.log, Registerer: s.opts.Registerer,
 		Callbacks: lease.Callbacks{
@@ -176,7 +184,15 @@ func (s *Server) startOwnership(ctx context.Context, js jetstream.JetStream, l *
 				o.push(func() { defer close(done); s.handoff(p, epoch) })
 				<-done
 			},
-		}})
+		}}
+	err = s.cl.Open(ctx, "the partition lease bucket "+leaseOpts.Bucket, false,
+		func(err error) bool {
+			return errors.Is(err, lease.ErrInvalidOption) || errors.Is(err, lease.ErrBucketMismatch) || errors.Is(err, lease.ErrDuplicateHub)
+		},
+		func(actx context.Context) (err error) {
+			o.mgr, err = lease.Open(actx, js, leaseOpts)
+			return err
+		})
 	if err != nil {
 		return fmt.Errorf("cluster mode: partition leases (hub id %s): %w", s.opts.HubID, err)
 	}

@@ -53,6 +53,11 @@ type Options struct {
 	// aggregates (Report.Visible). The hub must hold the devices' data
 	// under the scenario's resolution.
 	HubURL string
+	// HubURLs are further hubs of a cluster (any of them answers for the
+	// whole fleet): a probe whose query fails counts as failed and the
+	// next probe asks the next hub, so a killed hub does not end the
+	// probes.
+	HubURLs []string
 	// ProbeEvery is the period of visibility probes. Default 1s.
 	ProbeEvery time.Duration
 	// ProbeTimeout is how long a probe waits for its event before it
@@ -104,9 +109,15 @@ func (o *Options) Validate() error {
 	if o.Tick < time.Millisecond || (o.Scenario.BoundaryGuard > 0 && o.Tick >= o.Scenario.BoundaryGuard) {
 		return fmt.Errorf("simulator: Tick %v: want 1ms..boundary_guard (%v)", o.Tick, o.Scenario.BoundaryGuard)
 	}
-	if o.HubURL != "" {
-		if u, err := url.Parse(o.HubURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			return fmt.Errorf("simulator: HubURL %q: want http://host:port", o.HubURL)
+	if o.HubURL == "" && len(o.HubURLs) > 0 {
+		return errors.New("simulator: HubURLs without HubURL")
+	}
+	for _, h := range append([]string{o.HubURL}, o.HubURLs...) {
+		if h == "" {
+			continue
+		}
+		if u, err := url.Parse(h); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return fmt.Errorf("simulator: hub URL %q: want http://host:port", h)
 		}
 	}
 	if o.ProbeEvery < 10*time.Millisecond || o.ProbeTimeout < time.Second {
@@ -179,7 +190,7 @@ func New(o Options) (*Fleet, error) {
 	f := &Fleet{opts: o, sc: o.Scenario, log: o.Logger, quiet: discardLogger(o.AgentLogLevel, o.Logger), store: store, reg: reg, metrics: m, runCtx: context.Background()}
 	f.steadyFrom.Store(math.MaxInt64)
 	if o.HubURL != "" {
-		f.prober = newProber(f, o.HubURL, o.ProbeEvery, o.ProbeTimeout)
+		f.prober = newProber(f, append([]string{o.HubURL}, o.HubURLs...), o.ProbeEvery, o.ProbeTimeout)
 	}
 	classes := assignClasses(&f.sc)
 	for i := range f.sc.Devices {

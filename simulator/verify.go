@@ -10,17 +10,32 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // VerifyOptions configure Verify.
 type VerifyOptions struct {
-	// HubURL is the hub's HTTP API, e.g. http://127.0.0.1:8080. Required.
+	// HubURL is the hub's HTTP API, e.g. http://127.0.0.1:8080. Required
+	// unless HubURLs is set.
 	HubURL string
+	// HubURLs are further hubs of a cluster (any hub answers for the whole
+	// fleet), asked after HubURL: a request that a hub cannot answer now
+	// (connection refused, a 502, 503 or 504, a 429, or an aggregate
+	// answer marked partial because some partition had no owner within the
+	// hub's wait) goes to the next one, so a verification survives a hub
+	// that was killed. The hub that answered last is asked first.
+	HubURLs []string
+	// Retry is how long a request that no hub could answer now is asked
+	// again (every hub in turn, pausing 250 ms after each round) before
+	// it counts as failed: a partition whose hub died is answered again
+	// once its lease expires and another hub takes it over. Default 60 s.
+	Retry time.Duration
 	// Windows are the window specs to check. Default: the truth's.
 	Windows []string
 	// Client makes the requests. Default: a client with a 60 s timeout.
@@ -46,14 +61,31 @@ type VerifyOptions struct {
 
 // Validate names the first field that is out of range.
 func (o *VerifyOptions) Validate() error {
-	u, err := url.Parse(o.HubURL)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("simulator: HubURL %q: want http://host:port", o.HubURL)
+	if o.HubURL == "" && len(o.HubURLs) == 0 {
+		return errors.New("simulator: HubURL or HubURLs: want http://host:port")
 	}
-	if o.Concurrency < 0 || o.MaxTimeDevices < 0 || o.Settle < 0 {
-		return errors.New("simulator: Concurrency, MaxTimeDevices and Settle must not be negative")
+	for _, h := range o.hubs() {
+		u, err := url.Parse(h)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return fmt.Errorf("simulator: hub URL %q: want http://host:port", h)
+		}
+	}
+	if o.Concurrency < 0 || o.MaxTimeDevices < 0 || o.Settle < 0 || o.Retry < 0 {
+		return errors.New("simulator: Concurrency, MaxTimeDevices, Settle and Retry must not be negative")
 	}
 	return nil
+}
+
+// hubs is HubURL followed by HubURLs, without a trailing "/", empty ones
+// and repeats left out.
+func (o *VerifyOptions) hubs() []string {
+	var out []string
+	for _, h := range append([]string{o.HubURL}, o.HubURLs...) {
+		if h = strings.TrimRight(h, "/"); h != "" && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // VerifyReport is what the verifier found.
@@ -140,10 +172,11 @@ func Verify(ctx context.Context, t *Truth, o VerifyOptions) (*VerifyReport, erro
 	def(&o.Concurrency, 16)
 	def(&o.MaxTimeDevices, 200)
 	def(&o.Settle, 10*time.Second)
+	def(&o.Retry, 60*time.Second)
 	if len(o.Windows) == 0 {
 		o.Windows = t.Windows
 	}
-	v := &verifier{o: o, t: t, base: strings.TrimRight(o.HubURL, "/")}
+	v := &verifier{o: o, t: t, bases: o.hubs()}
 	rep := &VerifyReport{Devices: len(t.Devices), Events: t.Events()}
 	if err := v.checkDevices(ctx, rep); err != nil {
 		return nil, err
@@ -186,9 +219,12 @@ func (rep *VerifyReport) judge(allowUnavailable bool) {
 }
 
 type verifier struct {
-	o    VerifyOptions
-	t    *Truth
-	base string
+	o     VerifyOptions
+	t     *Truth
+	bases []string
+	// first is the index in bases of the hub asked first: the last one
+	// that answered.
+	first atomic.Int32
 }
 
 // httpError is a non-200 answer.
@@ -199,8 +235,50 @@ type httpError struct {
 
 func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.code, e.body) }
 
+// unavailableError is a failure another hub, or the same one a moment
+// later, may not have: the hub is unreachable, says it cannot answer now,
+// or answered for part of the fleet only.
+type unavailableError struct {
+	hub string
+	err error
+}
+
+func (e *unavailableError) Error() string { return e.hub + ": " + e.err.Error() }
+func (e *unavailableError) Unwrap() error { return e.err }
+
+// partialAnswer is implemented by answers a cluster's hub marks partial.
+type partialAnswer interface {
+	partialMissing() (bool, []int)
+}
+
+// get asks the hubs for path, the last one that answered first, and
+// decodes the 200 answer into out. A failure another hub or a later try
+// may not have (unavailableError) moves on to the next hub, pausing after
+// each round, for up to Retry; any other error is returned at once.
 func (v *verifier) get(ctx context.Context, path string, q url.Values, out any) error {
-	u := v.base + path
+	deadline := time.Now().Add(v.o.Retry)
+	n := int32(len(v.bases))
+	for try := int32(1); ; try++ {
+		i := v.first.Load()
+		err := v.getFrom(ctx, v.bases[i], path, q, out)
+		var ue *unavailableError
+		if err == nil || !errors.As(err, &ue) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		v.first.CompareAndSwap(i, (i+1)%n)
+		if try%n == 0 {
+			select {
+			case <-time.After(250 * time.Millisecond):
+			case <-ctx.Done():
+				return err
+			}
+		}
+	}
+}
+
+// getFrom is one request to one hub.
+func (v *verifier) getFrom(ctx context.Context, base, path string, q url.Values, out any) error {
+	u := base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -210,17 +288,35 @@ func (v *verifier) get(ctx context.Context, path string, q url.Values, out any) 
 	}
 	resp, err := v.o.Client.Do(req)
 	if err != nil {
-		return err
+		return &unavailableError{base, err}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
 	if err != nil {
-		return err
+		return &unavailableError{base, err}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return &httpError{resp.StatusCode, strings.TrimSpace(string(body[:min(len(body), 300)]))}
+		he := &httpError{resp.StatusCode, strings.TrimSpace(string(body[:min(len(body), 300)]))}
+		switch resp.StatusCode {
+		case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return &unavailableError{base, he}
+		}
+		return he
 	}
-	return json.Unmarshal(body, out)
+	// A fresh value: an earlier try's answer (its "partial": true, which a
+	// whole answer omits) must not show through.
+	if rv := reflect.ValueOf(out); rv.Kind() == reflect.Pointer && !rv.IsNil() {
+		rv.Elem().SetZero()
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return err
+	}
+	if pa, ok := out.(partialAnswer); ok {
+		if partial, missing := pa.partialMissing(); partial {
+			return &unavailableError{base, fmt.Errorf("partial answer: partitions %v missing", missing)}
+		}
+	}
+	return nil
 }
 
 // hubDevice is the part of GET /v1/devices/{id} the verifier reads.
@@ -347,7 +443,13 @@ type hubWindows struct {
 		Max   float64           `json:"max"`
 		Avg   float64           `json:"avg"`
 	} `json:"windows"`
+	// Partial is set by a cluster's hub that answered without some
+	// partitions (MissingPartitions): such an answer is not compared.
+	Partial           bool  `json:"partial"`
+	MissingPartitions []int `json:"missing_partitions"`
 }
+
+func (h *hubWindows) partialMissing() (bool, []int) { return h.Partial, h.MissingPartitions }
 
 func (v *verifier) checkWindows(ctx context.Context, w Window, metric string) WindowCheck {
 	wc := WindowCheck{Window: w.Spec, Metric: metric}

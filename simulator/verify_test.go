@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -58,6 +59,12 @@ type fakeHub struct {
 	pageSize int
 	// eventsStatus, if set, fails GET /v1/events for these devices.
 	eventsStatus map[string]int
+	// partial, if set, counts down: while positive, GET /v1/aggregates
+	// answers as a cluster's hub missing partition 3 (its windows of d1
+	// left out, "partial": true), as while a dead hub's partitions have
+	// no owner yet; unavailable does the same for GET /v1/devices/{id},
+	// answered with a 503.
+	partial, unavailable *atomic.Int32
 }
 
 // fakeEvent is one event as GET /v1/events returns it.
@@ -72,6 +79,10 @@ func (fh fakeHub) serve(t *testing.T, tr *Truth) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/devices/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if fh.unavailable != nil && fh.unavailable.Add(-1) >= 0 {
+			http.Error(w, `{"error":"partition 3 has no current owner"}`, http.StatusServiceUnavailable)
+			return
+		}
 		for _, d := range tr.Devices {
 			if d.Device == r.PathValue("id") {
 				_ = json.NewEncoder(w).Encode(map[string]any{"streams": []any{map[string]any{
@@ -108,6 +119,11 @@ func (fh fakeHub) serve(t *testing.T, tr *Truth) *httptest.Server {
 			}
 			if fh.edit != nil {
 				out = fh.edit(out)
+			}
+			if fh.partial != nil && fh.partial.Add(-1) >= 0 {
+				_ = json.NewEncoder(w).Encode(map[string]any{"metric": q.Get("metric"), "window": q.Get("window"), "windows": []any{},
+					"partial": true, "missing_partitions": []int{3}})
+				return
 			}
 			_ = json.NewEncoder(w).Encode(map[string]any{"metric": q.Get("metric"), "window": q.Get("window"), "windows": out})
 		})
@@ -320,6 +336,73 @@ func TestVerifyAgainstFakeHub(t *testing.T) {
 	})
 }
 
+// TestVerifyClusterHubs verifies through several hubs of a cluster: the
+// first is dead (its port closed, as after a SIGKILL), the second answers
+// partially (a partition without owner) and with 503s for a while. Every
+// request ends at a hub that answers whole, and no partial answer is
+// compared; a hub that stays partial past Retry leaves the windows
+// unchecked, saying why, and a device no hub can answer is an error.
+func TestVerifyClusterHubs(t *testing.T) {
+	tr := truthOf("d1", [][2]float64{{1, 1}, {9, 2}, {11, 4}, {25, -1}, {59, 8}, {61, 16}})
+	tr.Devices[0].StreamID = "00"
+	tr.Windows = []string{"tumbling:10s", "hopping:30s/10s"}
+	deadSrv := httptest.NewServer(http.NotFoundHandler())
+	dead := deadSrv.URL
+	deadSrv.Close()
+
+	var partial, unavailable atomic.Int32
+	partial.Store(4)
+	unavailable.Store(2)
+	live := fakeHub{aggregates: true, partial: &partial, unavailable: &unavailable}.serve(t, tr)
+	vr, err := Verify(context.Background(), tr, VerifyOptions{HubURL: dead, HubURLs: []string{live.URL}, Retry: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !vr.OK || vr.Lost != 0 || vr.Applied != 6 || len(vr.Windows) != 2 || vr.Windows[0].Match != 5 || vr.Windows[1].Match != 9 {
+		t.Errorf("dead hub, then a partial one: %+v", vr)
+	}
+	if n, m := partial.Load(), unavailable.Load(); n >= 0 || m >= 0 {
+		t.Errorf("the live hub's partial answers and 503s were not all asked for (%d, %d left)", n, m)
+	}
+
+	// A hub that stays partial: the windows are not checked, and the
+	// device, answered by 503s only, is an error naming it.
+	partial.Store(1 << 30)
+	unavailable.Store(1 << 30)
+	_, err = Verify(context.Background(), tr, VerifyOptions{HubURL: live.URL, HubURLs: []string{dead}, Retry: 300 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "d1") || !strings.Contains(err.Error(), "503") {
+		t.Errorf("only 503s: err %v, want one naming d1 and the 503", err)
+	}
+	healthy := fakeHub{aggregates: true}.serve(t, tr)
+	mux := http.NewServeMux()
+	mux.Handle("GET /v1/devices/{id}", proxyTo(t, healthy.URL))
+	mux.Handle("GET /v1/aggregates", proxyTo(t, live.URL))
+	mixed := httptest.NewServer(mux)
+	t.Cleanup(mixed.Close)
+	vr, err = Verify(context.Background(), tr, VerifyOptions{HubURL: mixed.URL, Retry: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := vr.Windows[0]; vr.OK || w.Available || !strings.Contains(w.Note, "partial answer: partitions [3] missing") || vr.Lost != 0 {
+		t.Errorf("always partial: ok %v window %+v: want not OK, windows unchecked with the partial answer as note", vr.OK, w)
+	}
+}
+
+// proxyTo forwards a request's path and query to base.
+func proxyTo(t *testing.T, base string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resp, err := http.Get(base + r.URL.RequestURI())
+		if err != nil {
+			t.Error(err)
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	})
+}
+
 // timesTruth is two devices, 100 events each at i+0.5 s (i = 1..100),
 // every event sampled for the event-time check.
 func timesTruth() *Truth {
@@ -400,8 +483,10 @@ func TestVerifyEventTimeError(t *testing.T) {
 		}
 	})
 	t.Run("error before any was measured", func(t *testing.T) {
+		// A 503 is asked again for Retry (a cluster's partition may find an
+		// owner), then reported.
 		srv := fakeHub{aggregates: true, events: evs, eventsStatus: map[string]int{"d1": 503}}.serve(t, tr)
-		vr, err := Verify(context.Background(), tr, VerifyOptions{HubURL: srv.URL})
+		vr, err := Verify(context.Background(), tr, VerifyOptions{HubURL: srv.URL, Retry: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,8 +30,11 @@ type probe struct {
 
 // prober runs the probes of one fleet.
 type prober struct {
-	f       *Fleet
-	base    string
+	f *Fleet
+	// bases are the hubs' URLs; a probe asks bases[next], and a failed
+	// query moves next on to the following hub.
+	bases   []string
+	next    atomic.Int32
 	client  *http.Client
 	want    atomic.Bool // a probe is wanted: the next eligible append claims it
 	claimed chan probe
@@ -42,8 +45,14 @@ type prober struct {
 	lastErr                atomic.Pointer[string]
 }
 
-func newProber(f *Fleet, hubURL string, every, timeout time.Duration) *prober {
-	return &prober{f: f, base: strings.TrimSuffix(hubURL, "/"), client: &http.Client{Timeout: 10 * time.Second},
+func newProber(f *Fleet, hubURLs []string, every, timeout time.Duration) *prober {
+	var bases []string
+	for _, h := range hubURLs {
+		if h != "" {
+			bases = append(bases, strings.TrimSuffix(h, "/"))
+		}
+	}
+	return &prober{f: f, bases: bases, client: &http.Client{Timeout: 10 * time.Second},
 		claimed: make(chan probe, 1), every: every, timeout: timeout}
 }
 
@@ -93,14 +102,16 @@ func (p *prober) measure(ctx context.Context, pr probe) {
 	q.Set("group_by", "device")
 	q.Set("device", pr.device)
 	q.Set("aggs", "count")
-	u := p.base + "/v1/aggregates?" + q.Encode()
+	i := p.next.Load()
+	u := p.bases[i] + "/v1/aggregates?" + q.Encode()
 	deadline := pr.at.Add(p.timeout)
 	for {
 		n, err := p.count(ctx, u, pr.device)
 		if err != nil {
-			msg := err.Error()
+			msg := p.bases[i] + ": " + err.Error()
 			p.lastErr.Store(&msg)
 			p.failed.Add(1)
+			p.next.Store((i + 1) % int32(len(p.bases)))
 			return
 		}
 		now := time.Now()

@@ -19,7 +19,8 @@ import (
 // config is fleetsim's configuration: the scenario plus what only main uses.
 type config struct {
 	scenario simulator.Scenario
-	hub      string // hub HTTP API, e.g. http://127.0.0.1:8080 ("" skips verify)
+	hub      string   // hub HTTP API, e.g. http://127.0.0.1:8080 ("" skips verify): the first of hubs
+	hubs     []string // --hub's URLs: a cluster's hubs, any of which answers for the whole fleet
 	// probeEvery is the period of visibility probes (0: none).
 	probeEvery time.Duration
 	// mqttURLs are the brokers, from the comma-separated --mqtt-url.
@@ -49,7 +50,8 @@ func newFlags() *pflag.FlagSet {
 	fs.Float64("rate", 0, "events/s per device and metric (overrides every metric's rate)")
 	fs.String("duration", "", "run length in scenario time, e.g. 5m (overrides the scenario)")
 	fs.Float64("time-scale", 0, "divide scenario durations by this (overrides the scenario)")
-	fs.String("hub", "http://127.0.0.1:8080", "hub HTTP API for verification (\"\" skips it)")
+	fs.String("hub", "http://127.0.0.1:8080", "hub HTTP API for verification and probes (\"\" skips them); a cluster's hubs comma-separated: "+
+		"each query goes to the first that answers (any hub answers for the whole fleet), so a hub that died is passed over")
 	fs.String("mqtt-url", "tcp://127.0.0.1:1884", "MQTT broker(s) the devices connect to, comma-separated; with several, device i starts at the (i mod n)th and fails over to the next")
 	fs.String("data-dir", "", "shared buffer directory (default: a new temporary directory, removed at exit)")
 	fs.Int("mqtt-ack-qos", 1, "QoS of the devices' ack subscriptions, 0 or 1 (overrides the scenario's uplink.ack_qos)")
@@ -123,9 +125,16 @@ func fromViper(vs, vm *viper.Viper) (*config, error) {
 		}
 		return nil, fmt.Errorf("scenario: %w (keys are snake_case, see configs/fleetsim-steady.yaml)", err)
 	}
-	c.hub = vm.GetString("hub")
-	if c.hub != "" && !strings.Contains(c.hub, "://") {
-		c.hub = "http://" + c.hub
+	for _, h := range strings.Split(vm.GetString("hub"), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			if !strings.Contains(h, "://") {
+				h = "http://" + h
+			}
+			c.hubs = append(c.hubs, h)
+		}
+	}
+	if len(c.hubs) > 0 {
+		c.hub = c.hubs[0]
 	}
 	for _, u := range strings.Split(vm.GetString("mqtt-url"), ",") {
 		if u = strings.TrimSpace(u); u != "" {

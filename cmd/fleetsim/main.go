@@ -6,6 +6,7 @@
 //	fleetsim --scenario configs/fleetsim-steady.yaml --mqtt-url tcp://127.0.0.1:1884 --hub 127.0.0.1:8080
 //	fleetsim --devices 50 --rate 2 --duration 30s
 //	fleetsim verify --truth truth.gob --hub 127.0.0.1:8080
+//	fleetsim verify --truth truth.gob --hub 127.0.0.1:8080,127.0.0.1:8081,127.0.0.1:8082
 //
 // It exits 1 when verification finds lost or duplicated events, windows
 // that differ from the truth, or window kinds it could not check (the hub
@@ -97,7 +98,7 @@ func runFleet(ctx context.Context, c *config, log *slog.Logger, out *output) int
 		Logger: log, OnReport: out.progress,
 	}
 	if c.hub != "" && c.probeEvery > 0 {
-		o.HubURL, o.ProbeEvery = c.hub, c.probeEvery
+		o.HubURL, o.HubURLs, o.ProbeEvery = c.hub, c.hubs[1:], c.probeEvery
 	}
 	f, err := simulator.New(o)
 	if err != nil {
@@ -167,7 +168,7 @@ func verifyFromFile(ctx context.Context, c *config, out *output) int {
 func verify(ctx context.Context, c *config, t *simulator.Truth, out *output) int {
 	vctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	vr, err := simulator.Verify(vctx, t, simulator.VerifyOptions{HubURL: c.hub, AllowUnavailable: c.allowUnavailable})
+	vr, err := simulator.Verify(vctx, t, simulator.VerifyOptions{HubURL: c.hub, HubURLs: c.hubs[1:], AllowUnavailable: c.allowUnavailable})
 	if err != nil {
 		fmt.Fprintln(out.errw, "fleetsim verify:", err)
 		return 2

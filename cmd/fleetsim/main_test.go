@@ -64,6 +64,21 @@ func TestFlagsOverrideScenario(t *testing.T) {
 	}
 }
 
+// TestSeveralHubs checks that --hub takes a cluster's hubs comma-separated,
+// each without a scheme given http://, the first one being the hub asked first.
+func TestSeveralHubs(t *testing.T) {
+	c, err := loadConfig([]string{"--hub", "127.0.0.1:1, http://127.0.0.1:2,,https://h3:3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "https://h3:3"}; !slices.Equal(c.hubs, want) || c.hub != want[0] {
+		t.Errorf("hubs %q, hub %q: want %q", c.hubs, c.hub, want)
+	}
+	if c, err = loadConfig([]string{"--hub", ""}); err != nil || c.hub != "" || len(c.hubs) != 0 {
+		t.Errorf("--hub \"\": hub %q hubs %q err %v, want none", c.hub, c.hubs, err)
+	}
+}
+
 // TestSeveralMQTTURLs checks that --mqtt-url takes a comma-separated list
 // (a cluster's MQTT listeners) and refuses an empty one.
 func TestSeveralMQTTURLs(t *testing.T) {

@@ -32,6 +32,8 @@ type Stream struct {
 	err atomic.Pointer[string]      // the last failure to reach the stream; nil: reachable
 	// waiting is why LatestSnapshot is still waiting; nil when it is not.
 	waiting atomic.Pointer[string]
+	// opening is why Open is still trying; nil when it is not.
+	opening atomic.Pointer[string]
 }
 
 // SetBus records the NATS transport once dialled.
@@ -84,6 +86,45 @@ func (st *Stream) Ensure(ctx context.Context, js jetstream.JetStream, o natslog.
 	}
 }
 
+// Open runs open until it succeeds, fails with an error permanent
+// reports (one a retry cannot fix: an invalid option, a bucket of other
+// settings, a duplicate hub id), or ctx ends; each try is bounded by
+// Timeout when bounded is set (a try that itself waits longer, as
+// lease.Open may, is not), and the delay between tries grows from 100 ms
+// to 5 s.
+// Meanwhile the last failure is the readiness reason ("opening WHAT: ...").
+// Cluster mode opens the buckets beside the stream (partition checkpoints,
+// leases) so: a JetStream cluster still electing its leaders, or busy,
+// times such requests out at start, which must delay the hub, not stop it.
+func (st *Stream) Open(ctx context.Context, what string, bounded bool, permanent func(error) bool, open func(context.Context) error) error {
+	defer st.opening.Store(nil)
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		actx, cancel := context.WithCancel(ctx)
+		if bounded {
+			actx, cancel = context.WithTimeout(ctx, st.Timeout)
+		}
+		err := open(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if permanent(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("cluster mode: stopped while opening %s: %w (last error: %v)", what, ctx.Err(), err)
+		}
+		msg := "opening " + what + ": " + err.Error()
+		st.opening.Store(&msg)
+		st.Logger.Warn("cluster mode: could not open "+what+"; retrying", "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster mode: stopped while opening %s: %w (last error: %v)", what, ctx.Err(), err)
+		case <-time.After(delay):
+		}
+	}
+}
+
 // Poll updates the stream's gauges and reachability every PollInterval
 // until ctx ends. A stream without a quorum of current replicas is down:
 // it refuses writes.
@@ -128,6 +169,8 @@ func (st *Stream) NotReady() string {
 	switch {
 	case st.bus.Load() == nil || !st.bus.Load().Connected():
 		return "NATS not connected"
+	case st.opening.Load() != nil:
+		return *st.opening.Load()
 	case st.log.Load() == nil:
 		if e := st.err.Load(); e != nil {
 			return "NATS stream " + st.Name + " not reachable: " + *e

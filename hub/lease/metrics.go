@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,10 +33,38 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.owned, m.rebalances, m.renewFailures, m.kvErrors, m.takeover} {
-		if err := reg.Register(col); err != nil {
-			return nil, fmt.Errorf("lease: register metrics: %w", err)
-		}
+	// A collector already registered (Open tried again after a failure)
+	// is taken over, so its counts go on.
+	var err error
+	if m.owned, err = register(reg, m.owned); err != nil {
+		return nil, err
+	}
+	if m.rebalances, err = register(reg, m.rebalances); err != nil {
+		return nil, err
+	}
+	if m.renewFailures, err = register(reg, m.renewFailures); err != nil {
+		return nil, err
+	}
+	if m.kvErrors, err = register(reg, m.kvErrors); err != nil {
+		return nil, err
+	}
+	if m.takeover, err = register(reg, m.takeover); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// register registers col, or returns the equal collector already
+// registered.
+func register[C prometheus.Collector](reg prometheus.Registerer, col C) (C, error) {
+	err := reg.Register(col)
+	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	if err != nil {
+		return col, fmt.Errorf("lease: register metrics: %w", err)
+	}
+	return col, nil
 }
