@@ -164,6 +164,14 @@ func (e *Engine) ExportPartialsContext(ctx context.Context, q Query) (*PartialSe
 				ps.streams = append(ps.streams, setStream{device: st.device, id: st.id, wm: st.wm})
 			}
 			a.lastStream = si
+			// A group's first series is aliased (mergeInto): the set must
+			// not share the live partial's sketch or late marks, which the
+			// engine clears and recycles after the read lock is released
+			// (an eviction) while the set is merged or encoded.
+			if a.sk != nil {
+				a.sk = a.sk.Copy()
+			}
+			a.late = slices.Clone(a.late)
 			sg.parts = append(sg.parts, a)
 		}
 		ps.groups = append(ps.groups, sg)

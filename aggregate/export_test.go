@@ -184,3 +184,44 @@ func TestKeepRestrictsToDevices(t *testing.T) {
 		}
 	}
 }
+
+// TestExportedSetOutlivesEviction: a partial set shares nothing with the
+// engine, so evicting (and recycling the sketches of) the partials it was
+// exported from changes none of its answers. Without the copy, a group
+// of one series aliased the live sketch, which eviction cleared.
+func TestExportedSetOutlivesEviction(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	opt := propOptions()
+	opt.TagKeys = nil
+	opt.EvictAfter = time.Minute
+	opt.Store = NewMemStore()
+	clk := &fakeClock{now: t0}
+	opt.Clock = clk.Now
+	e := newEngine(t, opt)
+	for _, b := range deliver(r, genFleet(r)) {
+		mustApply(t, e, b)
+	}
+	ps := exported(t, e, []string{"device"})
+	direct, err := e.ExportPartials(Query{Metric: "m", From: t0.Add(-2 * time.Hour), To: t0.Add(30 * time.Hour), GroupBy: []string{"device"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := Query{Metric: "m", Window: WindowSpec{Kind: Tumbling, Size: time.Minute}, From: t0.Add(-2 * time.Hour), To: t0.Add(30 * time.Hour),
+		GroupBy: []string{"device"}}
+	want, err := QueryPartials([]*PartialSet{ps}, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.now = t0.Add(48 * time.Hour) // every partial final and past evict_after
+	e.Tick()
+	if s := e.Stats(); s.Evicted == 0 {
+		t.Fatalf("nothing evicted: %+v", s)
+	}
+	got, err := QueryPartials([]*PartialSet{direct}, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := diffResults(want, got); d != "" {
+		t.Fatalf("the set exported before the eviction answers differently after it: %s", d)
+	}
+}
