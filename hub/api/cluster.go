@@ -2,12 +2,15 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -360,7 +363,8 @@ func claimedOf(m Member, h http.Header) (map[int]uint64, error) {
 }
 
 // serveCluster answers GET /v1/cluster: the hubs and partitions as this
-// hub's view holds them; 404 on a single hub.
+// hub's view holds them, with the applied position and lag of its own
+// partitions (a local=1 answer, and a peer's part of the fleet's).
 func (s *API) serveCluster(w http.ResponseWriter, r *http.Request) {
 	if _, err := newParams(r); err != nil {
 		writeAPIError(w, err)
@@ -370,15 +374,83 @@ func (s *API) serveCluster(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, hubapi.APIError{Error: "this hub is not part of a cluster: it owns the whole fleet alone (GET /v1/cluster needs cluster mode with several hubs)"})
 		return
 	}
+	writeJSON(w, http.StatusOK, s.clusterStatus())
+}
+
+// clusterStatus is this hub's view, its hubs sorted by id.
+func (s *API) clusterStatus() hubapi.ClusterStatus {
 	st := s.cfg.Cluster.Status()
-	slices.SortFunc(st.Hubs, func(a, b hubapi.ClusterHub) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
+	slices.SortFunc(st.Hubs, func(a, b hubapi.ClusterHub) int { return strings.Compare(a.ID, b.ID) })
+	return st
+}
+
+// clusterPeerWait bounds how long GET /v1/cluster waits for the other
+// hubs' applied positions; a hub that does not answer in time leaves its
+// partitions' applied and lag out.
+const clusterPeerWait = 2 * time.Second
+
+// serveClusterFleet answers GET /v1/cluster for the whole cluster: this
+// hub's view, with each partition's applied position and lag from its
+// owner (the owners' local=1 answers, taken only for partitions they own
+// at the epoch this view gives them).
+func (s *API) serveClusterFleet(w http.ResponseWriter, r *http.Request) {
+	if _, err := newParams(r); err != nil {
+		writeAPIError(w, err)
+		return
+	}
+	st := s.clusterStatus()
+	ctx, cancel := context.WithTimeout(r.Context(), clusterPeerWait)
+	defer cancel()
+	self := s.cfg.Cluster.Self()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range s.cfg.Cluster.Members() {
+		if m.ID == self || m.BaseURL == "" || len(m.Owned) == 0 {
+			continue
 		}
-		return 0
-	})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			peer, err := s.peerCluster(ctx, m)
+			if err != nil {
+				s.cfg.Logger.Debug("cluster status: a hub's applied positions are unknown", "hub", m.ID, "err", err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, pp := range peer.PartitionStates {
+				p := pp.Partition
+				if p < 0 || p >= len(st.PartitionStates) || pp.Owner != m.ID || m.Owned[p] != pp.Epoch {
+					continue
+				}
+				own := &st.PartitionStates[p]
+				if own.Owner == m.ID && own.Epoch == pp.Epoch {
+					own.Applied, own.Lag = pp.Applied, pp.Lag
+				}
+			}
+		}()
+	}
+	wg.Wait()
 	writeJSON(w, http.StatusOK, st)
+}
+
+// peerCluster reads hub m's local GET /v1/cluster.
+func (s *API) peerCluster(ctx context.Context, m Member) (hubapi.ClusterStatus, error) {
+	var st hubapi.ClusterStatus
+	resp, err := s.peerGet(ctx, m, "/v1/cluster", nil)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("hub %s: GET /v1/cluster: %s", m.ID, resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPeerJSON+1))
+	if err != nil || len(body) > maxPeerJSON {
+		return st, fmt.Errorf("hub %s: answer unreadable or larger than %d bytes: %v", m.ID, maxPeerJSON, err)
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		return st, fmt.Errorf("hub %s: GET /v1/cluster: %v", m.ID, err)
+	}
+	return st, nil
 }

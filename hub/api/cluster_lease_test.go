@@ -96,7 +96,15 @@ func (lh *leaseHub) runManager(t *testing.T, id, url string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := clusterview.New(m, clusterview.Options{})
+	// Applied positions stand for a hub's: 1000+p for every partition
+	// (the view reports those of the partitions it owns).
+	v, err := clusterview.New(m, clusterview.Options{Applied: func() map[int]uint64 {
+		out := map[int]uint64{}
+		for p := range testPartitions {
+			out[p] = 1000 + uint64(p)
+		}
+		return out
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +271,21 @@ func TestClusterLeases(t *testing.T) {
 			e, _ := hubs[owner[p]].m.Load().Owns(p)
 			if ps.Owner != hubs[owner[p]].id || ps.Epoch != e || (ps.Owner != h.id && ps.LeaseExpiry.IsZero()) {
 				t.Fatalf("%s /v1/cluster: partition %d %+v, want owner %s epoch %d", h.id, p, ps, hubs[owner[p]].id, e)
+			}
+			// Every partition's applied position, from its owner.
+			if ps.Applied == nil || *ps.Applied != 1000+uint64(p) {
+				t.Fatalf("%s /v1/cluster: partition %d applied %v, want %d from its owner %s", h.id, p, ps.Applied, 1000+p, ps.Owner)
+			}
+		}
+		// local=1: this hub's own partitions' positions only.
+		code, _, body = get(t, h.url+"/v1/cluster?local=1")
+		var local hubapi.ClusterStatus
+		if err := json.Unmarshal(body, &local); err != nil || code != 200 {
+			t.Fatalf("%s /v1/cluster?local=1: %d %s", h.id, code, body)
+		}
+		for p, ps := range local.PartitionStates {
+			if (ps.Applied != nil) != (ps.Owner == h.id) {
+				t.Fatalf("%s /v1/cluster?local=1: partition %d owned by %s has applied %v", h.id, p, ps.Owner, ps.Applied)
 			}
 		}
 	}

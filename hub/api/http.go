@@ -25,7 +25,7 @@ func (s *API) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/devices", s.clustered(s.serveDevices, s.serveClusterDevices))
 	mux.HandleFunc("GET /v1/devices/{id}", s.clustered(s.serveDevice, s.serveClusterDevice))
-	mux.HandleFunc("GET /v1/cluster", s.serveCluster)
+	mux.HandleFunc("GET /v1/cluster", s.clustered(s.serveCluster, s.serveClusterFleet))
 	s.registerQueryAPI(mux)
 	s.registerAttrsAPI(mux)
 	s.registerAlertsAPI(mux)
