@@ -68,33 +68,10 @@ const fleetTopicPrefix = "edge/v1/"
 // output is checked; the first bad one is an ErrInvalidConfig naming the
 // output and the key.
 func Parse(raw any) ([]Config, error) {
-	if raw == nil {
-		return nil, nil
-	}
-	if s, ok := raw.(string); ok && s == "" {
-		return nil, nil
-	}
-	list, ok := raw.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%w: config key \"alert_outputs\": want a list of outputs (each a map with name, kind, ...)", ErrInvalidConfig)
-	}
-	if len(list) > MaxOutputs {
-		return nil, fmt.Errorf("%w: config key \"alert_outputs\": %d outputs, at most %d", ErrInvalidConfig, len(list), MaxOutputs)
-	}
-	out := make([]Config, 0, len(list))
-	seen := map[string]bool{}
-	for i, item := range list {
+	return confval.NamedList(raw, "alert_outputs", "output", MaxOutputs, ErrInvalidConfig, func(i int, item any) (Config, string, error) {
 		c, err := parseOne(i, item)
-		if err != nil {
-			return nil, err
-		}
-		if seen[c.Name] {
-			return nil, fmt.Errorf("%w: alert_outputs[%d] %q: key \"name\": used by another output", ErrInvalidConfig, i, c.Name)
-		}
-		seen[c.Name] = true
-		out = append(out, c)
-	}
-	return out, nil
+		return c, c.Name, err
+	})
 }
 
 // parseOne reads one entry of the list.

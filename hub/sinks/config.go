@@ -116,30 +116,10 @@ var quantileNames = []string{"p50", "p95", "p99"}
 // (Validate); the first bad one is an ErrInvalidConfig naming the sink and
 // the key.
 func Parse(raw any) ([]Config, error) {
-	if raw == nil {
-		return nil, nil
-	}
-	if s, ok := raw.(string); ok && s == "" {
-		return nil, nil
-	}
-	list, ok := raw.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%w: config key \"sinks\": want a list of sinks (each a map with name, kind, ...)", ErrInvalidConfig)
-	}
-	out := make([]Config, 0, len(list))
-	seen := map[string]bool{}
-	for i, item := range list {
+	return confval.NamedList(raw, "sinks", "sink", 0, ErrInvalidConfig, func(i int, item any) (Config, string, error) {
 		c, err := parseOne(i, item)
-		if err != nil {
-			return nil, err
-		}
-		if seen[c.Name] {
-			return nil, fmt.Errorf("%w: sinks[%d] %q: key \"name\": used by another sink", ErrInvalidConfig, i, c.Name)
-		}
-		seen[c.Name] = true
-		out = append(out, c)
-	}
-	return out, nil
+		return c, c.Name, err
+	})
 }
 
 // parseOne reads one entry of the list.
