@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
-	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -68,52 +66,17 @@ const fleetTopicPrefix = "edge/v1/"
 // output is checked; the first bad one is an ErrInvalidConfig naming the
 // output and the key.
 func Parse(raw any) ([]Config, error) {
-	return confval.NamedList(raw, "alert_outputs", "output", MaxOutputs, ErrInvalidConfig, func(i int, item any) (Config, string, error) {
-		c, err := parseOne(i, item)
-		return c, c.Name, err
-	})
+	return confval.NamedList(raw, confval.ListSpec{Key: "alert_outputs", Item: "output", Kind: "an alert output",
+		Among: "alert outputs", MapKeys: "name, kind, url, topic, ...", Kinds: KindWebhook + ", " + KindMQTT,
+		Keys: configKeys, Max: MaxOutputs, Invalid: ErrInvalidConfig}, parseOne)
 }
 
-// parseOne reads one entry of the list.
-func parseOne(i int, item any) (Config, error) {
-	m, err := cast.ToStringMapE(item)
-	if err != nil {
-		return Config{}, fmt.Errorf("%w: alert_outputs[%d]: not a map of keys (name, kind, url, topic, ...)", ErrInvalidConfig, i)
-	}
-	c := Config{Name: cast.ToString(m["name"]), Kind: cast.ToString(m["kind"])}
-	label := fmt.Sprintf("alert_outputs[%d] %q", i, c.Name)
-	bad := func(key, format string, a ...any) error {
-		return fmt.Errorf("%w: %s: key %q: %s", ErrInvalidConfig, label, key, fmt.Sprintf(format, a...))
-	}
-	if c.Name == "" {
-		return c, bad("name", "is required (a name unique among the alert outputs)")
-	}
-	allowed, ok := configKeys[c.Kind]
-	if !ok || c.Kind == "" {
-		return c, bad("kind", "%q is not an alert output kind (kinds: %s, %s)", c.Kind, KindWebhook, KindMQTT)
-	}
-	allowed = slices.Concat(configKeys[""], allowed)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !slices.Contains(allowed, k) {
-			return c, bad(k, "unknown for kind %s (keys: %s)", c.Kind, strings.Join(allowed, ", "))
-		}
-	}
-	for _, f := range []struct {
-		key string
-		dst *string
-	}{{"url", &c.URL}, {"topic", &c.Topic}} {
-		if v, ok := m[f.key]; ok {
-			s, err := cast.ToStringE(v)
-			if err != nil {
-				return c, bad(f.key, "not a string")
-			}
-			*f.dst = s
-		}
+// parseOne reads one entry of the list past its name, kind and keys.
+func parseOne(e confval.Entry) (Config, error) {
+	c := Config{Name: e.Name, Kind: e.Kind}
+	m, bad := e.M, e.Bad
+	if err := e.Strings(confval.StringField{Key: "url", Dst: &c.URL}, confval.StringField{Key: "topic", Dst: &c.Topic}); err != nil {
+		return c, err
 	}
 	if v, ok := m["headers"]; ok {
 		h, err := cast.ToStringMapStringE(v)
@@ -136,7 +99,7 @@ func parseOne(i int, item any) (Config, error) {
 	}
 	c.EnsureDefaults()
 	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("%w (alert_outputs[%d])", err, i)
+		return c, fmt.Errorf("%w (alert_outputs[%d])", err, e.Index)
 	}
 	return c, nil
 }

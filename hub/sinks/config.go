@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -116,52 +115,20 @@ var quantileNames = []string{"p50", "p95", "p99"}
 // (Validate); the first bad one is an ErrInvalidConfig naming the sink and
 // the key.
 func Parse(raw any) ([]Config, error) {
-	return confval.NamedList(raw, "sinks", "sink", 0, ErrInvalidConfig, func(i int, item any) (Config, string, error) {
-		c, err := parseOne(i, item)
-		return c, c.Name, err
-	})
+	return confval.NamedList(raw, confval.ListSpec{Key: "sinks", Item: "sink", Kind: "a sink", Among: "sinks",
+		MapKeys: "name, kind, dsn, table, ...", Kinds: kinds, Keys: configKeys, Invalid: ErrInvalidConfig}, parseOne)
 }
 
-// parseOne reads one entry of the list.
-func parseOne(i int, item any) (Config, error) {
-	m, err := cast.ToStringMapE(item)
-	if err != nil {
-		return Config{}, fmt.Errorf("%w: sinks[%d]: not a map of keys (name, kind, dsn, table, ...)", ErrInvalidConfig, i)
-	}
-	c := Config{Name: cast.ToString(m["name"]), Kind: cast.ToString(m["kind"])}
-	label := fmt.Sprintf("sinks[%d] %q", i, c.Name)
-	bad := func(key, format string, a ...any) error {
-		return fmt.Errorf("%w: %s: key %q: %s", ErrInvalidConfig, label, key, fmt.Sprintf(format, a...))
-	}
-	if c.Name == "" {
-		return c, bad("name", "is required (a name unique among the sinks)")
-	}
-	allowed, ok := configKeys[c.Kind]
-	if !ok {
-		return c, bad("kind", "%q is not a sink kind (kinds: %s)", c.Kind, kinds)
-	}
-	allowed = slices.Concat(configKeys[""], allowed)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !slices.Contains(allowed, k) {
-			return c, bad(k, "unknown for kind %s (keys: %s)", c.Kind, strings.Join(allowed, ", "))
-		}
-	}
-	for _, f := range []struct {
-		key string
-		dst *string
-	}{{"dsn", &c.DSN}, {"table", &c.Table}, {"positions_table", &c.PositionsTable}, {"url", &c.URL}, {"stream", &c.Stream}, {"subject", &c.Subject}, {"topic", &c.Topic}} {
-		if v, ok := m[f.key]; ok {
-			s, err := cast.ToStringE(v)
-			if err != nil {
-				return c, bad(f.key, "not a string")
-			}
-			*f.dst = s
-		}
+// parseOne reads one entry of the list past its name, kind and keys.
+func parseOne(e confval.Entry) (Config, error) {
+	c := Config{Name: e.Name, Kind: e.Kind}
+	m, bad := e.M, e.Bad
+	var err error
+	if err = e.Strings(confval.StringField{Key: "dsn", Dst: &c.DSN}, confval.StringField{Key: "table", Dst: &c.Table},
+		confval.StringField{Key: "positions_table", Dst: &c.PositionsTable}, confval.StringField{Key: "url", Dst: &c.URL},
+		confval.StringField{Key: "stream", Dst: &c.Stream}, confval.StringField{Key: "subject", Dst: &c.Subject},
+		confval.StringField{Key: "topic", Dst: &c.Topic}); err != nil {
+		return c, err
 	}
 	for _, f := range []struct {
 		key string
