@@ -27,19 +27,8 @@ const maxPeerJSON = 256 << 20
 // owner joins attribute dimensions and filters (attr.KEY) with its own
 // devices' attribute table.
 func (s *API) serveClusterAggregates(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "metric", "window", "from", "to", "group_by", "aggs", "limit", "device", "attr.*")
+	q, name, _, err := s.aggregatesRequest(r)
 	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	q, name, err := s.aggregateQuery(p, true)
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	q.AttrFilter = attrFilter(p)
-	maxResults := s.eng.Options().MaxQueryResults
-	if q.Limit, err = p.intIn("limit", 0, 1, maxResults); err != nil {
 		writeAPIError(w, err)
 		return
 	}

@@ -72,20 +72,26 @@ func (s *API) aggregateQuery(p params, needRange bool) (q aggregate.Query, name 
 	return q, name, nil
 }
 
-func (s *API) serveAggregates(w http.ResponseWriter, r *http.Request) {
+// aggregatesRequest reads GET /v1/aggregates' parameters (one hub's and
+// the fleet's alike): the query, the configured window name it asked for
+// ("" for a spec) and the engine's max_query_results its limit is within.
+func (s *API) aggregatesRequest(r *http.Request) (q aggregate.Query, name string, maxResults int, err error) {
 	p, err := newParams(r, "metric", "window", "from", "to", "group_by", "aggs", "limit", "device", "attr.*")
 	if err != nil {
-		writeAPIError(w, err)
-		return
+		return q, "", 0, err
 	}
-	q, name, err := s.aggregateQuery(p, true)
-	if err != nil {
-		writeAPIError(w, err)
-		return
+	if q, name, err = s.aggregateQuery(p, true); err != nil {
+		return q, "", 0, err
 	}
 	q.AttrFilter = attrFilter(p)
-	maxResults := s.eng.Options().MaxQueryResults
-	if q.Limit, err = p.intIn("limit", 0, 1, maxResults); err != nil {
+	maxResults = s.eng.Options().MaxQueryResults
+	q.Limit, err = p.intIn("limit", 0, 1, maxResults)
+	return q, name, maxResults, err
+}
+
+func (s *API) serveAggregates(w http.ResponseWriter, r *http.Request) {
+	q, name, maxResults, err := s.aggregatesRequest(r)
+	if err != nil {
 		writeAPIError(w, err)
 		return
 	}
