@@ -82,7 +82,7 @@ func (s *API) registerAttrsAPI(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/attributes/bulk", s.whenRecovered(s.serveBulkAttrs))
 	// In a cluster a device's versions are in its partition owner's table.
 	mux.HandleFunc("GET /v1/devices/{id}/attributes", s.whenRecovered(s.clustered(s.serveAttrsAt,
-		s.ownerAnswers("/v1/devices/{id}/attributes", s.serveAttrsAt))))
+		s.ownerAnswers("/v1/devices/{id}/attributes", s.serveAttrsAt, "at"))))
 	mux.HandleFunc("GET /v1/devices/{id}/attributes/history", s.whenRecovered(s.clustered(s.serveAttrsHistory,
 		s.ownerAnswers("/v1/devices/{id}/attributes/history", s.serveAttrsHistory))))
 }
@@ -366,14 +366,8 @@ func (s *API) write(w http.ResponseWriter, r *http.Request, ws []AttrWrite) bool
 
 // serveAttrsAt answers GET /v1/devices/{id}/attributes?at= (default now).
 func (s *API) serveAttrsAt(w http.ResponseWriter, r *http.Request) {
-	p, err := newParams(r, "at")
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	id := r.PathValue("id")
-	if err := wire.ValidateDeviceID(id); err != nil {
-		writeAPIError(w, hubapi.BadParam("id", "is not a device id: %v", err))
+	id, p, ok := pathDevice(w, r, "at")
+	if !ok {
 		return
 	}
 	at, err := p.time("at")
@@ -394,13 +388,8 @@ func (s *API) serveAttrsAt(w http.ResponseWriter, r *http.Request) {
 
 // serveAttrsHistory answers GET /v1/devices/{id}/attributes/history.
 func (s *API) serveAttrsHistory(w http.ResponseWriter, r *http.Request) {
-	if _, err := newParams(r); err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	id := r.PathValue("id")
-	if err := wire.ValidateDeviceID(id); err != nil {
-		writeAPIError(w, hubapi.BadParam("id", "is not a device id: %v", err))
+	id, _, ok := pathDevice(w, r)
+	if !ok {
 		return
 	}
 	vs := s.cfg.Attrs.AttrVersions(id)

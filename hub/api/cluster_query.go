@@ -206,31 +206,15 @@ func (s *API) peerJSON(ctx context.Context, m Member, path string, query url.Val
 	return claimed, nil
 }
 
-// serveClusterDevice answers GET /v1/devices/{id} from the device's owner.
-func (s *API) serveClusterDevice(w http.ResponseWriter, r *http.Request) {
-	if _, err := newParams(r); err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	id := r.PathValue("id")
-	if err := wire.ValidateDeviceID(id); err != nil {
-		writeAPIError(w, hubapi.BadParam("id", "is not a device id: %v", err))
-		return
-	}
-	s.proxyToOwner(w, r, "/v1/devices/{id}", id, s.serveDevice)
-}
-
 // ownerAnswers answers a GET about the device in the path ({id}) from
-// the owner of its partition (proxyToOwner): its attribute versions are
-// in that hub's table.
-func (s *API) ownerAnswers(endpoint string, local http.HandlerFunc) http.HandlerFunc {
+// the owner of its partition (proxyToOwner), once the parameters (those
+// known) and the id are checked here: the device's state and attribute
+// versions are in that hub.
+func (s *API) ownerAnswers(endpoint string, local http.HandlerFunc, known ...string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("id")
-		if err := wire.ValidateDeviceID(id); err != nil {
-			writeAPIError(w, hubapi.BadParam("id", "is not a device id: %v", err))
-			return
+		if id, _, ok := pathDevice(w, r, known...); ok {
+			s.proxyToOwner(w, r, endpoint, id, local)
 		}
-		s.proxyToOwner(w, r, endpoint, id, local)
 	}
 }
 

@@ -24,7 +24,7 @@ func (s *API) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", s.serveReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /v1/devices", s.clustered(s.serveDevices, s.serveClusterDevices))
-	mux.HandleFunc("GET /v1/devices/{id}", s.clustered(s.serveDevice, s.serveClusterDevice))
+	mux.HandleFunc("GET /v1/devices/{id}", s.clustered(s.serveDevice, s.ownerAnswers("/v1/devices/{id}", s.serveDevice)))
 	mux.HandleFunc("GET /v1/cluster", s.clustered(s.serveCluster, s.serveClusterFleet))
 	s.registerQueryAPI(mux)
 	s.registerAttrsAPI(mux)
@@ -86,15 +86,27 @@ func (s *API) serveDevices(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, hubapi.DevicesResponse{Devices: devs, Next: next})
 }
 
-// serveDevice answers GET /v1/devices/{id}.
-func (s *API) serveDevice(w http.ResponseWriter, r *http.Request) {
-	if _, err := newParams(r); err != nil {
+// pathDevice checks r's parameters (those known) and the device id of
+// its path ({id}), answering 400 naming the one that is bad; ok false
+// then.
+func pathDevice(w http.ResponseWriter, r *http.Request, known ...string) (id string, p params, ok bool) {
+	p, err := newParams(r, known...)
+	if err != nil {
 		writeAPIError(w, err)
-		return
+		return "", p, false
 	}
-	id := r.PathValue("id")
+	id = r.PathValue("id")
 	if err := wire.ValidateDeviceID(id); err != nil {
 		writeAPIError(w, hubapi.BadParam("id", "is not a device id: %v", err))
+		return "", p, false
+	}
+	return id, p, true
+}
+
+// serveDevice answers GET /v1/devices/{id}.
+func (s *API) serveDevice(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := pathDevice(w, r)
+	if !ok {
 		return
 	}
 	d, ok := s.b.Device(id)
