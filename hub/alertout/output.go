@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"edgeflow/internal/retry"
 )
 
 // Change is one alert revision of the alert-change log: Seq is the rules
@@ -143,7 +145,7 @@ func (o *Output) Run(ctx context.Context) {
 		changes, err := o.log.ChangesAfter(o.pos, batchChanges)
 		if err != nil {
 			o.attemptFailed(err)
-			sleep(ctx, backoff)
+			retry.Sleep(ctx, backoff)
 			backoff = min(backoff*2, o.cfg.MaxBackoff)
 			continue
 		}
@@ -207,7 +209,7 @@ func (o *Output) deliver(ctx context.Context, c Change) bool {
 		o.m.retried(o.cfg.Name)
 		o.setStatus(func(st *Status) { st.Retries++ })
 		o.attemptFailed(fmt.Errorf("alert %s revision %d: %w", k.ID, k.Revision, err))
-		sleep(ctx, backoff)
+		retry.Sleep(ctx, backoff)
 		backoff = min(backoff*2, o.cfg.MaxBackoff)
 	}
 }
@@ -269,16 +271,6 @@ func (o *Output) setStatus(fn func(*Status)) {
 	o.mu.Lock()
 	fn(&o.status)
 	o.mu.Unlock()
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // redact drops a URL's user information and query.

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"edgeflow/internal/retry"
 )
 
 // ErrPositionAhead is returned when a sink's stored position is past the
@@ -322,7 +324,7 @@ func (s *Sink) Run(ctx context.Context) {
 			// Stopped at its gap: only the lag moves on (the target is
 			// not needed for that).
 			s.updateLag(ctx)
-			sleep(ctx, s.cfg.MaxBackoff)
+			retry.Sleep(ctx, s.cfg.MaxBackoff)
 			continue
 		}
 		err := s.ensureOpen(ctx)
@@ -339,13 +341,13 @@ func (s *Sink) Run(ctx context.Context) {
 			}
 			s.updateLag(ctx)
 			s.fail(err)
-			sleep(ctx, backoff)
+			retry.Sleep(ctx, backoff)
 			backoff = min(backoff*2, s.cfg.MaxBackoff)
 			continue
 		}
 		backoff = 100 * time.Millisecond
 		if n == 0 {
-			sleep(ctx, s.cfg.PollInterval)
+			retry.Sleep(ctx, s.cfg.PollInterval)
 		}
 	}
 }
@@ -530,14 +532,4 @@ func (s *Sink) setStatus(fn func(*Status)) {
 	s.mu.Lock()
 	fn(&s.status)
 	s.mu.Unlock()
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
