@@ -42,6 +42,20 @@ const (
 // engine already holds a device of the export.
 var ErrDeviceHeld = errors.New("aggregate: device already held")
 
+// memoized asks keep once per device: callers pass a lookup (a partition
+// hash) and the engine asks it for every series and stream.
+func memoized(keep func(device string) bool) func(device string) bool {
+	memo := map[string]bool{}
+	return func(dev string) bool {
+		v, ok := memo[dev]
+		if !ok {
+			v = keep(dev)
+			memo[dev] = v
+		}
+		return v
+	}
+}
+
 // ExportDevices encodes the state of the devices keep selects, in the
 // versioned, deterministic form ImportDevices reads: their streams, their
 // series with every live and stored partial (every tier), their pending
@@ -52,15 +66,7 @@ var ErrDeviceHeld = errors.New("aggregate: device already held")
 func (e *Engine) ExportDevices(keep func(device string) bool) ([]byte, error) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	memo := map[string]bool{}
-	sel := func(dev string) bool {
-		v, ok := memo[dev]
-		if !ok {
-			v = keep(dev)
-			memo[dev] = v
-		}
-		return v
-	}
+	sel := memoized(keep)
 	ref := map[uint32]uint32{} // engine stream slot -> export index
 	var slots []uint32
 	for i := range e.streams {
@@ -642,15 +648,7 @@ func (e *Engine) putImported(h *handover, streamBase, seriesBase uint32, walSeq 
 func (e *Engine) DropDevices(keep func(device string) bool) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	memo := map[string]bool{}
-	sel := func(dev string) bool {
-		v, ok := memo[dev]
-		if !ok {
-			v = keep(dev)
-			memo[dev] = v
-		}
-		return v
-	}
+	sel := memoized(keep)
 	dropped := map[string]bool{}
 	var errs []error
 	t := e.series
