@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -136,13 +137,7 @@ func (m *Manager) heartbeat(ctx context.Context) error {
 // other failure leaves the lease to its deadline. It stops at the first
 // such failure (the bucket is likely unavailable) and reports false.
 func (m *Manager) renew(ctx context.Context) bool {
-	m.mu.Lock()
-	ps := make([]int, 0, len(m.owned))
-	for p := range m.owned {
-		ps = append(ps, p)
-	}
-	m.mu.Unlock()
-	slices.Sort(ps)
+	ps := m.ownedSorted()
 	for _, p := range ps {
 		m.mu.Lock()
 		h := m.owned[p]
@@ -251,14 +246,16 @@ func (m *Manager) freeLeases(lost map[int]*held) {
 	}
 }
 
+// ownedSorted lists the partitions owned now, ascending.
+func (m *Manager) ownedSorted() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.owned))
+}
+
 // loseAll ends every ownership with reason, then frees the leases.
 func (m *Manager) loseAll(reason Reason) {
-	m.mu.Lock()
-	ps := make([]int, 0, len(m.owned))
-	for p := range m.owned {
-		ps = append(ps, p)
-	}
-	m.mu.Unlock()
+	ps := m.ownedSorted()
 	m.loseSome(ps, reason)
 }
 
@@ -396,13 +393,7 @@ func (m *Manager) Stop(ctx context.Context) error {
 		return fmt.Errorf("lease: stop: Run did not return: %w", ctx.Err())
 	}
 	defer m.watchCancel()
-	m.mu.Lock()
-	ps := make([]int, 0, len(m.owned))
-	for p := range m.owned {
-		ps = append(ps, p)
-	}
-	m.mu.Unlock()
-	slices.Sort(ps)
+	ps := m.ownedSorted()
 	var errs []error
 	for _, p := range ps {
 		if _, ok := m.Owns(p); !ok {
