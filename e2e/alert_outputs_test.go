@@ -7,8 +7,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -19,7 +17,6 @@ import (
 
 	"edgeflow/hub/alertout"
 	"edgeflow/hub/rules"
-	"edgeflow/internal/testbroker"
 )
 
 // alertSink records the alert changes one output delivered, by
@@ -123,22 +120,7 @@ alert_outputs:
     max_backoff: 200ms
   - {name: bus, kind: mqtt, topic: edgeflow/alerts, max_backoff: 200ms}
 `, rcv.URL)
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "hubd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h := &hubProc{t: t, bin: buildHubd(t), httpAddr: fmt.Sprintf("127.0.0.1:%d", testbroker.FreePort(t))}
-	listen := fmt.Sprintf("127.0.0.1:%d", testbroker.FreePort(t))
-	h.brokerURL = "tcp://" + listen
-	h.args = []string{"--config", cfgPath, "--data-dir", filepath.Join(dir, "data"), "--http-addr", h.httpAddr,
-		"--mqtt-listen", listen, "--checkpoint-interval", "1s", "--tick-interval", "50ms", "--log-level", "warn"}
-	var err error
-	if h.log, err = os.Create(filepath.Join(dir, "hubd.log")); err != nil {
-		t.Fatal(err)
-	}
-	h.start()
-	t.Cleanup(h.kill)
+	h := startHubWithConfig(t, cfg)
 
 	bus := &alertSink{got: map[string]rules.Alert{}}
 	var subscribed atomic.Int64

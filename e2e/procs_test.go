@@ -77,6 +77,29 @@ func startHub(t testing.TB, dataDir, mqttURL string) *hubProc {
 	return h
 }
 
+// startHubWithConfig starts hubd with the YAML cfg (its own data
+// directory, the embedded broker on a free port, checkpoints every second
+// and ticks every 50 ms, so the test sees consumers move quickly).
+func startHubWithConfig(t testing.TB, cfg string) *hubProc {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "hubd.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &hubProc{t: t, bin: buildHubd(t), httpAddr: fmt.Sprintf("127.0.0.1:%d", testbroker.FreePort(t))}
+	listen := fmt.Sprintf("127.0.0.1:%d", testbroker.FreePort(t))
+	h.brokerURL = "tcp://" + listen
+	h.args = []string{"--config", cfgPath, "--data-dir", filepath.Join(dir, "data"), "--http-addr", h.httpAddr,
+		"--mqtt-listen", listen, "--checkpoint-interval", "1s", "--tick-interval", "50ms", "--log-level", "warn"}
+	var err error
+	if h.log, err = os.Create(filepath.Join(dir, "hubd.log")); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	t.Cleanup(h.kill)
+	return h
+}
+
 func (h *hubProc) start() {
 	h.cmd = exec.Command(h.bin, h.args...)
 	h.cmd.Stdout, h.cmd.Stderr = h.log, h.log

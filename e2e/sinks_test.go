@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -155,22 +153,7 @@ sinks:
     poll_interval: 20ms
     max_backoff: 300ms
 `, dsn, schema, mosq.URL())
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "hubd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h := &hubProc{t: t, bin: buildHubd(t), httpAddr: fmt.Sprintf("127.0.0.1:%d", testbroker.FreePort(t))}
-	listen := fmt.Sprintf("127.0.0.1:%d", testbroker.FreePort(t))
-	h.brokerURL = "tcp://" + listen
-	h.args = []string{"--config", cfgPath, "--data-dir", filepath.Join(dir, "data"), "--http-addr", h.httpAddr,
-		"--mqtt-listen", listen, "--checkpoint-interval", "1s", "--tick-interval", "50ms", "--log-level", "warn"}
-	var err error
-	if h.log, err = os.Create(filepath.Join(dir, "hubd.log")); err != nil {
-		t.Fatal(err)
-	}
-	h.start()
-	t.Cleanup(h.kill)
+	h := startHubWithConfig(t, cfg)
 
 	devs := []*sinkDevice{newSinkDevice(t, h.brokerURL, "s1"), newSinkDevice(t, h.brokerURL, "s2")}
 	base := time.Now().Add(-3 * time.Hour).Truncate(time.Hour)
