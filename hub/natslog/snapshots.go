@@ -506,10 +506,7 @@ func (f fullReader) Read(p []byte) (int, error) {
 // objects of writers that lost a race or died before moving the pointer.
 // Newer objects may be another writer's snapshot in progress.
 func (s *Snapshots) prune(ctx context.Context, kept []headEntry) {
-	objs, err := s.obs.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return
-	}
+	names, err := s.objectNames(ctx)
 	if err != nil {
 		s.stats.pruneErrors.Add(1)
 		return
@@ -518,15 +515,41 @@ func (s *Snapshots) prune(ctx context.Context, kept []headEntry) {
 	for _, e := range kept {
 		keep[e.name] = true
 	}
-	for _, o := range objs {
-		g, ok := objectGeneration(o.Name)
-		if !ok || keep[o.Name] || g > kept[0].gen {
+	for _, name := range names {
+		g, ok := objectGeneration(name)
+		if !ok || keep[name] || g > kept[0].gen {
 			continue
 		}
-		if !s.deleteObject(ctx, o.Name) {
+		if !s.deleteObject(ctx, name) {
 			s.stats.pruneErrors.Add(1)
 		}
 	}
+}
+
+// objectNames lists the names of the bucket's objects from the subjects of
+// their metadata records, in one stream-info request. The Object Store's
+// List watches those records with a consumer instead, and waits until ctx
+// ends when another writer purges them between its first look and its
+// consumer's start, which concurrent writers here do.
+func (s *Snapshots) objectNames(ctx context.Context) ([]string, error) {
+	st, err := s.js.Stream(ctx, "OBJ_"+s.opts.Bucket)
+	if err != nil {
+		return nil, err
+	}
+	prefix := "$O." + s.opts.Bucket + ".M."
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(prefix+">"))
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		name, err := base64.URLEncoding.DecodeString(strings.TrimPrefix(subj, prefix))
+		if err != nil {
+			continue // not a record Snapshots wrote
+		}
+		names = append(names, string(name))
+	}
+	return names, nil
 }
 
 // deleteObject deletes an object's chunks and then its metadata record,
