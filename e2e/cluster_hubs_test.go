@@ -36,7 +36,9 @@ var clusterHubsTTL = 2 * time.Second
 // owner among the live hubs; at the end every event any agent accepted is
 // applied exactly once, every 10 s window of every device equals the
 // ground truth on every live hub, and every live hub answers
-// /v1/aggregates byte for byte alike. It logs the takeover times.
+// /v1/aggregates byte for byte alike. GET /v1/events on every hub lists
+// each device's events once, from every hub that applied them, naming
+// hub-a while it is stopped (then restarted). It logs the takeover times.
 func TestClusterHubsShareTheFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs nats-server, hubd and edgeagent processes")
@@ -195,6 +197,74 @@ func TestClusterHubsShareTheFleet(t *testing.T) {
 			t.Errorf("%s answers /v1/aggregates differently from %s:\n%s\n%s", id, live()[0], b, first)
 		}
 	}
+
+	// GET /v1/events on any hub: every event of a device once, from the
+	// logs of every hub that applied its partition; with hub-a stopped,
+	// the devices whose partition it held say so (missing_hubs) until it
+	// is back.
+	named := 0
+	for _, id := range live() {
+		for i, a := range agents {
+			n, missing := listClusterEvents(t, hubs[id], a.device, from, to)
+			switch {
+			case slices.Contains(missing, "hub-a") && n <= truth[i].posted:
+				named++
+			case n != truth[i].posted || len(missing) > 0:
+				t.Errorf("%s with hub-a stopped lists %d events of %s, %d posted; missing_hubs %v", id, n, a.device, truth[i].posted, missing)
+			}
+		}
+	}
+	t.Logf("with hub-a stopped, %d of %d device listings name it missing; the others are complete", named, len(live())*len(agents))
+	hubs["hub-a"].start()
+	t.Logf("hub-a restarted, balanced after %v", owned("hub-a restarted", true))
+	for _, id := range live() {
+		for i, a := range agents {
+			if n, missing := listClusterEvents(t, hubs[id], a.device, from, to); n != truth[i].posted || len(missing) > 0 {
+				t.Errorf("%s lists %d events of %s, %d posted; missing_hubs %v", id, n, a.device, truth[i].posted, missing)
+			}
+		}
+	}
+}
+
+// listClusterEvents pages through h's GET /v1/events for device's events
+// in [from, to) (unix ms) and returns how many distinct events it lists
+// (by stream and sequence; a page repeats those at its next_from) and the
+// hubs it names missing. An event listed twice in one page fails the test.
+func listClusterEvents(t *testing.T, h *hubProc, device string, from, to int64) (uint64, []string) {
+	t.Helper()
+	type key struct {
+		stream string
+		seq    uint64
+	}
+	seen := map[key]bool{}
+	var missing []string
+	q := url.Values{"device": {device}, "limit": {"10000"}, "from": {fmt.Sprint(from)}, "to": {fmt.Sprint(to)}}
+	for page := 0; page < 1000; page++ {
+		var er hubapi.EventsResponse
+		path := "/v1/events?" + q.Encode()
+		if err := json.Unmarshal(get(t, h, path), &er); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		inPage := map[key]bool{}
+		for _, e := range er.Events {
+			k := key{e.Stream, e.Seq}
+			if inPage[k] {
+				t.Fatalf("%s: event %v listed twice in one page", path, k)
+			}
+			inPage[k], seen[k] = true, true
+		}
+		for _, m := range er.MissingHubs {
+			if !slices.Contains(missing, m) {
+				missing = append(missing, m)
+			}
+		}
+		if !er.Truncated {
+			return uint64(len(seen)), missing
+		}
+		q.Set("from", er.NextFrom)
+	}
+	t.Fatalf("%s's events: no end after 1000 pages", device)
+	return 0, nil
 }
 
 // startClusterHubID starts hubd with id in cluster mode on the NATS

@@ -35,7 +35,8 @@ func (c *clusterAPI) current() *clusterview.View {
 	if m == nil {
 		return nil
 	}
-	v, err := clusterview.New(m, clusterview.Options{Applied: c.s.AppliedPositions, StreamLast: c.streamLast})
+	v, err := clusterview.New(m, clusterview.Options{Applied: c.s.AppliedPositions, StreamLast: c.streamLast,
+		Holders: c.s.HistoryHolders})
 	if err != nil {
 		return nil // only invalid options fail, and these are the defaults
 	}
@@ -61,6 +62,11 @@ func (c *clusterAPI) Members() []api.Member {
 	}
 	return nil
 }
+
+// HistoryHolders are the hubs the partition's checkpoints name as holding
+// its earlier events (Server.HistoryHolders), known before the lease
+// manager opens too.
+func (c *clusterAPI) HistoryHolders(p int) []string { return c.s.HistoryHolders(p) }
 
 // Partitions is the stream's partition count.
 func (c *clusterAPI) Partitions() int { return c.s.opts.NATS.Log.Partitions }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,12 @@ type ownership struct {
 
 	// Only the task goroutine touches parts.
 	parts []ownPart
+
+	// holders[p] are the hubs whose local logs hold partition p's events
+	// (partCkpt.holders), as this hub last read them from a checkpoint of
+	// p or wrote them into one; GET /v1/events asks them (HistoryHolders).
+	hmu     sync.Mutex
+	holders []map[string]int64
 
 	// stopping: the hub is shutting down; a handoff keeps the
 	// partition's state and position, which a restart of this hub
@@ -356,6 +363,9 @@ func (s *Server) acquire(p int, epoch uint64) {
 		s.log.Error("cluster mode: reading a partition's checkpoint failed: not applying it yet", "partition", p, "err", err)
 		time.AfterFunc(s.opts.NATS.LeaseTTL/4, func() { o.push(func() { s.acquire(p, epoch) }) })
 		return
+	}
+	if ck != nil {
+		o.addHolders(p, ck.holders)
 	}
 	var localPos uint64
 	_ = s.inApplier(func() error { localPos = s.cl.snap.applied[p]; return nil })
@@ -755,6 +765,9 @@ func (s *Server) settleOthers(p int, now time.Time) {
 	if err != nil {
 		return
 	}
+	if ck != nil {
+		o.addHolders(p, ck.holders)
+	}
 	var localPos uint64
 	_ = s.inApplier(func() error { localPos = s.cl.snap.applied[p]; return nil })
 	if ck.pos < localPos {
@@ -813,6 +826,7 @@ func (s *Server) savePartition(p int, epoch uint64, final bool) error {
 		s.log.Error("cluster mode: exporting a partition's state for its checkpoint", "partition", p, "err", err)
 		return err
 	}
+	ck.holders = o.saveHolders(p, s.opts.HubID, s.opts.Now(), s.opts.RetentionMaxAge)
 	ctx, cancel := context.WithTimeout(o.ctx, s.opts.NATS.LeaseTTL/2)
 	defer cancel()
 	data := ck.encode()
@@ -836,4 +850,67 @@ func (s *Server) savePartition(p int, epoch uint64, final bool) error {
 		s.log.Error("cluster mode: saving a partition's checkpoint failed; trying again later", "partition", p, "err", err)
 	}
 	return err
+}
+
+// addHolders adds a checkpoint's holders of partition p to those known,
+// keeping each hub's later time.
+func (o *ownership) addHolders(p int, h map[string]int64) {
+	o.hmu.Lock()
+	defer o.hmu.Unlock()
+	if o.holders[p] == nil {
+		o.holders[p] = map[string]int64{}
+	}
+	for id, ns := range h {
+		o.holders[p][id] = max(o.holders[p][id], ns)
+	}
+}
+
+// saveHolders records self as a holder of partition p as of now, for the
+// checkpoint being saved, and returns a copy of the holders to write: a
+// hub whose last checkpoint of p is older than retention (the log's
+// RetentionMaxAge, the same on every hub) holds none of p's events any
+// more and is left out.
+func (o *ownership) saveHolders(p int, self string, now time.Time, retention time.Duration) map[string]int64 {
+	o.hmu.Lock()
+	defer o.hmu.Unlock()
+	h := o.holders[p]
+	if h == nil {
+		h = map[string]int64{}
+		o.holders[p] = h
+	}
+	h[self] = now.UnixNano()
+	cutoff := now.Add(-retention).UnixNano()
+	maps.DeleteFunc(h, func(_ string, ns int64) bool { return ns < cutoff })
+	for len(h) > maxHolders { // bounded as a reader bounds them: the oldest go
+		var oldest string
+		for id, ns := range h {
+			if oldest == "" || ns < h[oldest] {
+				oldest = id
+			}
+		}
+		delete(h, oldest)
+	}
+	return maps.Clone(h)
+}
+
+// HistoryHolders returns the hubs other than this one whose local logs
+// may hold events of partition p this hub's log does not, from the
+// partition's checkpoints (sorted; none outside cluster mode): GET
+// /v1/events asks them and names those that do not answer.
+func (s *Server) HistoryHolders(p int) []string {
+	o := s.own
+	if o == nil || p < 0 || p >= len(o.holders) {
+		return nil
+	}
+	cutoff := s.opts.Now().Add(-s.opts.RetentionMaxAge).UnixNano()
+	o.hmu.Lock()
+	defer o.hmu.Unlock()
+	var out []string
+	for id, ns := range o.holders[p] {
+		if id != s.opts.HubID && ns >= cutoff {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -2,7 +2,9 @@ package hub
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,8 +102,46 @@ func TestPartCkptAttrsSection(t *testing.T) {
 		t.Fatalf("version 1 with an extra section: %v", err)
 	}
 	bad := bytes.Clone(b)
-	bad[len(partCkptMagic)] = 3
+	bad[len(partCkptMagic)] = 4
 	if _, err := decodePartCkpt(bad); !errors.Is(err, errBadPartCkpt) {
-		t.Fatalf("version 3: %v", err)
+		t.Fatalf("version 4: %v", err)
+	}
+}
+
+// TestPartCkptHolders: the holders section (version 3) round-trips and
+// refuses every truncation, an id beyond 64 bytes and a count beyond the
+// bound; a version 2 record (attributes, no holders) decodes without
+// holders and encodes back to the same bytes.
+func TestPartCkptHolders(t *testing.T) {
+	ck := &partCkpt{pos: 9, engine: []byte("e"), reg: []byte("r"), hasAttrs: true, attrs: []byte("a"),
+		holders: map[string]int64{"hub-a": 1_700_000_000_000_000_000, "hub-b": -5}}
+	b := ck.encode()
+	if b[len(partCkptMagic)] != partCkptVersion {
+		t.Fatalf("written as version %d", b[len(partCkptMagic)])
+	}
+	got, err := decodePartCkpt(b)
+	if err != nil || !maps.Equal(got.holders, ck.holders) || !bytes.Equal(got.attrs, ck.attrs) || !bytes.Equal(got.encode(), b) {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for i := range len(b) {
+		if _, err := decodePartCkpt(b[:i]); !errors.Is(err, errBadPartCkpt) {
+			t.Fatalf("truncated at %d: %v", i, err)
+		}
+	}
+	for name, h := range map[string][]byte{
+		"long id":      binary.AppendVarint(append(binary.AppendUvarint([]byte{1}, 65), strings.Repeat("x", 65)...), 1),
+		"empty id":     binary.AppendVarint([]byte{1, 0}, 1),
+		"count":        binary.AppendUvarint(nil, maxHolders+1),
+		"extra holder": append(encodeHolders(map[string]int64{"a": 1}), 0),
+	} {
+		if _, err := decodeHolders(h); !errors.Is(err, errBadPartCkpt) {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	v2 := &partCkpt{version: partCkptVersionV2, pos: 9, engine: []byte("e"), reg: []byte("r"), hasAttrs: true, attrs: []byte("a")}
+	vb := v2.encode()
+	got, err = decodePartCkpt(vb)
+	if err != nil || got.version != partCkptVersionV2 || got.holders != nil || !bytes.Equal(got.encode(), vb) {
+		t.Fatalf("version 2: %+v, %v", got, err)
 	}
 }

@@ -118,7 +118,7 @@ func New(opts Options) (*Server, error) {
 		}
 		n := opts.NATS.Log.Partitions
 		s.cl.appliedMsgs = make([]atomic.Uint64, n)
-		s.own = &ownership{n: n, gen: make([]atomic.Uint64, n), skipped: make([]atomic.Bool, n), parts: make([]ownPart, n), wake: make(chan struct{}, 1), stop: make(chan struct{})}
+		s.own = &ownership{n: n, gen: make([]atomic.Uint64, n), skipped: make([]atomic.Bool, n), parts: make([]ownPart, n), holders: make([]map[string]int64, n), wake: make(chan struct{}, 1), stop: make(chan struct{})}
 		if s.own.m, err = newOwnMetrics(opts.Registerer); err != nil {
 			return nil, fmt.Errorf("register hub metrics: %w", err)
 		}

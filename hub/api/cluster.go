@@ -36,6 +36,11 @@ type Cluster interface {
 	PartitionOf(device string) int
 	// Status is the body of GET /v1/cluster.
 	Status() hubapi.ClusterStatus
+	// HistoryHolders are the other hubs whose local logs may hold events
+	// of the partition that this hub's does not (it owned the partition
+	// before this hub took it over): GET /v1/events asks them, and names
+	// those that do not answer.
+	HistoryHolders(partition int) []string
 }
 
 // Member is one hub of a cluster as the view holds it.

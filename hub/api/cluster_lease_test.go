@@ -46,10 +46,11 @@ type leaseHub struct {
 // liveView is the Cluster a leaseHub's API sees.
 type liveView struct{ h *leaseHub }
 
-func (v liveView) Self() string                 { return v.h.view.Load().Self() }
-func (v liveView) Partitions() int              { return v.h.view.Load().Partitions() }
-func (v liveView) PartitionOf(dev string) int   { return v.h.view.Load().PartitionOf(dev) }
-func (v liveView) Status() hubapi.ClusterStatus { return v.h.view.Load().Status() }
+func (v liveView) Self() string                  { return v.h.view.Load().Self() }
+func (v liveView) Partitions() int               { return v.h.view.Load().Partitions() }
+func (v liveView) PartitionOf(dev string) int    { return v.h.view.Load().PartitionOf(dev) }
+func (v liveView) Status() hubapi.ClusterStatus  { return v.h.view.Load().Status() }
+func (v liveView) HistoryHolders(p int) []string { return v.h.view.Load().HistoryHolders(p) }
 func (v liveView) Members() []api.Member {
 	if f := v.h.frozen.Load(); f != nil {
 		return cloneMembers(*f)

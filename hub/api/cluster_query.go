@@ -218,21 +218,6 @@ func (s *API) ownerAnswers(endpoint string, local http.HandlerFunc, known ...str
 	}
 }
 
-// serveClusterEvents answers GET /v1/events from the device's owner.
-func (s *API) serveClusterEvents(w http.ResponseWriter, r *http.Request) {
-	q, err := s.parseEvents(r)
-	if err == nil {
-		if verr := wire.ValidateDeviceID(q.Device); verr != nil {
-			err = hubapi.BadParam("device", "is not a device id: %v", verr)
-		}
-	}
-	if err != nil {
-		writeAPIError(w, err)
-		return
-	}
-	s.proxyToOwner(w, r, "/v1/events", q.Device, s.gated(s.serveEvents))
-}
-
 // proxied is an owner's answer, held until it is known to be current.
 type proxied struct {
 	code int

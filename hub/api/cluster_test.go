@@ -41,6 +41,13 @@ type testView struct {
 	members   []api.Member
 	onMembers func(call int)
 	calls     int
+	holders   map[int][]string // HistoryHolders
+}
+
+func (v *testView) HistoryHolders(p int) []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.holders[p])
 }
 
 func (v *testView) Self() string                  { return v.self }
@@ -203,6 +210,7 @@ type testCluster struct {
 	seq     map[string]uint64
 	sent    map[string]int      // events per device
 	batches map[string][][]byte // every batch sent per device, in order
+	at      map[string]int      // events sent to a hub ("hub/device")
 	// ownerOf, when set, is the index of the hub owning a device's
 	// partition (by default partition p is hub p%testHubs's).
 	ownerOf func(dev string) int
@@ -287,21 +295,37 @@ func (c *testCluster) round(t *testing.T, r int) {
 		payload := hubtest.EncodeBatch(t, b)
 		c.batches[dev] = append(c.batches[dev], payload)
 		for _, h := range []*testHub{c.hubs[c.owner(dev)], c.ref} {
-			if err := h.srv.Publish(wire.BatchTopic(dev), payload); err != nil {
-				t.Fatal(err)
-			}
+			c.send(t, h, dev, payload, events)
 		}
 		c.seq[dev] += uint64(events)
 		c.sent[dev] += events
 	}
 	for _, dev := range c.devices {
 		for _, h := range []*testHub{c.hubs[c.owner(dev)], c.ref} {
-			waitFor(t, fmt.Sprintf("%s applies %s's events", h.id, dev), func() bool {
-				d, ok := h.srv.Device(dev)
-				return ok && len(d.Streams) == 1 && d.Streams[0].Events == uint64(c.sent[dev])
-			})
+			c.waitApplied(t, h, dev)
 		}
 	}
+}
+
+// send publishes one of dev's batches, of events events, to hub h.
+func (c *testCluster) send(t *testing.T, h *testHub, dev string, payload []byte, events int) {
+	t.Helper()
+	if err := h.srv.Publish(wire.BatchTopic(dev), payload); err != nil {
+		t.Fatal(err)
+	}
+	if c.at == nil {
+		c.at = map[string]int{}
+	}
+	c.at[h.id+"/"+dev] += events
+}
+
+// waitApplied waits until hub h applied every event of dev sent to it.
+func (c *testCluster) waitApplied(t *testing.T, h *testHub, dev string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%s applies %s's events", h.id, dev), func() bool {
+		d, ok := h.srv.Device(dev)
+		return ok && len(d.Streams) == 1 && d.Streams[0].Events == uint64(c.at[h.id+"/"+dev])
+	})
 }
 
 // waitFor polls cond until it holds; a condition that never holds fails
@@ -428,21 +452,30 @@ func TestClusterOneAnswer(t *testing.T) {
 		}
 	}
 
-	// One device and its events: the owner's answer, from any hub.
+	// One device and its events: the owner's answer, from any hub (the
+	// events with the hub whose log holds them: here the owner's alone).
 	for _, dev := range c.devices[:4] {
 		owner := c.hubs[c.owner(dev)]
-		for _, path := range []string{"/v1/devices/" + dev,
-			fmt.Sprintf("/v1/events?device=%s&from=%d&to=%d", dev, from.UnixMilli(), to.UnixMilli())} {
-			sep := "?"
-			if strings.Contains(path, "?") {
-				sep = "&"
+		_, _, direct := get(t, owner.url+"/v1/devices/"+dev+"?local=1")
+		path := fmt.Sprintf("/v1/events?device=%s&from=%d&to=%d", dev, from.UnixMilli(), to.UnixMilli())
+		_, _, directEvents := get(t, owner.url+path+"&local=1")
+		for _, h := range c.hubs {
+			if code, _, body := get(t, h.url+"/v1/devices/"+dev); code != 200 || string(body) != string(direct) {
+				t.Fatalf("%s device %s: %d %s\nowner says %s", h.id, dev, code, body, direct)
 			}
-			_, _, direct := get(t, owner.url+path+sep+"local=1")
-			for _, h := range c.hubs {
-				code, _, body := get(t, h.url+path)
-				if code != 200 || string(body) != string(direct) {
-					t.Fatalf("%s %s: %d %s\nowner says %s", h.id, path, code, body, direct)
+			code, _, body := get(t, h.url+path)
+			var er hubapi.EventsResponse
+			if err := json.Unmarshal(body, &er); err != nil || code != 200 {
+				t.Fatalf("%s %s: %d %s", h.id, path, code, body)
+			}
+			for i := range er.Events {
+				if er.Events[i].Hub != owner.id {
+					t.Fatalf("%s %s: event %d from hub %q, want the owner %s", h.id, path, i, er.Events[i].Hub, owner.id)
 				}
+				er.Events[i].Hub = ""
+			}
+			if got, _ := json.Marshal(er); string(got)+"\n" != string(directEvents) {
+				t.Fatalf("%s %s: %s\nowner says %s", h.id, path, got, directEvents)
 			}
 		}
 	}

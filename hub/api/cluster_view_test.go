@@ -19,6 +19,7 @@ func (v fixedView) Members() []Member            { return v.members }
 func (v fixedView) Partitions() int              { return v.n }
 func (v fixedView) PartitionOf(string) int       { return 0 }
 func (v fixedView) Status() hubapi.ClusterStatus { return hubapi.ClusterStatus{} }
+func (v fixedView) HistoryHolders(int) []string  { return nil }
 
 // TestReadView: a partition two hubs claim goes to the higher epoch, a
 // tie leaves it without owner, claims outside the partition count are

@@ -19,7 +19,7 @@ func (s *API) registerQueryAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/late", s.whenRecovered(s.serveLate))
 	mux.HandleFunc("GET /v1/quarantine", s.whenRecovered(s.serveQuarantine))
 	mux.HandleFunc("GET /v1/stream", s.whenRecovered(s.clustered(s.serveStream, s.serveClusterStream)))
-	mux.HandleFunc("GET /v1/events", s.whenRecovered(s.clustered(s.gated(s.serveEvents), s.budgeted(s.serveClusterEvents))))
+	mux.HandleFunc("GET /v1/events", s.whenRecovered(s.clustered(s.localEvents, s.budgeted(s.serveClusterEvents))))
 	// Partials are always this hub's own (hubd query and the fan-outs
 	// merge them), with Edgeflow-Partitions in a cluster.
 	mux.HandleFunc("GET /v1/partials", s.whenRecovered(s.clustered(s.gated(s.servePartials), nil)))

@@ -36,6 +36,9 @@ type Options struct {
 	// reads, so frequent GET /v1/cluster calls do not each read every
 	// partition. Default 1s.
 	StreamLastMaxAge time.Duration
+	// Holders returns the hubs whose local logs hold events of partition
+	// p this hub's does not (hub.Server.HistoryHolders). nil: none known.
+	Holders func(p int) []string
 }
 
 // DefaultStatusTimeout is Options.StatusTimeout's default.
@@ -85,6 +88,14 @@ func New(m *lease.Manager, o Options) (*View, error) {
 
 // Self is this hub's id (lease.Options.HubID).
 func (v *View) Self() string { return v.m.HubID() }
+
+// HistoryHolders are Options.Holders' hubs for partition p.
+func (v *View) HistoryHolders(p int) []string {
+	if v.o.Holders == nil {
+		return nil
+	}
+	return v.o.Holders(p)
+}
 
 // Partitions is the stream's partition count.
 func (v *View) Partitions() int { return v.m.Partitions() }

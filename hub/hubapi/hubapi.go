@@ -287,6 +287,10 @@ type EventsResponse struct {
 	// stored before this time were gone (retention) when the hub
 	// backfilled its log: events they held may be missing.
 	IncompleteBefore string `json:"incomplete_before,omitempty"`
+	// MissingHubs (cluster mode) are the hubs that did not answer for
+	// their local logs: events they applied while they owned the device's
+	// partition, before its current owner took it over, may be missing.
+	MissingHubs []string `json:"missing_hubs,omitempty"`
 }
 
 // EventJSON is one stored event as the hub applied it.
@@ -308,7 +312,10 @@ type EventJSON struct {
 	// Attributes are the device's attributes in force at the event's
 	// event time (the attribute table's version then; absent: none).
 	Attributes map[string]string `json:"attributes,omitempty"`
-	EventNs    int64             `json:"-"` // the sort key, not in the answer
+	// Hub (cluster mode) is the hub whose local log holds the event, the
+	// log LogPosition is a position in.
+	Hub     string `json:"hub,omitempty"`
+	EventNs int64  `json:"-"` // the sort key, not in the answer
 }
 
 // QuarantineResponse is the body of GET /v1/quarantine.
