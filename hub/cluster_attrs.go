@@ -91,7 +91,11 @@ func (s *Server) writeClusterAttrs(ctx context.Context, ws []api.AttrWrite) erro
 	seqs, err := l.PublishAttrs(pctx, es)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("cluster mode: storing attribute versions in the stream: %w", err)
+		stored := 0
+		for stored < len(seqs) && seqs[stored] != 0 {
+			stored++
+		}
+		return &api.PartlyStoredError{Stored: stored, Total: len(ws), Err: fmt.Errorf("cluster mode: storing attribute versions in the stream: %w", err)}
 	}
 	wait := clusterAttrApplyWait
 	if s.cl.attrs.applyWait > 0 {

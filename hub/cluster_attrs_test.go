@@ -2,11 +2,16 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"edgeflow/hub/hubapi"
 	"edgeflow/hub/natslog"
 	"edgeflow/internal/testnats"
 	"edgeflow/wire"
@@ -211,4 +216,97 @@ func TestClusterAttributesStoredNotApplied(t *testing.T) {
 		v, ok := s2.attrs.At("pump-1", from.Add(2*time.Minute).UnixNano())
 		return ok && v.Attrs["site"] == "east"
 	})
+}
+
+// TestClusterAttributesBulkPartlyStored: a bulk write of eight versions
+// whose stream takes only three more messages (max_msgs with discard new,
+// standing in for a stream that stops taking writes part way) answers 503
+// saying the first three are stored, with stored: 3; those three are
+// applied and the rest are not. Sent again once the stream takes
+// messages, the whole write is applied, and the three already stored are
+// not kept twice.
+func TestClusterAttributesBulkPartlyStored(t *testing.T) {
+	c := testnats.Start(t, 1)
+	o, _ := clusterOptions(t, t.TempDir(), c, 1)
+	o.HTTPReadToken, o.HTTPWriteToken = attrReadToken, attrWriteToken
+	s, _ := startClusterHub(t, o)
+	waitUntil(t, "this hub owns every partition", func() bool {
+		m := s.LeaseManager()
+		if m == nil {
+			return false
+		}
+		for p := range o.NATS.Log.Partitions {
+			if _, ok := m.Owns(p); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	from := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	var body strings.Builder
+	devices := make([]string, 8)
+	for i := range devices {
+		devices[i] = fmt.Sprintf("pump-%d", i+1)
+		fmt.Fprintf(&body, `{"id":%q,"attributes":{"site":"s%d"},"effective_from":%q}`+"\n", devices[i], i, from.Format(time.RFC3339))
+	}
+
+	ctx := context.Background()
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, s.opts.NATS.Log.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := info.Config
+	limited := full
+	limited.MaxMsgs, limited.Discard = int64(info.State.Msgs)+3, jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, limited); err != nil {
+		t.Fatal(err)
+	}
+	code, resp := attrDo(t, s, "POST", "/v1/attributes/bulk", attrWriteToken, body.String())
+	var ae hubapi.APIError
+	if err := json.Unmarshal([]byte(resp), &ae); err != nil || code != 503 || ae.Stored == nil || *ae.Stored != 3 ||
+		!strings.Contains(ae.Error, "writes 1-3 of 8 are stored") {
+		t.Fatalf("bulk write into a stream that takes 3 more messages: %d %s; want 503, stored 3", code, resp)
+	}
+	waitUntil(t, "the three stored versions applied", func() bool {
+		for _, d := range devices[:3] {
+			if _, ok := s.attrs.At(d, from.UnixNano()); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for _, d := range devices[3:] {
+		if v, ok := s.attrs.At(d, from.UnixNano()); ok {
+			t.Fatalf("%s has a version the stream refused: %+v", d, v)
+		}
+	}
+
+	if _, err := js.UpdateStream(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	if code, resp := attrDo(t, s, "POST", "/v1/attributes/bulk", attrWriteToken, body.String()); code != 200 {
+		t.Fatalf("the bulk write again: %d %s", code, resp)
+	}
+	for i, d := range devices {
+		v, ok := s.attrs.At(d, from.UnixNano())
+		if !ok || v.Attrs["site"] != fmt.Sprint("s", i) {
+			t.Fatalf("%s after the write again: %+v %v", d, v, ok)
+		}
+		if n := len(s.attrs.AttrVersions(d)); n != 1 {
+			t.Fatalf("%s holds %d versions, want 1", d, n)
+		}
+	}
 }

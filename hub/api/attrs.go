@@ -46,6 +46,26 @@ var ErrAttrWritesUnsupported = errors.New("this hub does not take attribute writ
 // answers 202, and writing the same version again is harmless.
 var ErrStoredNotApplied = errors.New("stored in the stream, not yet applied by this hub")
 
+// PartlyStoredError is returned by a cluster-mode AttrWriter when the
+// stream stored the first Stored of a write's Total versions and then
+// refused one or did not confirm it: the API answers 503 with stored.
+// The stored ones are durable and will be applied; the rest may or may
+// not be stored, and writing them again (or the whole write) is harmless.
+type PartlyStoredError struct {
+	Stored, Total int
+	Err           error
+}
+
+func (e *PartlyStoredError) Error() string {
+	if e.Stored == 0 {
+		return fmt.Sprintf("none of the %d writes is known stored: write them again: %v", e.Total, e.Err)
+	}
+	return fmt.Sprintf("writes 1-%d of %d are stored and will be applied; %d-%d may not be: write them again (a stored version written again changes nothing): %v",
+		e.Stored, e.Total, e.Stored+1, e.Total, e.Err)
+}
+
+func (e *PartlyStoredError) Unwrap() error { return e.Err }
+
 // ErrNotReady is returned by an AttrWriter that is recovering or
 // shutting down: the API answers 503.
 var ErrNotReady = errors.New("the hub is recovering or shutting down")
@@ -340,10 +360,16 @@ func (s *API) write(w http.ResponseWriter, r *http.Request, ws []AttrWrite) bool
 	}
 	err := aw.WriteAttributes(r.Context(), ws)
 	var fe *attrs.FieldError
+	var pe *PartlyStoredError
 	switch {
 	case err == nil:
 		s.attrM.writes.WithLabelValues("ok").Add(float64(len(ws)))
 		return true
+	case errors.As(err, &pe):
+		s.attrM.writes.WithLabelValues("stored").Add(float64(pe.Stored))
+		s.attrM.writes.WithLabelValues("failed").Add(float64(pe.Total - pe.Stored))
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusServiceUnavailable, hubapi.APIError{Error: err.Error(), Stored: &pe.Stored})
 	case errors.As(err, &fe):
 		s.attrM.writes.WithLabelValues("bad_request").Add(float64(len(ws)))
 		writeJSON(w, http.StatusBadRequest, hubapi.APIError{Error: err.Error(), Param: fe.Field})

@@ -445,6 +445,10 @@ type APIError struct {
 	Max   int    `json:"max,omitempty"`
 	// Oldest is the oldest offset still held, when from is too old.
 	Oldest *uint64 `json:"oldest,omitempty"`
+	// Stored, on an attribute write that failed part way (cluster mode),
+	// is how many of its first versions the stream stored: they will be
+	// applied; the rest may not have been stored.
+	Stored *int `json:"stored,omitempty"`
 }
 
 // ParseQueryTime reads a time the way the query API reads from and to: RFC

@@ -38,7 +38,8 @@ type Entry struct {
 // batch subject, so the stream's transform stores it in the device's
 // partition, in order with the device's batches. It returns each entry's
 // stream sequence once a quorum holds it; on an error, the entries before
-// the index it names are stored, the rest may or may not be.
+// the index it names are stored (their sequences are set), the rest may
+// or may not be.
 func (l *Log) PublishAttrs(ctx context.Context, es []Entry) ([]uint64, error) {
 	for i, e := range es {
 		if err := wire.ValidateDeviceID(e.Device); err != nil {
