@@ -6,7 +6,8 @@
 // so after a restart it sends only what it had not delivered, the last
 // change perhaps again (at least once). A receiver that is down or
 // answers 5xx, 408 or 429 is retried with exponential backoff capped at
-// max_backoff; a webhook's other 4xx refuses that change for good: it is
+// max_backoff, and not before its Retry-After (seconds or a date, at most
+// five minutes); a webhook's other 4xx refuses that change for good: it is
 // logged, counted and skipped. Parse reads the hub's `alert_outputs:`
 // configuration; docs/RULES.md describes the keys.
 package alertout

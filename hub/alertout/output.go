@@ -209,9 +209,46 @@ func (o *Output) deliver(ctx context.Context, c Change) bool {
 		o.m.retried(o.cfg.Name)
 		o.setStatus(func(st *Status) { st.Retries++ })
 		o.attemptFailed(fmt.Errorf("alert %s revision %d: %w", k.ID, k.Revision, err))
-		retry.Sleep(ctx, backoff)
+		wait := backoff
+		var ra *retryAfterError
+		if errors.As(err, &ra) {
+			wait = max(wait, ra.after)
+		}
+		retry.Sleep(ctx, wait)
 		backoff = min(backoff*2, o.cfg.MaxBackoff)
 	}
+}
+
+// maxRetryAfter bounds how long a webhook's Retry-After holds a delivery
+// back: a receiver's mistake (a date far ahead) cannot stop the output.
+const maxRetryAfter = 5 * time.Minute
+
+// retryAfterError is a retryable answer that said when to ask again
+// (Retry-After): the next attempt waits at least that long.
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string {
+	return fmt.Sprintf("%v (Retry-After: %v)", e.err, e.after)
+}
+
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// retryAfter reads a Retry-After header, seconds or an HTTP date (RFC
+// 9110), bounded by maxRetryAfter; 0 when absent or unreadable.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return min(time.Duration(n)*time.Second, maxRetryAfter)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(t.Sub(now), 0), maxRetryAfter)
+	}
+	return 0
 }
 
 // permanent records a change skipped for good.
@@ -258,12 +295,14 @@ func (o *Output) send(ctx context.Context, c Change, k alertKey) (permanent bool
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		return false, nil
-	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests:
-		return false, fmt.Errorf("webhook answered %s", resp.Status)
-	case code >= 400 && code < 500:
+	case code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests:
 		return true, fmt.Errorf("webhook answered %s", resp.Status)
 	default:
-		return false, fmt.Errorf("webhook answered %s", resp.Status)
+		err := fmt.Errorf("webhook answered %s", resp.Status)
+		if d := retryAfter(resp.Header.Get("Retry-After"), time.Now()); d > 0 {
+			return false, &retryAfterError{err: err, after: d}
+		}
+		return false, err
 	}
 }
 

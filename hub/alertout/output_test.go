@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -165,5 +166,66 @@ func TestMQTTRetriesUntilPublished(t *testing.T) {
 	defer mu.Unlock()
 	if fmt.Sprint(got) != "[edgeflow/alerts a:1 edgeflow/alerts a:2]" || o.Status().Retries != 3 || o.Status().Failed != 0 {
 		t.Fatalf("published %v, status %+v", got, o.Status())
+	}
+}
+
+// TestWebhookRetryAfter: a 503 or 429 with Retry-After holds the next
+// attempt back at least that long (seconds, or an HTTP date), never
+// beyond maxRetryAfter; an unreadable one leaves the backoff alone.
+func TestWebhookRetryAfter(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"":      0,
+		"2":     2 * time.Second,
+		"0":     0,
+		"-1":    0,
+		"soon":  0,
+		"99999": maxRetryAfter,
+		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
+		now.Add(-time.Hour).Format(http.TimeFormat):       0,
+		now.Add(time.Hour).Format(http.TimeFormat):        maxRetryAfter,
+	} {
+		if got := retryAfter(v, now); got != want {
+			t.Errorf("Retry-After %q: %v, want %v", v, got, want)
+		}
+	}
+
+	var mu sync.Mutex
+	var at []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+		if len(at) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	l := &memLog{commits: map[string]uint64{}}
+	l.add(1, "a", 1)
+	o, err := New(Config{Name: "ops", Kind: KindWebhook, URL: srv.URL, Timeout: 5 * time.Second, MaxBackoff: 20 * time.Millisecond}, l, nil, nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); o.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); o.Position() < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("position %d after 10s, status %+v", o.Position(), o.Status())
+		}
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	// A lower bound only: the output must not ask again before the
+	// receiver said it may (a sleep never ends early).
+	if len(at) != 2 || at[1].Sub(at[0]) < time.Second {
+		t.Fatalf("attempts at %v: want the second at least 1s after the first (Retry-After: 1), not after max_backoff 20ms", at)
+	}
+	if st := o.Status(); !strings.Contains(st.LastError, "Retry-After: 1s") {
+		t.Fatalf("last error %q does not say Retry-After", st.LastError)
 	}
 }
