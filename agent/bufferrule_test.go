@@ -92,6 +92,10 @@ func TestBufferRuleFiresBeforeDrop(t *testing.T) {
 		t.Fatalf("second alert %+v, want %s resolved", resolved, fired.ID)
 	}
 	t.Logf("fired at ratio %.3f, resolved at %.3f after %v", fired.Value, resolved.Value, resolved.End.Sub(fired.Start))
+	if info, _ := h.Device(o.DeviceID); info.Buffer == nil || info.Buffer.CapacityBytes == 0 || info.Buffer.Fill < 0 || info.Buffer.Fill > 1 ||
+		info.Buffer.ReportedAt.IsZero() {
+		t.Fatalf("the hub's device shows buffer %+v, want the agent's last reported fill", info.Buffer)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		info, ok := h.Device(o.DeviceID)

@@ -367,7 +367,7 @@ func jsonFields(v any) []string {
 // paging parameters, next, and the error answers.
 func TestOpenAPIDeviceSchemas(t *testing.T) {
 	doc := readOpenAPI(t)
-	for name, v := range map[string]any{"DeviceInfo": hubapi.DeviceInfo{}, "ClockInfo": hubapi.ClockInfo{}, "Backlog": hubapi.Backlog{}, "StreamInfo": hubapi.StreamInfo{}, "Error": hubapi.APIError{}} {
+	for name, v := range map[string]any{"DeviceInfo": hubapi.DeviceInfo{}, "ClockInfo": hubapi.ClockInfo{}, "Backlog": hubapi.Backlog{}, "BufferFill": hubapi.BufferFill{}, "StreamInfo": hubapi.StreamInfo{}, "Error": hubapi.APIError{}} {
 		sch, ok := doc.Components.Schemas[name]
 		if !ok {
 			t.Errorf("components/schemas/%s is missing", name)

@@ -404,6 +404,25 @@ type DeviceInfo struct {
 	// retired after stream-idle-expiry without a batch.
 	StreamCount int `json:"stream_count"`
 	MaxStreams  int `json:"max_streams"`
+	// Buffer is how full the agent's buffer was at its last online status
+	// (absent: an agent that does not report it).
+	Buffer *BufferFill `json:"buffer,omitempty"`
+}
+
+// BufferFill is how full an agent's buffer is, as its status reported it:
+// how close the device is to dropping events while it is offline.
+type BufferFill struct {
+	// CapacityBytes is the buffer's bound, UsedBytes what it holds (both
+	// uncompressed records), Fill their ratio (0 without a bound).
+	CapacityBytes uint64  `json:"capacity_bytes"`
+	UsedBytes     uint64  `json:"used_bytes"`
+	Fill          float64 `json:"fill"`
+	// FillRate is the recent change of UsedBytes in bytes/s (negative
+	// while it drains), measured over RateIntervalNs; 0: no rate yet.
+	FillRate       float64 `json:"fill_rate"`
+	RateIntervalNs int64   `json:"rate_interval_ns,omitempty"`
+	// ReportedAt is the server time of the status that carried it.
+	ReportedAt time.Time `json:"reported_at"`
 }
 
 // ClockInfo is the clock estimate the hub uses for a device.

@@ -8,6 +8,7 @@ package registry
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -47,6 +48,18 @@ type deviceState struct {
 	AgentClock *clockState            `json:"agent_clock,omitempty"`
 	HubClock   *clockState            `json:"hub_clock,omitempty"`
 	Streams    map[string]*streamInfo `json:"streams"`
+	// Buffer is the agent's buffer fill from its last online status that
+	// carried one.
+	Buffer *bufferState `json:"buffer,omitempty"`
+}
+
+// bufferState is an agent's buffer fill as stored in the registry.
+type bufferState struct {
+	CapacityBytes  uint64  `json:"capacity_bytes"`
+	UsedBytes      uint64  `json:"used_bytes"`
+	FillRate       float64 `json:"fill_rate,omitempty"`
+	RateIntervalNs int64   `json:"rate_interval_ns,omitempty"`
+	AtNs           int64   `json:"at_ns"`
 }
 
 // clockState is a clock estimate as stored in the registry.
@@ -159,6 +172,16 @@ func (r *Registry) ApplyStatus(e *hublog.Entry, st *wirepb.Status) {
 	if c := st.GetClock(); c != nil {
 		d.AgentClock = &clockState{OffsetNs: c.OffsetNs, UncertaintyNs: c.UncertaintyNs, DriftPPM: c.DriftPpm, Method: int32(c.Method), SampledAtNs: c.SampledAtNs}
 	}
+	// An offline status (a last will) carries the figures of when its
+	// connection began: the online one's are newer.
+	if b := st.GetBuffer(); b != nil && st.GetOnline() {
+		rate := b.GetFillRate()
+		if math.IsNaN(rate) || math.IsInf(rate, 0) {
+			rate = 0 // not a rate JSON (or a reader) can take
+		}
+		d.Buffer = &bufferState{CapacityBytes: b.GetCapacityBytes(), UsedBytes: b.GetUsedBytes(), FillRate: rate,
+			RateIntervalNs: max(b.GetRateIntervalNs(), 0), AtNs: e.ServerTimeNs}
+	}
 }
 
 // Snapshot returns the registry as deterministic JSON, the form a
@@ -206,6 +229,13 @@ func (d *deviceState) info(id string) hubapi.DeviceInfo {
 		})
 	}
 	sort.Slice(out.Streams, func(i, j int) bool { return out.Streams[i].StreamID < out.Streams[j].StreamID })
+	if b := d.Buffer; b != nil {
+		out.Buffer = &hubapi.BufferFill{CapacityBytes: b.CapacityBytes, UsedBytes: b.UsedBytes, FillRate: b.FillRate,
+			RateIntervalNs: b.RateIntervalNs, ReportedAt: time.Unix(0, b.AtNs).UTC()}
+		if b.CapacityBytes > 0 {
+			out.Buffer.Fill = float64(b.UsedBytes) / float64(b.CapacityBytes)
+		}
+	}
 	return out
 }
 
