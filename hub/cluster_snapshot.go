@@ -111,6 +111,15 @@ func (s *Server) snapshotNow(ctx context.Context) error {
 	if snaps == nil {
 		return errors.New("cluster mode: snapshot store not open yet")
 	}
+	if others := s.otherHubs(); others > 0 {
+		// Each hub holds only the partitions it applies, and their
+		// checkpoints hold the same state partition by partition: a
+		// whole-state snapshot would only race the other hubs' for the
+		// pointer.
+		s.clm.Snap.Uploads.WithLabelValues("shared").Inc()
+		s.log.Debug("cluster mode: no state snapshot while other hubs share the stream; the partition checkpoints hold the state", "other_hubs", others)
+		return nil
+	}
 	if !cs.genKnown {
 		g, err := snaps.HeadGeneration(ctx)
 		if err != nil {
@@ -304,4 +313,20 @@ func (s *Server) writeRestored(d *cluster.Snap, positions map[int]uint64) error 
 		}
 		return s.setBackfillPlan(txn, positions)
 	})
+}
+
+// otherHubs is how many other hubs the lease view shows live (0 before
+// the lease manager opens).
+func (s *Server) otherHubs() int {
+	m := s.LeaseManager()
+	if m == nil {
+		return 0
+	}
+	n := 0
+	for _, id := range m.Leases().Members {
+		if id != s.opts.HubID {
+			n++
+		}
+	}
+	return n
 }

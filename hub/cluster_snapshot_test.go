@@ -402,6 +402,37 @@ func TestClusterSnapshotConflict(t *testing.T) {
 	if err != nil || latest.Generation != 3 || latest.Hub == "other" {
 		t.Fatalf("latest after the hub's retry: generation %d by %q, %v", latest.Generation, latest.Hub, err)
 	}
+
+	// A second hub shares the stream: neither stores a whole-state
+	// snapshot (each holds only its partitions; their checkpoints hold
+	// the state), so they never race for the pointer; alone again, the
+	// first stores them again.
+	o2, _ := clusterOptions(t, t.TempDir(), c, 1)
+	s2, stop2 := startClusterHub(t, o2)
+	waitUntil(t, "both hubs see each other", func() bool { return s.otherHubs() == 1 && s2.otherHubs() == 1 })
+	// Nothing is sent meanwhile: the counting consumer is the first hub's,
+	// and the second may own the agents' partitions now.
+	for _, h := range []*Server{s, s2} {
+		waitUntil(t, "the snapshot store open", func() bool { return h.cl.snap.store.Load() != nil })
+		if err := h.snapshotNow(ctx); err != nil {
+			t.Fatalf("snapshot with another hub sharing the stream: %v", err)
+		}
+		if counterValue(t, h.clm.Snap.Uploads.WithLabelValues("shared")) != 1 || counterValue(t, h.clm.Snap.Uploads.WithLabelValues("conflict")) > 1 {
+			t.Fatal("a hub sharing the stream stored a snapshot, or conflicted")
+		}
+	}
+	if g, err := other.HeadGeneration(ctx); err != nil || g != 3 {
+		t.Fatalf("head generation %d (%v) after snapshots while shared, want 3", g, err)
+	}
+	stop2(false)
+	waitUntil(t, "the first hub alone again", func() bool { return s.otherHubs() == 0 })
+	send("fourth")
+	if err := s.snapshotNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := other.HeadGeneration(ctx); err != nil || g != 4 {
+		t.Fatalf("head generation %d (%v) alone again, want 4", g, err)
+	}
 }
 
 // purgeBelowSnapshot stands in for retention: it drops every message of

@@ -48,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // SnapshotMetrics count state snapshot uploads and restores.
 type SnapshotMetrics struct {
-	Uploads  *prometheus.CounterVec // by result: ok, error, conflict
+	Uploads  *prometheus.CounterVec // by result: ok, error, conflict, shared
 	Bytes    prometheus.Gauge
 	Restores *prometheus.CounterVec // by result: latest, fallback, none, unreadable, unavailable
 	Gaps     prometheus.Counter
@@ -59,7 +59,7 @@ type SnapshotMetrics struct {
 func NewSnapshotMetrics(reg prometheus.Registerer) (*SnapshotMetrics, error) {
 	m := &SnapshotMetrics{
 		Uploads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "snapshot_uploads_total",
-			Help: "Cluster mode: state snapshots put into the NATS object store, by result (ok, error, conflict: another writer moved the pointer)."}, []string{"result"}),
+			Help: "Cluster mode: state snapshots put into the NATS object store, by result (ok, error, conflict: another writer moved the pointer, shared: not stored while other hubs share the stream, whose partition checkpoints hold the state)."}, []string{"result"}),
 		Bytes: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "snapshot_bytes",
 			Help: "Cluster mode: size of the last state snapshot stored."}),
 		Restores: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "edgeflow", Subsystem: "hub", Name: "snapshot_restores_total",
