@@ -69,8 +69,8 @@ func (s *API) localEvents(w http.ResponseWriter, r *http.Request) {
 	s.gated(s.serveEvents)(w, r)
 }
 
-// peerEvents is one peer's local answer to GET /v1/events.
-type peerEvents struct {
+// peerEventsAnswer is one peer's local answer to GET /v1/events.
+type peerEventsAnswer struct {
 	hub string
 	out *hubapi.EventsResponse
 	err error
@@ -112,7 +112,7 @@ func (s *API) serveOwnerEvents(w http.ResponseWriter, r *http.Request) {
 			missing = append(missing, id)
 		}
 	}
-	answers := make([]peerEvents, len(peers))
+	answers := make([]peerEventsAnswer, len(peers))
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(r.Context(), historyPeerWait)
 	defer cancel()
@@ -121,7 +121,7 @@ func (s *API) serveOwnerEvents(w http.ResponseWriter, r *http.Request) {
 		go func() {
 			defer wg.Done()
 			out, err := s.peerEvents(ctx, m, r.URL.Query())
-			answers[i] = peerEvents{hub: m.ID, out: out, err: err}
+			answers[i] = peerEventsAnswer{hub: m.ID, out: out, err: err}
 		}()
 	}
 	var own *hubapi.EventsResponse

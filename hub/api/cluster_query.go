@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -76,12 +75,6 @@ func (s *API) serveClusterAggregates(w http.ResponseWriter, r *http.Request) {
 		res, err = hubapi.MergePartials(sets, q, len(missing) > 0)
 		return err
 	})
-	if errors.Is(err, errBusy) {
-		s.gate.busy.WithLabelValues(r.URL.Path).Inc()
-		w.Header().Set("Retry-After", s.gate.retryAfter())
-		writeJSON(w, http.StatusTooManyRequests, hubapi.APIError{Error: err.Error(), Limit: "http-max-queries", Max: cap(s.gate.slots)})
-		return
-	}
 	if err != nil {
 		s.writeQueryError(w, r, err, nil)
 		return

@@ -154,6 +154,11 @@ func (s *API) writeQueryError(w http.ResponseWriter, r *http.Request, err error,
 	case errors.Is(err, context.Canceled):
 		g.stopped.WithLabelValues(r.URL.Path, "client_gone").Inc()
 		return
+	case errors.Is(err, errBusy): // a fan-out's own work found no slot
+		g.busy.WithLabelValues(r.URL.Path).Inc()
+		w.Header().Set("Retry-After", g.retryAfter())
+		writeJSON(w, http.StatusTooManyRequests, hubapi.APIError{Error: err.Error(), Limit: "http-max-queries", Max: cap(g.slots)})
+		return
 	}
 	writeAPIError(w, err)
 }
