@@ -248,11 +248,20 @@ func TestClusterLeases(t *testing.T) {
 		for _, groupBy := range []string{"", "&group_by=device,room"} {
 			_, _, want := get(t, aggURL(c.ref.url, window, from, to, groupBy))
 			for _, h := range hubs {
-				code, _, got := get(t, aggURL(h.url, window, from, to, groupBy))
-				if code != 200 || string(got) != string(want) {
+				// A lease renewal missed under load (TTL 500 ms, -race) leaves
+				// a partition briefly without an owner: the answer then says
+				// partial and names it, rightly; asked again once the lease is
+				// back, it is exact.
+				for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+					code, _, got := get(t, aggURL(h.url, window, from, to, groupBy))
+					if code == 200 && string(got) == string(want) {
+						break
+					}
 					a := decodeAgg(t, got)
-					t.Fatalf("%s %s%s: %d partial=%v missing=%v, differs from the reference: %s\nleases now: %v", h.id, window, groupBy, code,
-						a.Partial, a.MissingPartitions, aggDiff(t, got, want), leasesOf(hubs))
+					if code != 200 || !a.Partial || time.Now().After(deadline) {
+						t.Fatalf("%s %s%s: %d partial=%v missing=%v, differs from the reference: %s\nleases now: %v", h.id, window, groupBy, code,
+							a.Partial, a.MissingPartitions, aggDiff(t, got, want), leasesOf(hubs))
+					}
 				}
 			}
 		}
