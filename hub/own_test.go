@@ -200,11 +200,12 @@ func TestClusterHubsShareTakeOver(t *testing.T) {
 	}
 
 	// A clean stop hands every partition of the last hub to the other.
-	keep := live[0]
+	keep, last := live[0], live[1]
 	stop := make(chan struct{})
 	done := produce(t, agents, base, 5, 30*time.Millisecond, stop)
 	time.Sleep(200 * time.Millisecond)
 	stopped := time.Now()
+	lastParts := owned(last)
 	stops[1](false)
 	waitUntil(t, "the remaining hub owns every partition", func() bool { return len(owned(keep)) == keep.opts.NATS.Log.Partitions })
 	t.Logf("clean stop: every partition owned by %s %v after", keep.opts.HubID, time.Since(stopped).Round(time.Millisecond))
@@ -214,6 +215,13 @@ func TestClusterHubsShareTakeOver(t *testing.T) {
 	waitUnion(t, []*Server{keep}, agents, base, "after the clean stop")
 	if counterValue(t, keep.own.m.saves.WithLabelValues("ok")) == 0 {
 		t.Fatal("no partition checkpoint was saved")
+	}
+	// The handed-over checkpoints name the stopped hub as a holder of
+	// those partitions' history (its log holds the events it applied).
+	for _, p := range lastParts {
+		if h := keep.HistoryHolders(p); !slices.Contains(h, last.opts.HubID) {
+			t.Fatalf("partition %d handed over by %s: history holders %v", p, last.opts.HubID, h)
+		}
 	}
 }
 
