@@ -61,6 +61,8 @@ type shownDevice struct {
 	Status string `json:"status"`
 	Events uint64 `json:"events"`
 	Gaps   uint64 `json:"gaps"`
+	// Fill is the buffer fill the row shows, -1 for none.
+	Fill float64 `json:"fill"`
 }
 
 // shownWindow is a bar of the dashboard's chart.
@@ -82,7 +84,8 @@ type shown struct {
 
 const readPage = `(() => {
   const rows = [...document.querySelectorAll('#devices tbody tr[data-device]')].map((tr) => ({
-    id: tr.dataset.device, status: tr.dataset.status, events: +tr.dataset.events, gaps: +tr.dataset.gaps }));
+    id: tr.dataset.device, status: tr.dataset.status, events: +tr.dataset.events, gaps: +tr.dataset.gaps,
+    fill: tr.dataset.fill === '' ? -1 : +tr.dataset.fill }));
   const chart = document.getElementById('chart');
   const bars = [...chart.querySelectorAll('rect[data-start-ms]')].map((r) => ({
     start_ms: +r.dataset.startMs, count: +r.dataset.count, final: r.dataset.final === 'true', revision: +r.dataset.revision }));
@@ -332,7 +335,10 @@ func comparePage(ctx context.Context, base string) (shown, error) {
 		return page, fmt.Errorf("table has %d devices, the API %d", len(page.Devices), len(devs.Devices))
 	}
 	for i, d := range devs.Devices {
-		want := shownDevice{ID: d.ID, Status: d.Status}
+		want := shownDevice{ID: d.ID, Status: d.Status, Fill: -1}
+		if d.Buffer != nil {
+			want.Fill = d.Buffer.Fill
+		}
 		for _, s := range d.Streams {
 			want.Events += s.Events
 			want.Gaps += s.GapEvents

@@ -16,6 +16,9 @@
   const ALERT_PAGE = 1000, MAX_ALERT_PAGES = 5, MAX_ALERT_ROWS = 500; // firing alerts read, and shown
   const DEVICE_PAGE = 1000, MAX_DEVICE_PAGES = 10; // GET v1/devices paging: up to 10,000 devices
   const RATE_POINTS = 90, MAX_CORRECTIONS = 50, CATCHING_UP_MS = 10000, CATCHING_UP_EVENTS = 20;
+  // A buffer this full is shown as a warning (the example buffer rule's
+  // threshold, docs/RULES.md).
+  const BUFFER_WARN_FILL = 0.75;
   const ADHOC_WINDOWS = ['tumbling:10s', 'tumbling:1m', 'tumbling:5m'];
 
   const params = new URLSearchParams(location.search);
@@ -92,6 +95,11 @@
     if (Number.isInteger(n)) return String(n);
     return n.toFixed(Math.abs(n) >= 100 ? 0 : 2);
   }
+  function fmtPct(f) {
+    const p = f * 100;
+    if (p > 0 && p < 0.1) return '<0.1%';
+    return (p > 0 && p < 10 ? p.toFixed(1) : p.toFixed(0)) + '%';
+  }
   function fmtDur(ms) {
     const a = Math.abs(ms), s = ms < 0 ? '-' : '';
     if (a < 1) return s + (a * 1000).toFixed(0) + 'µs';
@@ -154,7 +162,9 @@
       const catchingUp = bl > CATCHING_UP_EVENTS && behind > CATCHING_UP_MS;
       if (d.status === 'online') online++;
       backlog += bl;
-      const tr = el('tr', { 'data-device': d.id, 'data-status': d.status, 'data-events': events, 'data-backlog': bl, 'data-gaps': gaps });
+      const buf = d.buffer;
+      const tr = el('tr', { 'data-device': d.id, 'data-status': d.status, 'data-events': events, 'data-backlog': bl, 'data-gaps': gaps,
+        'data-fill': buf ? buf.fill : '' });
       if (catchingUp && d.status === 'online') tr.className = 'catching-up';
       tr.append(el('td', {}, d.id));
       tr.append(el('td', { class: 'st-' + d.status, 'data-field': 'status' }, d.status));
@@ -162,6 +172,15 @@
       tr.append(el('td', { class: 'num', 'data-field': 'events' }, fmtNum(events)));
       const oldest = behind ? ' (oldest ' + fmtDur(behind) + ' old)' : '';
       tr.append(el('td', { class: 'num' + (catchingUp ? ' warn' : ''), 'data-field': 'backlog', title: (d.backlog ? d.backlog.bytes : 0) + ' bytes' + oldest }, fmtNum(bl)));
+      // The agent's buffer: how close the device is to dropping events
+      // while it cannot upload (reported with its online status).
+      if (buf) {
+        const rate = buf.fill_rate ? ', ' + (buf.fill_rate > 0 ? '+' : '') + fmtNum(Math.round(buf.fill_rate)) + ' B/s' : '';
+        tr.append(el('td', { class: 'num' + (buf.fill >= BUFFER_WARN_FILL ? ' warn' : ''), 'data-field': 'buffer',
+          title: fmtNum(buf.used_bytes) + ' of ' + fmtNum(buf.capacity_bytes) + ' bytes' + rate + ', reported ' + ago(buf.reported_at) }, fmtPct(buf.fill)));
+      } else {
+        tr.append(el('td', { class: 'num muted', 'data-field': 'buffer', title: 'the agent does not report its buffer' }, '–'));
+      }
       const c = d.clock || {};
       const off = c.source === 'none' ? '–' : fmtDur(c.offset_ns / 1e6) + ' ± ' + fmtDur(c.uncertainty_ns / 1e6);
       tr.append(el('td', { 'data-field': 'offset', title: 'true time − device clock; drift ' + (c.drift_ppm || 0).toFixed(1) + ' ppm' }, off));
@@ -169,7 +188,7 @@
       tr.append(el('td', { class: 'num' + (gaps > 0 ? ' warn' : ''), 'data-field': 'gaps', title: JSON.stringify(reasons) }, fmtNum(gaps)));
       tbody.append(tr);
     }
-    if (!devs.length) emptyRow(tbody, 8, 'no device has reported yet');
+    if (!devs.length) emptyRow(tbody, 9, 'no device has reported yet');
     $('devices').replaceChild(tbody, $('devices').tBodies[0]);
     $('devices').setAttribute('data-count', devs.length);
     setText('sum-devices', String(devs.length) + (more ? '+' : ''));
