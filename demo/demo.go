@@ -147,10 +147,11 @@ func Start(ctx context.Context, o Options) (d *Demo, err error) {
 		sc := Scenario(20, 24*time.Hour)
 		o.Scenario = &sc
 	}
-	d = &Demo{log: o.Logger, done: make(chan struct{})}
+	dm := &Demo{log: o.Logger, done: make(chan struct{})}
+	d = dm
 	defer func() {
 		if err != nil {
-			d.removeTemp()
+			dm.removeTemp() // d is nil by now
 		}
 	}()
 	if o.Hub.DataDir == "" {

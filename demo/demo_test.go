@@ -1,10 +1,16 @@
 package demo
 
 import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"edgeflow/aggregate"
+	"edgeflow/hub"
 )
 
 func TestScenarioIsValid(t *testing.T) {
@@ -43,5 +49,26 @@ func TestDialable(t *testing.T) {
 		if got := dialable(in); got != want {
 			t.Errorf("dialable(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestStartFailsCleanly: a hub that cannot start (its MQTT port taken)
+// makes Start return an error naming it, not panic, and the temporary
+// directories it made are removed.
+func TestStartFailsCleanly(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	_, err = Start(context.Background(), Options{Hub: hub.Options{MQTTListen: ln.Addr().String(), HTTPAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)},
+		Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Fatalf("Start with its MQTT port taken: %v, want an error naming %s", err, ln.Addr())
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Fatalf("temporary directories left behind: %v", left)
 	}
 }
