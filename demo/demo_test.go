@@ -53,8 +53,8 @@ func TestDialable(t *testing.T) {
 }
 
 // TestStartFailsCleanly: a hub that cannot start (its MQTT port taken)
-// makes Start return an error naming it, not panic, and the temporary
-// directories it made are removed.
+// makes Start return an error naming the address and the setting to
+// change, not panic, and the temporary directories it made are removed.
 func TestStartFailsCleanly(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -65,8 +65,8 @@ func TestStartFailsCleanly(t *testing.T) {
 	t.Setenv("TMPDIR", tmp)
 	_, err = Start(context.Background(), Options{Hub: hub.Options{MQTTListen: ln.Addr().String(), HTTPAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler)},
 		Logger: slog.New(slog.DiscardHandler)})
-	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
-		t.Fatalf("Start with its MQTT port taken: %v, want an error naming %s", err, ln.Addr())
+	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) || !strings.Contains(err.Error(), "mqtt-listen") {
+		t.Fatalf("Start with its MQTT port taken: %v, want an error naming %s and mqtt-listen", err, ln.Addr())
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Fatalf("temporary directories left behind: %v", left)

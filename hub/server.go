@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"syscall"
 	"sync/atomic"
 
 	"edgeflow/hub/api"
@@ -376,6 +377,9 @@ func (s *Server) bindBroker() error {
 		return nil
 	}
 	ln, err := net.Listen("tcp", s.opts.MQTTListen)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("embedded broker listen %s: %w (another MQTT broker, such as Mosquitto, may listen there: give the hub a free address with mqtt-listen, e.g. :1884, or use that broker with mqtt-url)", s.opts.MQTTListen, err)
+	}
 	if err != nil {
 		return fmt.Errorf("embedded broker listen %s: %w", s.opts.MQTTListen, err)
 	}
