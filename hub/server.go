@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"slices"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 
 	"edgeflow/hub/api"
 	"edgeflow/hub/attrs"
