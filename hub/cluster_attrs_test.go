@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"edgeflow/hub/hubapi"
@@ -251,15 +250,7 @@ func TestClusterAttributesBulkPartlyStored(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := c.JetStream(t)
 	stream, err := js.Stream(ctx, s.opts.NATS.Log.Stream)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"edgeflow/hub/hublog"
@@ -269,15 +268,7 @@ func TestClusterBackfillAfterRetention(t *testing.T) {
 	}
 	cut := low/2 + 1 // drops about half of what the snapshot covers
 	ctx := context.Background()
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := c.JetStream(t)
 	stream, err := js.Stream(ctx, natslog.DefaultStream)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"edgeflow/hub/cluster"
@@ -68,15 +67,7 @@ func testClusterRestore(t *testing.T, corruptLatest bool) {
 		}
 		phase(100, "after the second snapshot")
 	}
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := c.JetStream(t)
 	// A batch the snapshot covers, resent later by its device.
 	stream, err := js.Stream(ctx, natslog.DefaultStream)
 	if err != nil {
@@ -238,12 +229,7 @@ func TestClusterRestoreUnderLoad(t *testing.T) {
 	checkExactlyOnce(t, cc, agents, "under load")
 	stop(true)
 
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	js := c.JetStream(t)
 	stream, err := js.Stream(ctx, natslog.DefaultStream)
 	if err != nil {
 		t.Fatal(err)
@@ -283,12 +269,7 @@ func TestClusterStaleDataDir(t *testing.T) {
 		a.cancel()
 		<-a.done
 	}
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	js := c.JetStream(t)
 	ctx := context.Background()
 	stream, err := js.Stream(ctx, natslog.DefaultStream)
 	if err != nil {
@@ -375,12 +356,7 @@ func TestClusterSnapshotConflict(t *testing.T) {
 	if err := s.snapshotNow(ctx); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	js := c.JetStream(t)
 	other, err := natslog.OpenSnapshots(ctx, js, natslog.SnapshotOptions{Replicas: 1})
 	if err != nil {
 		t.Fatal(err)

@@ -63,10 +63,15 @@ func (c *clusterAPI) Members() []api.Member {
 	return nil
 }
 
-// HistoryHolders are the hubs the partition's checkpoints name as holding
-// its earlier events (Server.HistoryHolders), known before the lease
-// manager opens too.
-func (c *clusterAPI) HistoryHolders(p int) []string { return c.s.HistoryHolders(p) }
+// HistoryHolders are the lease view's (Server.HistoryHolders: the hubs the
+// partition's checkpoints name as holding its earlier events); none
+// before the manager opens, when this hub owns no partition to ask for.
+func (c *clusterAPI) HistoryHolders(p int) []string {
+	if v := c.current(); v != nil {
+		return v.HistoryHolders(p)
+	}
+	return nil
+}
 
 // Partitions is the stream's partition count.
 func (c *clusterAPI) Partitions() int { return c.s.opts.NATS.Log.Partitions }

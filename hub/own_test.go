@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"edgeflow/aggregate"
 	"edgeflow/hub/lease"
 	"edgeflow/hub/natslog"
@@ -131,15 +128,7 @@ func TestClusterHubsShareTakeOver(t *testing.T) {
 	c := testnats.Start(t, 1)
 	oa, _ := ownOptions(t, c, "hub-a")
 	a, stopA := startClusterHub(t, oa)
-	var ids []string
-	for i := range 12 {
-		ids = append(ids, "dev-"+strconv.Itoa(i))
-	}
-	agents := startClusterAgents(t, c, ids, 20)
-	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
-	for _, ag := range agents {
-		ag.appendEvents(t, base, 100)
-	}
+	agents, base := startNumberedAgents(t, c, 12)
 	ob, _ := ownOptions(t, c, "hub-b")
 	b, stopB := startClusterHub(t, ob)
 	t.Logf("two hubs own every partition %v after b started: a %v, b %v", waitOwners(t, []*Server{a, b}, "a and b share the partitions"), owned(a), owned(b))
@@ -248,15 +237,7 @@ func TestClusterFencedHubDrops(t *testing.T) {
 	if !ok {
 		t.Fatalf("the hub does not own partition %d", p)
 	}
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := c.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ck, err := natslog.OpenPartitionCheckpoints(ctx, js, natslog.PartitionCheckpointOptions{Bucket: "EDGEFLOW_PARTITION_CHECKPOINTS", Replicas: 1})
@@ -339,15 +320,7 @@ func TestClusterCheckpointTooLarge(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
-	var ids []string
-	for i := range 8 {
-		ids = append(ids, "dev-"+strconv.Itoa(i))
-	}
-	agents := startClusterAgents(t, c, ids, 20)
-	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
-	for _, ag := range agents {
-		ag.appendEvents(t, base, 100)
-	}
+	agents, base := startNumberedAgents(t, c, 8)
 	waitAcked(t, agents, "one hub")
 	waitUntil(t, "a refused save", func() bool { return counterValue(t, a.own.m.saves.WithLabelValues("too_large")) > 0 })
 	if n := counterValue(t, a.own.m.saves.WithLabelValues("ok")); n != 0 {
@@ -373,15 +346,7 @@ func TestClusterCheckpointTooLarge(t *testing.T) {
 // on a stream no hub ever saved one of.
 func forgetPartitionCheckpoints(t *testing.T, c *testnats.Cluster) {
 	t.Helper()
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := c.JetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := js.DeleteKeyValue(ctx, natslog.DefaultPartitionCheckpointBucket); err != nil {
@@ -406,15 +371,7 @@ func TestClusterImportReplayed(t *testing.T) {
 	c := testnats.Start(t, 1)
 	ox, _ := ownOptions(t, c, "hub-x")
 	_, stopX := startClusterHub(t, ox)
-	var ids []string
-	for i := range 6 {
-		ids = append(ids, "dev-"+strconv.Itoa(i))
-	}
-	agents := startClusterAgents(t, c, ids, 20)
-	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
-	for _, ag := range agents {
-		ag.appendEvents(t, base, 100)
-	}
+	agents, base := startNumberedAgents(t, c, 6)
 	waitAcked(t, agents, "hub x")
 	stopX(false) // hands every partition over with a checkpoint
 
@@ -468,4 +425,20 @@ func TestClusterImportReplayed(t *testing.T) {
 	oy3.DataDir = dir
 	y3, _ := startClusterHub(t, oy3)
 	waitUnion(t, []*Server{y3}, agents, base, "hub y after a rebuild")
+}
+
+// startNumberedAgents runs agents dev-0..dev-(n-1) (batches of up to 20
+// events) and has each append 100 events from base, two hours ago.
+func startNumberedAgents(t *testing.T, c *testnats.Cluster, n int) ([]*clusterAgent, time.Time) {
+	t.Helper()
+	var ids []string
+	for i := range n {
+		ids = append(ids, "dev-"+strconv.Itoa(i))
+	}
+	agents := startClusterAgents(t, c, ids, 20)
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Hour)
+	for _, ag := range agents {
+		ag.appendEvents(t, base, 100)
+	}
+	return agents, base
 }

@@ -100,32 +100,43 @@ type sinkHub struct {
 	srv              *hub.Server
 }
 
-func (h *sinkHub) options(t *testing.T) hub.Options {
-	dsn := testDSN + "&application_name=" + h.app
-	return hub.Options{DataDir: h.dir, HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0", Logger: hubtest.QuietLogger(t),
+// sinkTestOptions is the hub the sink tests run on dir: an engine of
+// 1-second lateness that evicts nothing, a 50 ms tick, and the sinks sk.
+func sinkTestOptions(t testing.TB, dir string, sk ...sinks.Config) hub.Options {
+	return hub.Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0", Logger: hubtest.QuietLogger(t),
 		CheckpointInterval: time.Hour, RetentionInterval: time.Hour, TickInterval: 50 * time.Millisecond,
 		Aggregate: &aggregate.Options{IdleTimeout: time.Hour, AllowedLateness: time.Second, WatermarkInterval: time.Nanosecond,
 			EvictAfter: time.Hour},
-		Sinks: []sinks.Config{
-			{Name: "windows", Kind: sinks.KindPostgresWindows, DSN: dsn, Table: h.schema + ".edgeflow_windows",
-				Metrics: []string{"temp"}, Windows: []string{"tumbling:1m"}, GroupBy: []string{"device"}, Quantiles: []string{"p50"},
-				BatchEntries: 3, PollInterval: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
-			{Name: "events", Kind: sinks.KindPostgresEvents, DSN: dsn, Table: h.schema + ".edgeflow_events",
-				BatchEntries: 2, PollInterval: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
-		}}
+		Sinks: sk}
 }
 
-func (h *sinkHub) start(t *testing.T) {
+// startSinkTestHub starts a hub with o; the test's end stops it.
+func startSinkTestHub(t testing.TB, o hub.Options) *hub.Server {
 	t.Helper()
-	srv, err := hub.New(h.options(t))
+	srv, err := hub.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	h.srv = srv
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return srv
+}
+
+func (h *sinkHub) options(t *testing.T) hub.Options {
+	dsn := testDSN + "&application_name=" + h.app
+	return sinkTestOptions(t, h.dir,
+		sinks.Config{Name: "windows", Kind: sinks.KindPostgresWindows, DSN: dsn, Table: h.schema + ".edgeflow_windows",
+			Metrics: []string{"temp"}, Windows: []string{"tumbling:1m"}, GroupBy: []string{"device"}, Quantiles: []string{"p50"},
+			BatchEntries: 3, PollInterval: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		sinks.Config{Name: "events", Kind: sinks.KindPostgresEvents, DSN: dsn, Table: h.schema + ".edgeflow_events",
+			BatchEntries: 2, PollInterval: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+}
+
+func (h *sinkHub) start(t *testing.T) {
+	t.Helper()
+	h.srv = startSinkTestHub(t, h.options(t))
 }
 
 func (h *sinkHub) stop(t *testing.T) {
@@ -429,21 +440,11 @@ func TestSessionWindowsSink(t *testing.T) {
 	conn, schema := pgSchema(t)
 	dir := t.TempDir()
 	start := func() *hub.Server {
-		srv, err := hub.New(hub.Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0", Logger: hubtest.QuietLogger(t),
-			CheckpointInterval: time.Hour, RetentionInterval: time.Hour, TickInterval: 50 * time.Millisecond,
-			Aggregate: &aggregate.Options{IdleTimeout: time.Hour, AllowedLateness: time.Second, WatermarkInterval: time.Nanosecond,
-				EvictAfter: time.Hour, MaxSessionSpan: 10 * time.Minute},
-			Sinks: []sinks.Config{{Name: "sessions", Kind: sinks.KindPostgresWindows, DSN: testDSN, Table: schema + ".edgeflow_windows",
-				Metrics: []string{"temp"}, Windows: []string{"tumbling:1m", "session:30s"}, GroupBy: []string{"device"}, Quantiles: []string{"p50"},
-				BatchEntries: 2, PollInterval: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-		return srv
+		o := sinkTestOptions(t, dir, sinks.Config{Name: "sessions", Kind: sinks.KindPostgresWindows, DSN: testDSN, Table: schema + ".edgeflow_windows",
+			Metrics: []string{"temp"}, Windows: []string{"tumbling:1m", "session:30s"}, GroupBy: []string{"device"}, Quantiles: []string{"p50"},
+			BatchEntries: 2, PollInterval: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+		o.Aggregate.MaxSessionSpan = 10 * time.Minute
+		return startSinkTestHub(t, o)
 	}
 	srv := start()
 	base := time.Now().Add(-3 * time.Hour).Truncate(time.Hour)

@@ -14,9 +14,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"edgeflow/aggregate"
 	"edgeflow/hub"
-	"edgeflow/hub/internal/hubtest"
 	"edgeflow/hub/sinks"
 	"edgeflow/internal/testbroker"
 	"edgeflow/wire"
@@ -117,20 +115,9 @@ func testMQTTSink(t *testing.T, url string) {
 	cons := newMQTTConsumer(t, url, topic)
 	dir := t.TempDir()
 	start := func() *hub.Server {
-		srv, err := hub.New(hub.Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0", Logger: hubtest.QuietLogger(t),
-			CheckpointInterval: time.Hour, RetentionInterval: time.Hour, TickInterval: 50 * time.Millisecond,
-			Aggregate: &aggregate.Options{IdleTimeout: time.Hour, AllowedLateness: time.Second, WatermarkInterval: time.Nanosecond, EvictAfter: time.Hour},
-			Sinks: []sinks.Config{{Name: "updates", Kind: sinks.KindMQTT, URL: url, Topic: topic, Events: true, Metrics: []string{"temp"},
-				Windows: []string{"tumbling:1m"}, GroupBy: []string{"device"}, Quantiles: []string{"p50"},
-				BatchEntries: 3, PollInterval: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-		return srv
+		return startSinkTestHub(t, sinkTestOptions(t, dir, sinks.Config{Name: "updates", Kind: sinks.KindMQTT, URL: url, Topic: topic, Events: true,
+			Metrics: []string{"temp"}, Windows: []string{"tumbling:1m"}, GroupBy: []string{"device"}, Quantiles: []string{"p50"},
+			BatchEntries: 3, PollInterval: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}))
 	}
 	srv := start()
 	base := time.Now().Add(-3 * time.Hour).Truncate(time.Hour)
@@ -257,19 +244,10 @@ func TestSinkPastMaxLagIsBroken(t *testing.T) {
 	mq := testbroker.StartMosquitto(t, testbroker.MosquittoOptions{})
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	srv, err := hub.New(hub.Options{DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0", Logger: hubtest.QuietLogger(t),
-		CheckpointInterval: time.Hour, RetentionInterval: time.Hour, RetentionMaxAge: time.Hour, TickInterval: time.Hour, Now: now,
-		SinkMaxLag: 5,
-		Aggregate:  &aggregate.Options{IdleTimeout: time.Hour, AllowedLateness: time.Second, WatermarkInterval: time.Nanosecond, EvictAfter: time.Hour},
-		Sinks: []sinks.Config{{Name: "updates", Kind: sinks.KindMQTT, URL: mq.URL(), Events: true, Metrics: []string{"temp"},
-			Windows: []string{"tumbling:1m"}, PollInterval: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	o := sinkTestOptions(t, t.TempDir(), sinks.Config{Name: "updates", Kind: sinks.KindMQTT, URL: mq.URL(), Events: true, Metrics: []string{"temp"},
+		Windows: []string{"tumbling:1m"}, PollInterval: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	o.RetentionMaxAge, o.TickInterval, o.Now, o.SinkMaxLag = time.Hour, time.Hour, now, 5
+	srv := startSinkTestHub(t, o)
 	base := time.Now().Add(-3 * time.Hour).Truncate(time.Hour)
 	d := newTestDevice(t, srv.BrokerAddr(), "g1", wire.NewStreamID(), 1)
 	accepted, i := 0, 0

@@ -10,9 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"edgeflow/aggregate"
 	"edgeflow/hub"
-	"edgeflow/hub/internal/hubtest"
 	"edgeflow/hub/sinks"
 	"edgeflow/internal/testnats"
 	"edgeflow/wire"
@@ -26,24 +24,10 @@ import (
 func TestNATSSinkPublishesEveryRevisionOnce(t *testing.T) {
 	nc := testnats.Start(t, 1)
 	dir := t.TempDir()
-	opts := func() hub.Options {
-		return hub.Options{DataDir: dir, HTTPAddr: "127.0.0.1:0", MQTTListen: "127.0.0.1:0", Logger: hubtest.QuietLogger(t),
-			CheckpointInterval: time.Hour, RetentionInterval: time.Hour, TickInterval: 50 * time.Millisecond,
-			Aggregate: &aggregate.Options{IdleTimeout: time.Hour, AllowedLateness: time.Second, WatermarkInterval: time.Nanosecond, EvictAfter: time.Hour},
-			Sinks: []sinks.Config{{Name: "updates", Kind: sinks.KindNATS, URL: nc.URLs(), Metrics: []string{"temp"}, Events: true,
-				Windows: []string{"tumbling:1m"}, GroupBy: []string{"device"}, Quantiles: []string{"p50"},
-				BatchEntries: 3, PollInterval: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}}}
-	}
 	start := func() *hub.Server {
-		srv, err := hub.New(opts())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-		return srv
+		return startSinkTestHub(t, sinkTestOptions(t, dir, sinks.Config{Name: "updates", Kind: sinks.KindNATS, URL: nc.URLs(), Metrics: []string{"temp"}, Events: true,
+			Windows: []string{"tumbling:1m"}, GroupBy: []string{"device"}, Quantiles: []string{"p50"},
+			BatchEntries: 3, PollInterval: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}))
 	}
 	srv := start()
 	base := time.Now().Add(-3 * time.Hour).Truncate(time.Hour)

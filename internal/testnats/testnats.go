@@ -366,3 +366,19 @@ func tail(path string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// JetStream connects a client to the cluster's servers for a test (closed
+// when it ends), as the hubs' tests inspect or change what JetStream holds.
+func (c *Cluster) JetStream(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
